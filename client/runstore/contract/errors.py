@@ -1,0 +1,305 @@
+"""The error tree shared by the server and the client (STORE_CONTRACT §11, D4).
+
+Every error has a stable ``reason`` (the ErrorInfo reason on the wire), a gRPC
+status code name and a ``permanent`` flag. The server raises these classes, maps
+them to ``google.rpc.Status`` in one place, and the client rebuilds the very
+same classes from the ErrorInfo reason, so ``except RunConflictError`` works the
+same in-process and across the network.
+
+This module imports neither grpc nor a database driver: codes are names of
+``grpc.StatusCode`` members, resolved by whoever speaks gRPC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import ClassVar
+
+ERROR_DOMAIN = "runstore"
+"""ErrorInfo.domain of every runstore error (D4)."""
+
+_BY_REASON: dict[str, type[RunstoreError]] = {}
+
+
+class RunstoreError(Exception):
+    """Root of every runstore error.
+
+    Args:
+        message: The upstream error text; defaults to the class's ``default_message``.
+        run_id: The run the error is about, when known.
+        session_id: The session the error is about, when known.
+        event_key: The record key the error is about, when known.
+        field: The request field that broke a rule (validation errors).
+        details: Further ErrorInfo metadata.
+    """
+
+    reason: ClassVar[str] = "UNKNOWN"
+    code: ClassVar[str] = "UNKNOWN"
+    permanent: ClassVar[bool] = False
+    default_message: ClassVar[str] = "runstore error"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        run_id: str = "",
+        session_id: str = "",
+        event_key: str = "",
+        field: str = "",
+        details: Mapping[str, str] | None = None,
+    ) -> None:
+        self.message = message if message is not None else self.default_message
+        self.run_id = run_id
+        self.session_id = session_id
+        self.event_key = event_key
+        self.field = field
+        self.details: dict[str, str] = dict(details or {})
+        super().__init__(self.message)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # The most specific class registered for a reason wins; abstract
+        # grouping classes inherit their parent's reason and do not override it.
+        if "reason" in cls.__dict__:
+            _BY_REASON[cls.reason] = cls
+
+    def metadata(self) -> dict[str, str]:
+        """The ErrorInfo metadata: ``permanent`` plus whatever context is known."""
+        meta = {"permanent": "true" if self.permanent else "false"}
+        for key in ("run_id", "session_id", "event_key", "field"):
+            value = getattr(self, key)
+            if value:
+                meta[key] = value
+        meta.update(self.details)
+        return meta
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        context = ", ".join(
+            f"{key}={value!r}" for key, value in self.metadata().items() if key != "permanent"
+        )
+        return f"{type(self).__name__}({self.message!r}{', ' if context else ''}{context})"
+
+
+def error_class_for(reason: str) -> type[RunstoreError] | None:
+    """The error class registered for an ErrorInfo reason, if any."""
+    return _BY_REASON.get(reason)
+
+
+def error_classes() -> Mapping[str, type[RunstoreError]]:
+    """Every registered reason and its class (for exhaustive tests and docs)."""
+    return dict(_BY_REASON)
+
+
+# --- Permanence -------------------------------------------------------------
+
+
+class ContractError(RunstoreError):
+    """A permanent failure: retrying the same command cannot succeed (§11.1)."""
+
+    permanent = True
+
+
+class TransientError(RunstoreError):
+    """Database or network trouble: retrying the identical command is safe (§8)."""
+
+    reason = "TRANSIENT"
+    code = "UNAVAILABLE"
+    permanent = False
+    default_message = "runstore is temporarily unavailable"
+
+
+class UnavailableError(TransientError):
+    """The database could not be reached or failed; try again."""
+
+    code = "UNAVAILABLE"
+
+
+class AbortedError(TransientError):
+    """A transaction lost a serialisation race after the server's own retries."""
+
+    code = "ABORTED"
+    default_message = "transaction aborted by a concurrent change; retry"
+
+
+class InternalError(TransientError):
+    """An unexpected server failure; never reported as a contract error."""
+
+    code = "INTERNAL"
+    default_message = "internal error"
+
+
+# --- Groups by meaning (api-core style) ---------------------------------------
+
+
+class NotFoundError(ContractError):
+    code = "NOT_FOUND"
+
+
+class ConflictError(ContractError):
+    code = "ALREADY_EXISTS"
+
+
+class PreconditionError(ContractError):
+    code = "FAILED_PRECONDITION"
+
+
+class InvalidArgumentError(ContractError):
+    code = "INVALID_ARGUMENT"
+
+
+# --- Leaves (§11.3) ---------------------------------------------------------
+
+
+class SessionNotFoundError(NotFoundError):
+    reason = "SESSION_NOT_FOUND"
+    default_message = "session not found"
+
+
+class RunNotFoundError(NotFoundError):
+    reason = "RUN_NOT_FOUND"
+    default_message = "run not found"
+
+
+class RunSuspensionNotFoundError(NotFoundError):
+    reason = "RUN_SUSPENSION_NOT_FOUND"
+    default_message = "run suspension not found"
+
+
+class SessionPurgedError(PreconditionError):
+    reason = "SESSION_PURGED"
+    default_message = "session purged"
+
+
+class SessionEndedError(PreconditionError):
+    reason = "SESSION_ENDED"
+    default_message = "session ended"
+
+
+class SessionActiveError(PreconditionError):
+    reason = "SESSION_ACTIVE"
+    default_message = "session is active"
+
+
+class SessionHasActiveRunsError(PreconditionError):
+    reason = "SESSION_HAS_ACTIVE_RUNS"
+    default_message = "session has active runs"
+
+
+class RunNotActiveError(PreconditionError):
+    reason = "RUN_NOT_ACTIVE"
+    default_message = "run is not active"
+
+
+class RunSessionMismatchError(PreconditionError):
+    reason = "RUN_SESSION_MISMATCH"
+    default_message = "parent and child runs must belong to the same session"
+
+
+class RunRecordOwnerMismatchError(PreconditionError):
+    reason = "RUN_RECORD_OWNER_MISMATCH"
+    default_message = "run record owner does not match stored run"
+
+
+class ContinuationMismatchError(PreconditionError):
+    """The predecessor's state does not allow this successor (§10.2)."""
+
+    reason = "CONTINUATION_MISMATCH"
+    default_message = "continuation predecessor does not match successor"
+
+
+class RunConflictError(ConflictError):
+    reason = "RUN_CONFLICT"
+    default_message = "run metadata conflict"
+
+
+class RunTerminalConflictError(ConflictError):
+    reason = "RUN_TERMINAL_CONFLICT"
+    default_message = "run terminal outcome conflict"
+
+
+class RunCancellationConflictError(ConflictError):
+    reason = "RUN_CANCELLATION_CONFLICT"
+    default_message = "run cancellation reason conflict"
+
+
+class RunSuspensionConflictError(ConflictError):
+    reason = "RUN_SUSPENSION_CONFLICT"
+    default_message = "run suspension conflict"
+
+
+class EventConflictError(ConflictError):
+    """The record key already holds a different record (§6.1)."""
+
+    reason = "EVENT_CONFLICT"
+    default_message = "runlog: event conflict"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        run_id: str = "",
+        session_id: str = "",
+        event_key: str = "",
+        field: str = "",
+        details: Mapping[str, str] | None = None,
+    ) -> None:
+        if message is None:
+            message = f'run "{run_id}" event key "{event_key}": runlog: event conflict'
+        super().__init__(
+            message,
+            run_id=run_id,
+            session_id=session_id,
+            event_key=event_key,
+            field=field,
+            details=details,
+        )
+
+
+class ValidationError(InvalidArgumentError):
+    """A command is malformed or contradicts itself (V1–V9, §5)."""
+
+    reason = "CONTRACT_VALIDATION"
+    default_message = "invalid command"
+
+
+class ReadArgumentError(InvalidArgumentError):
+    """A read was given a bad limit or cursor (Q12)."""
+
+    reason = "INVALID_ARGUMENT_READ"
+    default_message = "invalid read argument"
+
+
+class ParentRunIDRequiredError(InvalidArgumentError):
+    reason = "PARENT_RUN_ID_REQUIRED"
+    default_message = "parent run id is required"
+
+
+class ChildRunIDRequiredError(InvalidArgumentError):
+    reason = "CHILD_RUN_ID_REQUIRED"
+    default_message = "child run id is required"
+
+
+class ChildAgentIDRequiredError(InvalidArgumentError):
+    reason = "CHILD_AGENT_ID_REQUIRED"
+    default_message = "child agent id is required"
+
+
+class ChildSessionIDRequiredError(InvalidArgumentError):
+    reason = "CHILD_SESSION_ID_REQUIRED"
+    default_message = "child session id is required"
+
+
+class InvalidTranscriptPositionError(InvalidArgumentError):
+    reason = "INVALID_TRANSCRIPT_POSITION"
+    default_message = "invalid transcript position"
+
+
+class CorruptStateError(ContractError):
+    """The store's own data violates the contract; never repaired silently."""
+
+    reason = "STORED_STATE_CORRUPT"
+    code = "DATA_LOSS"
+    default_message = "stored run is missing a required lifecycle record"

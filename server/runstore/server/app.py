@@ -1,0 +1,120 @@
+"""Server lifecycle: open the database, build the gRPC server, serve, stop cleanly.
+
+``build_server`` is separate from ``serve`` so tests start the very same stack
+on an ephemeral port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from sqlalchemy.engine import make_url
+
+from runstore.server.config import ServerConfig
+from runstore.server.core.ports import Database
+from runstore.server.core.store import PageLimits, RuntimeStore
+from runstore.server.db import migrate
+from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
+from runstore.server.servicers.runtime_store import RuntimeStoreServicer
+from runstore.server.servicers.session_admin import SessionAdminServicer
+from runstore.v1 import runtime_store_pb2, runtime_store_pb2_grpc
+from runstore.v1 import session_admin_pb2, session_admin_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAMES = (
+    runtime_store_pb2.DESCRIPTOR.services_by_name["RuntimeStore"].full_name,
+    session_admin_pb2.DESCRIPTOR.services_by_name["SessionAdmin"].full_name,
+)
+
+
+@dataclass
+class RunningServer:
+    server: grpc.aio.Server
+    port: int
+    health: health.aio.HealthServicer
+
+
+@contextlib.asynccontextmanager
+async def open_database(config: ServerConfig) -> AsyncIterator[Database]:
+    """Checks the schema (creating it on a new SQLite file) and opens the backend."""
+    await migrate.ensure_schema(config.database_url, migrate=config.migrate)
+    url = make_url(config.database_url)
+    if url.get_backend_name() == "sqlite":
+        if not url.database or url.database == ":memory:":
+            raise migrate.SchemaError("SQLite needs a file path: sqlite:///path/to/runstore.db")
+        db = SqliteDatabase(
+            Path(url.database),
+            SqliteOptions(synchronous=config.sqlite_synchronous, readers=config.sqlite_readers),
+        )
+        await db.start()
+        try:
+            yield db
+        finally:
+            await db.close()
+        return
+    raise migrate.SchemaError(f"unsupported database URL scheme {url.drivername!r}")
+
+
+def create_store(config: ServerConfig, db: Database) -> RuntimeStore:
+    return RuntimeStore(
+        db, limits=PageLimits(records=config.page_limit, payload_bytes=config.page_bytes)
+    )
+
+
+async def build_server(config: ServerConfig, store: RuntimeStore) -> RunningServer:
+    """A started server with every service, health and reflection."""
+    options = [
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", config.max_message_bytes),
+    ]
+    server = grpc.aio.server(options=options)
+    runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(RuntimeStoreServicer(store), server)
+    session_admin_pb2_grpc.add_SessionAdminServicer_to_server(SessionAdminServicer(store), server)
+
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+         reflection.SERVICE_NAME),
+        server,
+    )
+    port = server.add_insecure_port(config.listen)
+    if port == 0:
+        raise OSError(f"cannot listen on {config.listen}")
+    await server.start()
+    for name in ("", *SERVICE_NAMES):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return RunningServer(server, port, health_servicer)
+
+
+async def serve(config: ServerConfig) -> None:
+    """Serves until SIGTERM or SIGINT, then lets in-flight calls finish."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with open_database(config) as db:
+        running = await build_server(config, create_store(config, db))
+        log.info(
+            "runstore serving on %s (port %d), database %s",
+            config.listen,
+            running.port,
+            make_url(config.database_url).render_as_string(hide_password=True),
+        )
+        try:
+            await stop.wait()
+            log.info("shutting down: finishing in-flight calls (grace %.1fs)", config.grace_seconds)
+        finally:
+            await running.health.enter_graceful_shutdown()
+            await running.server.stop(config.grace_seconds)
+    log.info("runstore stopped")

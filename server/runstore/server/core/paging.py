@@ -1,0 +1,85 @@
+"""Read arguments and page shapes (§6.4, §9.6.5, D3), as pure functions."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from runstore.contract.errors import ReadArgumentError, ValidationError
+from runstore.server.core.model import Page, StoredRecord
+
+TRANSCRIPT_PAGE_RECORDS: Final = 512
+"""ListRunTranscriptRecords returns at most this many records per page (§9.6.5)."""
+
+TRANSCRIPT_PAGE_BYTES: Final = 1_048_576
+"""...and at most this many payload bytes, inclusive (§6.5)."""
+
+_MAX_POSITION = 2**63 - 1
+
+
+def check_limit(limit: int) -> None:
+    """§6.4 rule 1: there is no default page size."""
+    if limit <= 0:
+        raise ReadArgumentError("limit must be greater than zero", field="limit")
+
+
+def parse_cursor(cursor: str) -> int:
+    """§6.4 rule 2 and D3: "" is the start; otherwise ASCII digits, value > 0.
+
+    Returns how many records of the list to skip. Values beyond the largest
+    position simply read past the end (an empty page).
+    """
+    if not cursor:
+        return 0
+    if not (cursor.isascii() and cursor.isdigit()) or int(cursor) == 0:
+        raise ReadArgumentError(f'invalid cursor "{cursor}"', field="cursor")
+    return min(int(cursor), _MAX_POSITION)
+
+
+def parse_record_id(text: str) -> int | None:
+    """A canonical record ID ("1", "2", ...; §6.2), or None if ``text`` is not one.
+
+    Transcript positions compare IDs as exact strings upstream, so "01" names
+    no record.
+    """
+    if not text or not (text.isascii() and text.isdigit()) or text[0] == "0":
+        return None
+    value = int(text)
+    return value if value <= _MAX_POSITION else None
+
+
+def cut_transcript_page(rows: list[StoredRecord], page_size: int) -> Page:
+    """§9.6.5 step 6: stop at ``page_size`` records or before the record that
+    would push the payload total past 1 MiB; a single record larger than
+    that fails the page when the walk reaches it."""
+    events: list[StoredRecord] = []
+    budget = TRANSCRIPT_PAGE_BYTES
+    for record in rows:
+        if len(events) == page_size:
+            return Page(events, str(events[-1].id))
+        size = len(record.payload)
+        if size > TRANSCRIPT_PAGE_BYTES:
+            raise ValidationError(
+                f'transcript record "{record.id}" payload size {size} exceeds '
+                f"supported page size {TRANSCRIPT_PAGE_BYTES} bytes",
+                run_id=record.run_id,
+                event_key=record.event_key,
+            )
+        if size > budget:
+            return Page(events, str(events[-1].id))
+        events.append(record)
+        budget -= size
+    return Page(events)
+
+
+def cut_page(rows: list[tuple[int, StoredRecord]], page_size: int, budget: int) -> Page:
+    """Up to ``page_size`` rows within the payload budget (one row always fits);
+    ``next_cursor`` is the last position returned when more rows exist (§6.4)."""
+    events: list[StoredRecord] = []
+    last_position = 0
+    for position, record in rows:
+        if len(events) == page_size or (events and len(record.payload) > budget):
+            return Page(events, str(last_position))
+        events.append(record)
+        budget -= len(record.payload)
+        last_position = position
+    return Page(events)

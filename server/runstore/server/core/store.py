@@ -1,0 +1,805 @@
+"""The runtime store contract, written once over any ``Database`` (§4–§11).
+
+Each public method is one contract method. It runs the pure validation of
+``validation`` first (nothing is written when a command is malformed), then one
+transaction in which every check observes the same state as the writes (§7).
+Check order follows the contract: the first failing check decides the error.
+
+Lock order, for backends with row locks: a session before its runs, a parent
+run before its child. ``Transaction.run(..., for_update=True)`` locks the run's
+session first, so every writer acquires locks in the same order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Final
+
+from runstore.contract import lifecycle
+from runstore.contract.errors import (
+    ContinuationMismatchError,
+    CorruptStateError,
+    EventConflictError,
+    InvalidTranscriptPositionError,
+    RunCancellationConflictError,
+    RunConflictError,
+    RunNotActiveError,
+    RunNotFoundError,
+    RunRecordOwnerMismatchError,
+    RunSessionMismatchError,
+    RunSuspensionConflictError,
+    RunSuspensionNotFoundError,
+    RunTerminalConflictError,
+    SessionActiveError,
+    SessionEndedError,
+    SessionHasActiveRunsError,
+    SessionNotFoundError,
+    SessionPurgedError,
+)
+from runstore.server.core import paging, validation
+from runstore.server.core.model import (
+    NO_RECORD,
+    AppendResult,
+    Checkpoint,
+    ChildRunStart,
+    LifecycleKeys,
+    Nanos,
+    OneShotChildRunStart,
+    OneShotRunStart,
+    Page,
+    Record,
+    RepairOutcome,
+    RepairResult,
+    RootRunStart,
+    Run,
+    RunCancellation,
+    RunChange,
+    RunStart,
+    RunStartResult,
+    RunStatus,
+    RunSuspension,
+    RunTerminal,
+    Session,
+    SessionStatus,
+    StartOutcome,
+    StoredRecord,
+)
+from runstore.server.core.ports import PURGED, Database, SessionLookup, Transaction
+
+DEFAULT_PAGE_LIMIT: Final = 1000
+"""Largest page ListRunRecords / ListSessionRunRecords return (D3)."""
+
+DEFAULT_PAGE_BYTES: Final = 4 * 1024 * 1024
+"""Payload budget of one list page, so a page always fits a gRPC message."""
+
+
+@dataclass(frozen=True, slots=True)
+class PageLimits:
+    """Server-side caps on list pages; callers always follow next_cursor (Q11)."""
+
+    records: int = DEFAULT_PAGE_LIMIT
+    """At most this many records per ListRunRecords/ListSessionRunRecords page."""
+    payload_bytes: int = DEFAULT_PAGE_BYTES
+    """Stop a page before it exceeds this many payload bytes (one record always fits)."""
+
+
+class RuntimeStore:
+    """The contract's rules over a ``Database``.
+
+    Args:
+        db: Runs the transactions.
+        clock: Wall clock for ``updated_at`` (UTC nanoseconds).
+        limits: Page caps.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        clock: Callable[[], Nanos] = time.time_ns,
+        limits: PageLimits = PageLimits(),
+    ) -> None:
+        self._db = db
+        self._clock = clock
+        self._limits = limits
+
+    # --- Session administration (§9.1) -------------------------------------
+
+    async def create_session(self, session_id: str, created_at: Nanos | None) -> Session:
+        """§9.1.1: idempotent while active; the first created_at is kept (Q19)."""
+        validation.check_session_command(session_id, created_at, "created_at")
+        assert created_at is not None
+
+        async def tx_fn(tx: Transaction) -> Session:
+            found = await tx.session(session_id, for_update=True)
+            if found is PURGED:
+                raise SessionPurgedError(session_id=session_id)
+            if isinstance(found, Session):
+                if found.status is SessionStatus.ENDED:
+                    raise SessionEndedError(session_id=session_id)
+                return found
+            session = Session(session_id, SessionStatus.ACTIVE, created_at)
+            await tx.insert_session(session)
+            return session
+
+        return await self._db.write(tx_fn)
+
+    async def load_session(self, session_id: str) -> Session:
+        """§9.1.2."""
+
+        async def tx_fn(tx: Transaction) -> Session:
+            return _existing_session(await tx.session(session_id), session_id)
+
+        return await self._db.read(tx_fn)
+
+    async def load_session_status(self, session_id: str) -> SessionStatus:
+        """§9.1.3: the empty ID (a sessionless run) is not found."""
+        return (await self.load_session(session_id)).status
+
+    async def end_session(self, session_id: str, ended_at: Nanos | None) -> Session:
+        """§9.1.4: the first ended_at wins; runs are not touched."""
+        validation.check_session_command(session_id, ended_at, "ended_at")
+        assert ended_at is not None
+
+        async def tx_fn(tx: Transaction) -> Session:
+            session = _existing_session(await tx.session(session_id, for_update=True), session_id)
+            if session.status is SessionStatus.ENDED:
+                return session
+            await tx.end_session(session_id, ended_at)
+            return Session(session_id, SessionStatus.ENDED, session.created_at, ended_at)
+
+        return await self._db.write(tx_fn)
+
+    async def purge_session(self, session_id: str) -> None:
+        """§9.1.5: ended and quiescent sessions only; leaves a tombstone."""
+
+        async def tx_fn(tx: Transaction) -> None:
+            found = await tx.session(session_id, for_update=True)
+            if found is PURGED:
+                return
+            session = _existing_session(found, session_id)
+            if session.status is SessionStatus.ACTIVE:
+                raise SessionActiveError(session_id=session_id)
+            if await tx.session_has_running_runs(session_id):
+                raise SessionHasActiveRunsError(session_id=session_id)
+            await tx.purge_session(session_id, self._clock())
+
+        await self._db.write(tx_fn)
+
+    async def list_runs_by_session(
+        self, session_id: str, statuses: Collection[RunStatus] | None = None
+    ) -> list[Run]:
+        """§9.1.6: ordered by started_at, then run_id (Q10). ``statuses=None``
+        lists every run; an empty collection matches nothing."""
+
+        async def tx_fn(tx: Transaction) -> list[Run]:
+            _existing_session(await tx.session(session_id), session_id)
+            runs = await tx.runs_by_session(session_id)
+            return runs if statuses is None else [run for run in runs if run.status in statuses]
+
+        return await self._db.read(tx_fn)
+
+    # --- Starts (§9.2) -------------------------------------------------------
+
+    async def start_root_run(self, cmd: RootRunStart) -> RunStartResult:
+        """§9.2.1 [S]: an ended session stores run_started + canceled run_completed."""
+        run = cmd.run
+        started, canceled = validation.check_root_run_start(run, cmd.started, cmd.canceled)
+
+        async def tx_fn(tx: Transaction) -> RunStartResult:
+            session = await _lock_session_for_start(tx, run)
+            if run.predecessor_run_id:
+                await _check_continuation(tx, run)
+            stored = await tx.run(run.run_id, for_update=True)
+            if stored is not None:
+                return await _replay_session_start(tx, stored, run, None, started, canceled)
+            if session is None:
+                raise SessionNotFoundError(run_id=run.run_id, session_id=run.session_id)
+            return await self._create_session_run(tx, run, session, None, started, canceled)
+
+        return await self._db.write(tx_fn)
+
+    async def start_child_run(self, cmd: ChildRunStart) -> RunStartResult:
+        """§9.2.2 [S]: the link on the parent and the child's start in one transaction."""
+        run = cmd.run
+        link, started, canceled = validation.check_child_run_start(
+            run, cmd.parent_linked, cmd.started, cmd.canceled
+        )
+
+        async def tx_fn(tx: Transaction) -> RunStartResult:
+            session = await _lock_session_for_start(tx, run)
+            if run.predecessor_run_id:
+                await _check_continuation(tx, run)
+            parent, stored_link = await _check_parent_link(tx, link)
+            stored = await tx.run(run.run_id, for_update=True)
+            if stored is not None:
+                return await _replay_session_start(tx, stored, run, link, started, canceled)
+            if session is None:
+                raise SessionNotFoundError(run_id=run.run_id, session_id=run.session_id)
+            if parent.session_id != run.session_id:
+                raise RunSessionMismatchError(run_id=run.run_id, session_id=run.session_id)
+            if parent.status.is_terminal:
+                raise RunNotActiveError(run_id=parent.run_id, session_id=parent.session_id)
+            _check_link_is_new(stored_link, link)
+            return await self._create_session_run(tx, run, session, link, started, canceled)
+
+        return await self._db.write(tx_fn)
+
+    async def start_one_shot_run(self, cmd: OneShotRunStart) -> RunStartResult:
+        """§9.2.3: a sessionless run; no session is created or joined."""
+        run = cmd.run
+        started = validation.check_one_shot_run_start(run, cmd.started)
+
+        async def tx_fn(tx: Transaction) -> RunStartResult:
+            stored = await tx.run(run.run_id, for_update=True)
+            if stored is not None:
+                _check_sessionless_retry(stored, run, None, started)
+                return RunStartResult(StartOutcome.PROCEED, await _replay_record(tx, started, None))
+            await tx.insert_run(self._new_run(run, StartOutcome.PROCEED, None, started, None))
+            return RunStartResult(StartOutcome.PROCEED, await _append(tx, started, None))
+
+        return await self._db.write(tx_fn)
+
+    async def start_one_shot_child_run(self, cmd: OneShotChildRunStart) -> RunStartResult:
+        """§9.2.4: a sessionless child of a running sessionless parent."""
+        run = cmd.run
+        link, started = validation.check_one_shot_child_run_start(
+            run, cmd.parent_linked, cmd.started
+        )
+
+        async def tx_fn(tx: Transaction) -> RunStartResult:
+            parent = await tx.run(run.parent_run_id, for_update=True)
+            stored = await tx.run(run.run_id, for_update=True)
+            if stored is not None:
+                _check_sessionless_retry(stored, run, link, started)
+                parent_record = await _replay_record(tx, link, None)
+                return RunStartResult(
+                    StartOutcome.PROCEED,
+                    await _replay_record(tx, started, None),
+                    parent_record=parent_record,
+                )
+            if parent is None:
+                raise RunNotFoundError(run_id=run.parent_run_id)
+            if parent.session_id:
+                raise RunSessionMismatchError(run_id=run.run_id, session_id=parent.session_id)
+            if parent.status.is_terminal:
+                raise RunNotActiveError(run_id=parent.run_id)
+            if link.agent_id != parent.agent_id:
+                raise RunRecordOwnerMismatchError(
+                    run_id=link.run_id, event_key=link.event_key, field="parent_linked.agent_id"
+                )
+            _, stored_link = await _check_parent_link(tx, link, parent)
+            _check_link_is_new(stored_link, link)
+            await tx.insert_run(self._new_run(run, StartOutcome.PROCEED, link, started, None))
+            parent_record = await _append(tx, link, None)
+            return RunStartResult(
+                StartOutcome.PROCEED, await _append(tx, started, None), parent_record=parent_record
+            )
+
+        return await self._db.write(tx_fn)
+
+    def _new_run(
+        self,
+        run: RunStart,
+        outcome: StartOutcome,
+        link: Record | None,
+        started: Record,
+        canceled: Record | None,
+    ) -> Run:
+        """§9.2.1 step 10: RunMeta and lifecycle keys of a first start."""
+        stop = outcome is StartOutcome.STOP
+        assert run.started_at is not None
+        return Run(
+            run_id=run.run_id,
+            agent_id=run.agent_id,
+            session_id=run.session_id,
+            parent_run_id=run.parent_run_id,
+            started_at=run.started_at,
+            labels=dict(run.labels),
+            start_outcome=outcome,
+            status=RunStatus.CANCELED if stop else RunStatus.RUNNING,
+            cancellation_reason=lifecycle.REASON_SESSION_ENDED if stop else "",
+            updated_at=self._clock(),
+            keys=LifecycleKeys(
+                start=started.event_key,
+                parent_link=link.event_key if link is not None else "",
+                terminal=canceled.event_key if stop and canceled is not None else "",
+            ),
+        )
+
+    async def _create_session_run(
+        self,
+        tx: Transaction,
+        run: RunStart,
+        session: Session,
+        link: Record | None,
+        started: Record,
+        canceled: Record,
+    ) -> RunStartResult:
+        """§9.2.1 steps 7–10: decide the outcome once and write the first state.
+
+        Write order is link (on the parent), run_started, then the ended-session
+        record, so the three are contiguous in session order (§6.3).
+        """
+        outcome = (
+            StartOutcome.PROCEED if session.status is SessionStatus.ACTIVE else StartOutcome.STOP
+        )
+        stop = outcome is StartOutcome.STOP
+        parent_record = await _append(tx, link, session.status) if link else NO_RECORD
+        await tx.insert_run(self._new_run(run, outcome, link, started, canceled))
+        started_result = await _append(tx, started, session.status)
+        canceled_result = await _append(tx, canceled, session.status) if stop else NO_RECORD
+        return RunStartResult(outcome, started_result, canceled_result, parent_record)
+
+    # --- Records (§9.3) ------------------------------------------------------
+
+    async def append_run_record(self, record: Record | None) -> AppendResult:
+        """§9.3: exact retries succeed even after the run stopped."""
+        record = validation.check_ordinary_record(record)
+
+        async def tx_fn(tx: Transaction) -> AppendResult:
+            run = await tx.run(record.run_id, for_update=True)
+            if run is None:
+                raise RunNotFoundError(run_id=record.run_id, event_key=record.event_key)
+            _check_record_owner(record, run, "record")
+            status = await _live_session_status(tx, run)
+            stored = await _same_record(tx, record)
+            if stored is not None:
+                return AppendResult(str(stored.id), False, status)
+            if run.status.is_terminal:
+                raise RunNotActiveError(run_id=run.run_id, session_id=run.session_id)
+            return await _append(tx, record, status)
+
+        return await self._db.write(tx_fn)
+
+    # --- Lifecycle changes (§9.4) --------------------------------------------
+
+    async def record_run_cancellation(self, cmd: RunCancellation) -> AppendResult:
+        """§9.4.1: the first reason is permanent; the status does not change."""
+
+        async def tx_fn(tx: Transaction) -> AppendResult:
+            run, status = await _load_mutable_run(tx, cmd.run_id)
+            record = validation.check_cancellation(cmd.run_id, cmd.reason, cmd.record, run)
+            if run.cancellation_reason and run.cancellation_reason != cmd.reason:
+                raise RunCancellationConflictError(**_context(record))
+            stored = await _same_record(tx, record)
+            if not run.keys.cancellation and run.status.is_terminal:
+                raise RunNotActiveError(**_context(record))
+            if run.keys.cancellation and run.keys.cancellation != record.event_key:
+                raise RunCancellationConflictError(**_context(record))
+            if stored is not None:
+                return AppendResult(str(stored.id), False, status)
+            if not run.cancellation_reason:
+                await tx.change_run(
+                    run.run_id,
+                    RunChange(
+                        cancellation_reason=cmd.reason,
+                        updated_at=self._clock(),
+                        cancellation_key=record.event_key,
+                    ),
+                )
+            return await _append(tx, record, status)
+
+        return await self._db.write(tx_fn)
+
+    async def record_run_suspension(self, cmd: RunSuspension) -> AppendResult:
+        """§9.4.2: checkpoint, run_suspended and status suspended together."""
+
+        async def tx_fn(tx: Transaction) -> AppendResult:
+            run, status = await _load_mutable_run(tx, cmd.run_id)
+            checkpoint, record = validation.check_suspension(
+                cmd.run_id, cmd.suspension, cmd.record, run
+            )
+            return await self._suspend(tx, run, status, checkpoint, record)
+
+        return await self._db.write(tx_fn)
+
+    async def _suspend(
+        self,
+        tx: Transaction,
+        run: Run,
+        status: SessionStatus | None,
+        checkpoint: Checkpoint,
+        record: Record,
+    ) -> AppendResult:
+        """§9.4.2 steps 3–7."""
+        if run.status.is_terminal and run.status is not RunStatus.SUSPENDED:
+            raise RunTerminalConflictError(**_context(record))
+        if run.checkpoint is not None and run.checkpoint != checkpoint:
+            raise RunSuspensionConflictError(**_context(record))
+        stored = await _same_record(tx, record)
+        if run.keys.suspension and run.keys.suspension != record.event_key:
+            raise RunSuspensionConflictError(**_context(record))
+        if stored is not None:
+            return AppendResult(str(stored.id), False, status)
+        if run.status.is_terminal:
+            raise _missing_lifecycle_record(record)
+        result = await _append(tx, record, status)
+        await tx.change_run(
+            run.run_id,
+            RunChange(
+                status=RunStatus.SUSPENDED,
+                updated_at=self._clock(),
+                suspension_key=record.event_key,
+                terminal_key=record.event_key,
+                checkpoint=checkpoint,
+            ),
+        )
+        return result
+
+    async def record_run_terminal(self, cmd: RunTerminal) -> AppendResult:
+        """§9.4.3: run_completed and the terminal status together."""
+
+        async def tx_fn(tx: Transaction) -> AppendResult:
+            run, status = await _load_mutable_run(tx, cmd.run_id)
+            terminal, record = validation.check_terminal(cmd.run_id, cmd.status, cmd.record, run)
+            return await self._terminate(tx, run, status, terminal, record)
+
+        return await self._db.write(tx_fn)
+
+    async def _terminate(
+        self,
+        tx: Transaction,
+        run: Run,
+        status: SessionStatus | None,
+        terminal: RunStatus,
+        record: Record,
+    ) -> AppendResult:
+        """§9.4.3 steps 3–6."""
+        if run.status.is_terminal and run.status is not terminal:
+            raise RunTerminalConflictError(**_context(record))
+        stored = await _same_record(tx, record)
+        if run.keys.terminal and run.keys.terminal != record.event_key:
+            raise RunTerminalConflictError(**_context(record))
+        if stored is not None:
+            return AppendResult(str(stored.id), False, status)
+        if run.status.is_terminal:
+            raise _missing_lifecycle_record(record)
+        result = await _append(tx, record, status)
+        await tx.change_run(
+            run.run_id,
+            RunChange(status=terminal, updated_at=self._clock(), terminal_key=record.event_key),
+        )
+        return result
+
+    # --- Repairs (§9.5) ------------------------------------------------------
+
+    async def repair_run_terminal(self, cmd: RunTerminal) -> RepairResult:
+        """§9.5.1: never overwrites a stored ending and never fails because one exists."""
+
+        async def tx_fn(tx: Transaction) -> RepairResult:
+            run, status = await _load_mutable_run(tx, cmd.run_id)
+            terminal, record = validation.check_terminal(cmd.run_id, cmd.status, cmd.record, run)
+            if run.status.is_terminal:
+                stored = await tx.record_by_key(record.run_id, record.event_key)
+                if (
+                    run.status is terminal
+                    and run.keys.terminal == record.event_key
+                    and stored is not None
+                    and stored.same_as(record)
+                ):
+                    return RepairResult(
+                        RepairOutcome.ALREADY_STORED,
+                        run.status,
+                        AppendResult(str(stored.id), False, status),
+                    )
+                return RepairResult(RepairOutcome.DIFFERENT_TERMINAL, run.status)
+            result = await self._terminate(tx, run, status, terminal, record)
+            return RepairResult(RepairOutcome.STORED, terminal, result)
+
+        return await self._db.write(tx_fn)
+
+    async def repair_run_suspension(self, cmd: RunSuspension) -> RepairResult:
+        """§9.5.2: suspends only a still-running run."""
+
+        async def tx_fn(tx: Transaction) -> RepairResult:
+            run, status = await _load_mutable_run(tx, cmd.run_id)
+            checkpoint, record = validation.check_suspension(
+                cmd.run_id, cmd.suspension, cmd.record, run
+            )
+            if run.status.is_terminal:
+                stored = await tx.record_by_key(record.run_id, record.event_key)
+                if (
+                    run.status is RunStatus.SUSPENDED
+                    and run.keys.suspension == record.event_key
+                    and stored is not None
+                    and stored.same_as(record)
+                    and run.checkpoint == checkpoint
+                ):
+                    return RepairResult(
+                        RepairOutcome.ALREADY_STORED,
+                        run.status,
+                        AppendResult(str(stored.id), False, status),
+                    )
+                return RepairResult(RepairOutcome.DIFFERENT_TERMINAL, run.status)
+            result = await self._suspend(tx, run, status, checkpoint, record)
+            return RepairResult(RepairOutcome.STORED, RunStatus.SUSPENDED, result)
+
+        return await self._db.write(tx_fn)
+
+    # --- Reads (§9.6) --------------------------------------------------------
+
+    async def load_run(self, run_id: str) -> Run:
+        """§9.6.1."""
+
+        async def tx_fn(tx: Transaction) -> Run:
+            run = await tx.run(run_id)
+            if run is None:
+                raise RunNotFoundError(run_id=run_id)
+            return run
+
+        return await self._db.read(tx_fn)
+
+    async def load_run_suspension(self, run_id: str) -> Checkpoint:
+        """§9.6.2: the exact stored checkpoint."""
+        run = await self.load_run(run_id)
+        if run.checkpoint is None:
+            raise RunSuspensionNotFoundError(run_id=run_id, session_id=run.session_id)
+        return run.checkpoint
+
+    async def list_run_records(self, run_id: str, cursor: str, limit: int) -> Page:
+        """§9.6.3, §6.4: the cursor counts records already read (= last ID)."""
+        paging.check_limit(limit)
+        after = paging.parse_cursor(cursor)
+        page_size = min(limit, self._limits.records)
+        budget = self._limits.payload_bytes
+
+        async def tx_fn(tx: Transaction) -> Page:
+            if await tx.run(run_id) is None:
+                raise RunNotFoundError(run_id=run_id)
+            rows = await tx.run_records(run_id, after, page_size + 1, budget)
+            return paging.cut_page([(record.id, record) for record in rows], page_size, budget)
+
+        return await self._db.read(tx_fn)
+
+    async def list_session_run_records(self, session_id: str, cursor: str, limit: int) -> Page:
+        """§9.6.4, D3: commit order across the session's runs."""
+        paging.check_limit(limit)
+        after = paging.parse_cursor(cursor)
+        page_size = min(limit, self._limits.records)
+        budget = self._limits.payload_bytes
+
+        async def tx_fn(tx: Transaction) -> Page:
+            _existing_session(await tx.session(session_id), session_id)
+            rows = await tx.session_records(session_id, after, page_size + 1, budget)
+            return paging.cut_page(rows, page_size, budget)
+
+        return await self._db.read(tx_fn)
+
+    async def list_run_transcript_records(
+        self, run_id: str, through_record_id: str, after_record_id: str, limit: int
+    ) -> Page:
+        """§9.6.5: transcript records through a fixed end; stable pages."""
+        if not through_record_id or limit <= 0:
+            raise InvalidTranscriptPositionError(
+                run_id=run_id, field="limit" if through_record_id else "through_record_id"
+            )
+        page_size = min(limit, paging.TRANSCRIPT_PAGE_RECORDS)
+        budget = paging.TRANSCRIPT_PAGE_BYTES
+
+        async def tx_fn(tx: Transaction) -> Page:
+            if await tx.run(run_id) is None:
+                raise RunNotFoundError(run_id=run_id)
+            through, after = await _transcript_range(tx, run_id, through_record_id, after_record_id)
+            rows = await tx.transcript_records(run_id, after, through, page_size + 1, budget)
+            return paging.cut_transcript_page(rows, page_size)
+
+        return await self._db.read(tx_fn)
+
+
+# --- Rules used inside transactions -----------------------------------------
+
+
+def _context(record: Record) -> dict[str, str]:
+    return {"run_id": record.run_id, "session_id": record.session_id, "event_key": record.event_key}
+
+
+def _existing_session(found: SessionLookup, session_id: str) -> Session:
+    """§10.4: a tombstone is SESSION_PURGED, distinct from never existing."""
+    if found is PURGED:
+        raise SessionPurgedError(session_id=session_id)
+    if found is None:
+        raise SessionNotFoundError(session_id=session_id)
+    assert isinstance(found, Session)
+    return found
+
+
+async def _lock_session_for_start(tx: Transaction, run: RunStart) -> Session | None:
+    """§9.2.1 step 2, and the lock that orders starts against EndSession (§7.3)."""
+    found = await tx.session(run.session_id, for_update=True)
+    if found is PURGED:
+        raise SessionPurgedError(run_id=run.run_id, session_id=run.session_id)
+    assert found is None or isinstance(found, Session)
+    return found
+
+
+async def _live_session_status(tx: Transaction, run: Run) -> SessionStatus | None:
+    """The owning session's status seen in this transaction (§3.9); None when
+    sessionless. A tombstoned or missing session fails (§9.3 step 2)."""
+    if not run.session_id:
+        return None
+    return _existing_session(await tx.session(run.session_id), run.session_id).status
+
+
+async def _load_mutable_run(tx: Transaction, run_id: str) -> tuple[Run, SessionStatus | None]:
+    """§9.4 preamble: the run exists and its session is not a tombstone."""
+    run = await tx.run(run_id, for_update=True)
+    if run is None:
+        raise RunNotFoundError(run_id=run_id)
+    if not run.session_id:
+        return run, None
+    found = await tx.session(run.session_id)
+    if found is PURGED:
+        raise SessionPurgedError(run_id=run_id, session_id=run.session_id)
+    return run, found.status if isinstance(found, Session) else None
+
+
+def _check_record_owner(record: Record, run: Run, field: str) -> None:
+    """A record's agent and session are its run's (§3.7)."""
+    if record.agent_id != run.agent_id or record.session_id != run.session_id:
+        raise RunRecordOwnerMismatchError(**_context(record), field=field)
+
+
+async def _same_record(tx: Transaction, record: Record) -> StoredRecord | None:
+    """§6.1: the stored record under this key if it is the same record, None if
+    the key is free; a different record under the key is an event conflict."""
+    stored = await tx.record_by_key(record.run_id, record.event_key)
+    if stored is None:
+        return None
+    if not stored.same_as(record):
+        raise EventConflictError(**_context(record))
+    return stored
+
+
+def _missing_lifecycle_record(record: Record) -> CorruptStateError:
+    return CorruptStateError(
+        "stored run is missing a required lifecycle record", **_context(record)
+    )
+
+
+async def _append(tx: Transaction, record: Record, status: SessionStatus | None) -> AppendResult:
+    """Inserts a record the caller has checked is new."""
+    return AppendResult(str(await tx.append_record(record)), True, status)
+
+
+def _check_link_is_new(stored_link: StoredRecord | None, link: Record) -> None:
+    """A new child's link must not be stored yet: an identical link without its
+    child run means the store lost data."""
+    if stored_link is not None:
+        raise CorruptStateError("stored parent link has no child run", **_context(link))
+
+
+async def _replay_record(
+    tx: Transaction, record: Record, status: SessionStatus | None
+) -> AppendResult:
+    """§8 rule 3: a retry re-appends each record of the stored outcome; each
+    must already be stored exactly."""
+    stored = await _same_record(tx, record)
+    if stored is None:
+        raise _missing_lifecycle_record(record)
+    return AppendResult(str(stored.id), False, status)
+
+
+def _same_run_identity(stored: Run, run: RunStart) -> bool:
+    """§8 rule 1: the immutable identity of a start (predecessor excluded: it is
+    only in the run_started payload, §3.5)."""
+    return (
+        stored.run_id == run.run_id
+        and stored.agent_id == run.agent_id
+        and stored.session_id == run.session_id
+        and stored.parent_run_id == run.parent_run_id
+        and stored.started_at == run.started_at
+        and dict(stored.labels) == dict(run.labels)
+    )
+
+
+async def _replay_session_start(
+    tx: Transaction,
+    stored: Run,
+    run: RunStart,
+    link: Record | None,
+    started: Record,
+    canceled: Record,
+) -> RunStartResult:
+    """§9.2.1 retry path [S]: identity, slot keys, then the stored outcome's
+    records in order. Current session and run status do not matter."""
+    keys = stored.keys
+    stop = stored.start_outcome is StartOutcome.STOP
+    if (
+        not _same_run_identity(stored, run)
+        or started.event_key != keys.start
+        or (link is not None and link.event_key != keys.parent_link)
+        or (stop and canceled.event_key != keys.terminal)
+    ):
+        raise RunConflictError(run_id=run.run_id, session_id=run.session_id)
+    status = await _live_session_status(tx, stored)
+    parent_record = await _replay_record(tx, link, status) if link is not None else NO_RECORD
+    started_result = await _replay_record(tx, started, status)
+    canceled_result = await _replay_record(tx, canceled, status) if stop else NO_RECORD
+    return RunStartResult(stored.start_outcome, started_result, canceled_result, parent_record)
+
+
+def _check_sessionless_retry(
+    stored: Run, run: RunStart, link: Record | None, started: Record
+) -> None:
+    """§9.2.3 step 3 / §9.2.4 step 3: identity, outcome and slot keys."""
+    if (
+        not _same_run_identity(stored, run)
+        or stored.start_outcome is not StartOutcome.PROCEED
+        or started.event_key != stored.keys.start
+        or (link is not None and link.event_key != stored.keys.parent_link)
+    ):
+        raise RunConflictError(run_id=run.run_id)
+
+
+async def _check_continuation(tx: Transaction, run: RunStart) -> None:
+    """§10.2 [S]: the predecessor is suspended and has the successor's session,
+    agent and parent. Checked on first starts and retries alike."""
+    pred_id = run.predecessor_run_id
+    pred = await tx.run(pred_id)
+    if pred is None:
+        raise RunNotFoundError(
+            f'continuation predecessor "{pred_id}": run not found',
+            run_id=run.run_id,
+            details={"predecessor_run_id": pred_id},
+        )
+    mismatch: str | None = None
+    if pred.status is not RunStatus.SUSPENDED:
+        mismatch = f'has status "{pred.status}", want "suspended"'
+    elif pred.session_id != run.session_id:
+        mismatch = f'session id "{pred.session_id}" does not match successor "{run.session_id}"'
+    elif pred.agent_id != run.agent_id:
+        mismatch = f'agent id "{pred.agent_id}" does not match successor "{run.agent_id}"'
+    elif pred.parent_run_id != run.parent_run_id:
+        mismatch = (
+            f'parent run id "{pred.parent_run_id}" does not match successor "{run.parent_run_id}"'
+        )
+    if mismatch is not None:
+        raise ContinuationMismatchError(
+            f'continuation predecessor "{pred_id}" {mismatch}',
+            run_id=run.run_id,
+            session_id=run.session_id,
+            details={"predecessor_run_id": pred_id},
+        )
+
+
+async def _check_parent_link(
+    tx: Transaction, link: Record, parent: Run | None = None
+) -> tuple[Run, StoredRecord | None]:
+    """PLC (§9): the parent exists, owns the link, its session is alive, and
+    the link's key holds no different record. Returns the parent and the link
+    if it is already stored."""
+    if parent is None:
+        parent = await tx.run(link.run_id, for_update=True)
+    if parent is None:
+        raise RunNotFoundError(**_context(link), field="parent_linked.run_id")
+    _check_record_owner(link, parent, "parent_linked")
+    await _live_session_status(tx, parent)
+    return parent, await _same_record(tx, link)
+
+
+async def _transcript_range(
+    tx: Transaction, run_id: str, through_record_id: str, after_record_id: str
+) -> tuple[int, int]:
+    """§9.6.5 step 4: the end is any record of the run; the start, if given, is
+    a transcript record at or before the end."""
+
+    def invalid(field: str) -> InvalidTranscriptPositionError:
+        return InvalidTranscriptPositionError(
+            f'invalid transcript position: run "{run_id}"', run_id=run_id, field=field
+        )
+
+    through = paging.parse_record_id(through_record_id)
+    if through is None or await tx.record_by_id(run_id, through) is None:
+        raise invalid("through_record_id")
+    if not after_record_id:
+        return through, 0
+    after = paging.parse_record_id(after_record_id)
+    if after is None or after > through:
+        raise invalid("after_record_id")
+    start = await tx.record_by_id(run_id, after)
+    if start is None or start.type not in lifecycle.TRANSCRIPT_TYPES:
+        raise invalid("after_record_id")
+    return through, after

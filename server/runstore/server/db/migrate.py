@@ -1,0 +1,163 @@
+"""Schema migrations with Alembic: one history for SQLite and PostgreSQL.
+
+``runstore migrate`` upgrades a database to head; ``runstore serve`` only checks
+that the schema is at head (and creates it on a brand-new SQLite file, the
+embedded default). On PostgreSQL the upgrade holds an advisory lock, so
+replicas or deploy jobs that migrate at the same time take turns.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, inspect, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+
+from runstore.server.db.schema import metadata
+
+log = logging.getLogger(__name__)
+
+VERSION_TABLE: Final = "runstore_schema_version"
+"""Alembic's version table, named so it cannot clash with an application's own."""
+
+_ADVISORY_LOCK_KEY: Final = 0x72756E73746F7265  # "runstore"
+_MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+class SchemaError(RuntimeError):
+    """The database schema is not one this server can use."""
+
+
+def async_url(database_url: str) -> URL:
+    """The SQLAlchemy URL with the async driver runstore uses for its dialect."""
+    url = make_url(database_url)
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        return url.set(drivername="sqlite+aiosqlite")
+    if backend in ("postgresql", "postgres"):
+        return url.set(drivername="postgresql+asyncpg")
+    raise SchemaError(f"unsupported database URL {url.render_as_string(hide_password=True)!r}")
+
+
+def _alembic_config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaState:
+    current: str | None
+    """The revision stored in the database; None when never migrated."""
+    head: str
+    """The newest revision this server knows."""
+    has_tables: bool
+    """Whether any runstore table exists (a database with tables but no
+    revision was not created by runstore migrations)."""
+
+    @property
+    def at_head(self) -> bool:
+        return self.current == self.head
+
+    @property
+    def empty(self) -> bool:
+        return self.current is None and not self.has_tables
+
+
+def _read_state(connection: Connection) -> SchemaState:
+    current = MigrationContext.configure(
+        connection, opts={"version_table": VERSION_TABLE}
+    ).get_current_revision()
+    tables = set(inspect(connection).get_table_names())
+    return SchemaState(current, head_revision(), bool(tables & set(metadata.tables)))
+
+
+def _upgrade(connection: Connection) -> None:
+    config = _alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+def _prepare(url: URL) -> None:
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+
+
+async def schema_state(database_url: str) -> SchemaState:
+    url = async_url(database_url)
+    _prepare(url)
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        async with engine.connect() as connection:
+            return await connection.run_sync(_read_state)
+    finally:
+        await engine.dispose()
+
+
+async def upgrade(database_url: str) -> SchemaState:
+    """Upgrades the database to head; returns the state it found before."""
+    url = async_url(database_url)
+    _prepare(url)
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        async with engine.connect() as connection:
+            if url.get_backend_name() == "postgresql":
+                await connection.execute(
+                    text("SELECT pg_advisory_lock(:key)"), {"key": _ADVISORY_LOCK_KEY}
+                )
+                await connection.commit()
+            before = await connection.run_sync(_read_state)
+            if before.current is not None and before.current != before.head:
+                _check_known(before)
+            if not before.at_head:
+                log.info("migrating schema from %s to %s", before.current or "empty", before.head)
+                await connection.run_sync(_upgrade)
+                await connection.commit()
+            return before
+    finally:
+        await engine.dispose()
+
+
+def _check_known(state: SchemaState) -> None:
+    script = ScriptDirectory.from_config(_alembic_config())
+    if state.current is not None and script.get_revision(state.current) is None:
+        raise SchemaError(
+            f"database schema revision {state.current!r} is newer than this server "
+            f"(head {state.head!r}); upgrade runstore"
+        )
+
+
+async def ensure_schema(database_url: str, *, migrate: bool) -> None:
+    """What ``serve`` does before opening the store.
+
+    A brand-new SQLite database gets the schema (the embedded default needs no
+    set-up); otherwise the schema must be at head unless ``migrate`` is set.
+    """
+    state = await schema_state(database_url)
+    if state.at_head:
+        return
+    _check_known(state)
+    first_sqlite_start = state.empty and async_url(database_url).get_backend_name() == "sqlite"
+    if migrate or first_sqlite_start:
+        await upgrade(database_url)
+        return
+    raise SchemaError(
+        f"database schema is at {state.current or 'nothing (empty database)'}, "
+        f"this server needs {state.head}: run `runstore migrate --database-url ...` "
+        "first (or start with --migrate)"
+    )

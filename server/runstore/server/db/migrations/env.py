@@ -1,0 +1,24 @@
+"""Alembic environment for runstore (invoked through ``runstore.server.db.migrate``).
+
+The caller passes an open SQLAlchemy connection in ``config.attributes``, so the
+same code migrates SQLite (aiosqlite) and PostgreSQL (asyncpg) and can hold a
+lock around the whole upgrade.
+"""
+
+from __future__ import annotations
+
+from alembic import context
+
+from runstore.server.db.migrate import VERSION_TABLE
+from runstore.server.db.schema import metadata
+
+connection = context.config.attributes["connection"]
+context.configure(
+    connection=connection,
+    target_metadata=metadata,
+    version_table=VERSION_TABLE,
+    render_as_batch=connection.dialect.name == "sqlite",
+    compare_type=True,
+)
+with context.begin_transaction():
+    context.run_migrations()

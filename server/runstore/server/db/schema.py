@@ -1,0 +1,111 @@
+"""The runtime database schema: the one source of truth for tables and indexes.
+
+Alembic migrations are checked against this metadata (autogenerate must find
+no difference). Types are portable between SQLite and PostgreSQL:
+
+* every time is a BIGINT of UTC nanoseconds since the epoch (D7);
+* IDs and keys are text; a sessionless run has ``session_id = ''`` (§3.4);
+* payloads and checkpoints are bytes, stored byte for byte (D2);
+* labels are a JSON object with sorted keys, compared as maps (V7).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("session_id", Text, primary_key=True),
+    Column("status", String(16), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("ended_at", BigInteger, nullable=True),
+    # The last position handed out in session order (D3). Bumped under the
+    # session's row lock in the record's own transaction, so positions become
+    # visible in order and readers never skip a record.
+    Column("record_count", BigInteger, nullable=False, server_default=text("0")),
+)
+
+session_tombstones = Table(
+    "session_tombstones",
+    metadata,
+    Column("session_id", Text, primary_key=True),
+    Column("purged_at", BigInteger, nullable=False),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("agent_id", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("parent_run_id", Text, nullable=False),
+    Column("started_at", BigInteger, nullable=False),
+    Column("labels", Text, nullable=False),
+    Column("start_outcome", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("cancellation_reason", Text, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    # Lifecycle keys (§8): the event key of the first write of each slot.
+    Column("start_key", Text, nullable=False),
+    Column("parent_link_key", Text, nullable=False),
+    Column("cancellation_key", Text, nullable=False),
+    Column("suspension_key", Text, nullable=False),
+    Column("terminal_key", Text, nullable=False),
+    # The write-once checkpoint (§3.6).
+    Column("checkpoint_id", Text, nullable=True),
+    Column("checkpoint_data", LargeBinary, nullable=True),
+    # The last record ID handed out for this run (§6.2).
+    Column("record_count", BigInteger, nullable=False),
+    # ListRunsBySession (ordered, Q10) and PurgeSession's running-run check.
+    Index(None, "session_id", "started_at", "run_id"),
+)
+
+records = Table(
+    "records",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("record_id", BigInteger, primary_key=True),
+    Column("event_key", Text, nullable=False),
+    Column("agent_id", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("turn_id", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    # len(payload), so pages can be cut by bytes without reading payloads.
+    Column("payload_size", Integer, nullable=False),
+    Column("timestamp", BigInteger, nullable=False),
+    # Position in session order (D3); NULL for sessionless runs.
+    Column("session_position", BigInteger, nullable=True),
+    # Exact retries and event conflicts look records up by key (§6.1).
+    Index(None, "run_id", "event_key", unique=True),
+    # ListSessionRunRecords pages by position; PurgeSession deletes by session.
+    Index(
+        None,
+        "session_id",
+        "session_position",
+        unique=True,
+        sqlite_where=text("session_position IS NOT NULL"),
+        postgresql_where=text("session_position IS NOT NULL"),
+    ),
+)

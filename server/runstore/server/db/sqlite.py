@@ -1,0 +1,337 @@
+"""The embedded backend: SQLite in WAL mode, one writer thread, reader threads.
+
+SQLite allows one writer at a time, so runstore gives it exactly one: a
+dedicated thread that owns the write connection and runs each write
+transaction start to finish (``BEGIN IMMEDIATE`` ... ``COMMIT``). Readers use
+their own connections and threads; WAL gives each read transaction a snapshot.
+
+A transaction function is an ``async`` function of the store core. On SQLite
+every database call returns at once, so the function never suspends; the
+worker thread drives it to completion without an event loop, in one hop from
+the server's loop and back. The writer commits before any caller is answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+from runstore.contract.errors import (
+    InternalError,
+    RunstoreError,
+    UnavailableError,
+)
+from runstore.server.core.model import Nanos, Record, Run, RunChange, Session, StoredRecord
+from runstore.server.core.ports import PURGED, SessionLookup, Transaction
+from runstore.server.db import statements as sql
+from runstore.server.db.statements import Compiled, Statements
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SYNCHRONOUS_LEVELS: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+@dataclass(frozen=True, slots=True)
+class SqliteOptions:
+    """How the embedded database trades durability for speed."""
+
+    synchronous: str = "FULL"
+    """SQLite ``PRAGMA synchronous``: FULL syncs the WAL on every commit (a
+    committed write survives power loss); NORMAL syncs only at checkpoints (a
+    power loss may drop the last commits, never corrupt the file)."""
+    readers: int = 2
+    """Reader threads, each with its own connection."""
+    busy_timeout_ms: int = 5000
+    """How long a connection waits for a lock held by another process."""
+
+
+def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Runs a coroutine that never suspends, without an event loop."""
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+    coroutine.close()
+    raise RuntimeError("a SQLite transaction function awaited something other than the database")
+
+
+class _SqliteTransaction(Transaction):
+    """``Transaction`` over one sqlite3 connection inside BEGIN ... COMMIT."""
+
+    def __init__(self, conn: sqlite3.Connection, statements: Statements) -> None:
+        self._conn = conn
+        self._sql = statements
+
+    def _one(self, statement: Compiled, **params: Any) -> Any:
+        return self._conn.execute(statement.sql, statement.args(params)).fetchone()
+
+    def _all(self, statement: Compiled, **params: Any) -> list[Any]:
+        return self._conn.execute(statement.sql, statement.args(params)).fetchall()
+
+    def _run(self, statement: Compiled, **params: Any) -> None:
+        self._conn.execute(statement.sql, statement.args(params))
+
+    async def session(self, session_id: str, *, for_update: bool = False) -> SessionLookup:
+        row = self._one(self._sql.session, session_id=session_id)
+        if row is not None:
+            return sql.session_from_row(row)
+        if self._one(self._sql.is_tombstoned, session_id=session_id) is not None:
+            return PURGED
+        return None
+
+    async def run(self, run_id: str, *, for_update: bool = False) -> Run | None:
+        row = self._one(self._sql.run, run_id=run_id)
+        return sql.run_from_row(row) if row is not None else None
+
+    async def record_by_key(self, run_id: str, event_key: str) -> StoredRecord | None:
+        row = self._one(self._sql.record_by_key, run_id=run_id, event_key=event_key)
+        return sql.record_from_row(row) if row is not None else None
+
+    async def record_by_id(self, run_id: str, record_id: int) -> StoredRecord | None:
+        row = self._one(self._sql.record_by_id, run_id=run_id, record_id=record_id)
+        return sql.record_from_row(row) if row is not None else None
+
+    async def run_records(
+        self, run_id: str, after: int, limit: int, max_bytes: int
+    ) -> list[StoredRecord]:
+        rows = self._all(
+            self._sql.run_records, run_id=run_id, after=after, limit=limit, max_bytes=max_bytes
+        )
+        return [sql.record_from_row(row) for row in rows]
+
+    async def session_records(
+        self, session_id: str, after: int, limit: int, max_bytes: int
+    ) -> list[tuple[int, StoredRecord]]:
+        rows = self._all(
+            self._sql.session_records,
+            session_id=session_id,
+            after=after,
+            limit=limit,
+            max_bytes=max_bytes,
+        )
+        return [(row[0], sql.record_from_row(row[1:])) for row in rows]
+
+    async def transcript_records(
+        self, run_id: str, after: int, through: int, limit: int, max_bytes: int
+    ) -> list[StoredRecord]:
+        rows = self._all(
+            self._sql.transcript_records,
+            run_id=run_id,
+            after=after,
+            through=through,
+            limit=limit,
+            max_bytes=max_bytes,
+        )
+        return [sql.record_from_row(row) for row in rows]
+
+    async def runs_by_session(self, session_id: str) -> list[Run]:
+        rows = self._all(self._sql.runs_by_session, session_id=session_id)
+        return [sql.run_from_row(row) for row in rows]
+
+    async def session_has_running_runs(self, session_id: str) -> bool:
+        return bool(self._one(self._sql.session_has_running_runs, session_id=session_id)[0])
+
+    async def insert_session(self, session: Session) -> None:
+        self._run(
+            self._sql.insert_session,
+            session_id=session.id,
+            status=session.status.value,
+            created_at=session.created_at,
+        )
+
+    async def end_session(self, session_id: str, ended_at: Nanos) -> None:
+        self._run(self._sql.end_session, session_id=session_id, ended_at=ended_at)
+
+    async def purge_session(self, session_id: str, purged_at: Nanos) -> None:
+        self._run(self._sql.purge_records, session_id=session_id)
+        self._run(self._sql.purge_runs, session_id=session_id)
+        self._run(self._sql.purge_session, session_id=session_id)
+        self._run(self._sql.insert_tombstone, session_id=session_id, purged_at=purged_at)
+
+    async def insert_run(self, run: Run) -> None:
+        self._run(self._sql.insert_run, **sql.run_params(run))
+
+    async def change_run(self, run_id: str, change: RunChange) -> None:
+        self._run(self._sql.change_run, **sql.change_params(run_id, change))
+
+    async def append_record(self, record: Record) -> int:
+        record_id = self._one(self._sql.next_record_id, run_id=record.run_id)[0]
+        position = None
+        if record.session_id:
+            position = self._one(self._sql.next_session_position, session_id=record.session_id)[0]
+        self._run(self._sql.insert_record, **sql.record_params(record, record_id, position))
+        return int(record_id)
+
+
+_Job = tuple[
+    Callable[[Transaction], Coroutine[Any, Any, Any]], asyncio.Future[Any], asyncio.AbstractEventLoop
+]
+
+
+def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller went away; the transaction still committed or not
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _translate(exc: BaseException) -> BaseException:
+    """Contract errors pass through; database trouble is transient (D4)."""
+    if isinstance(exc, RunstoreError):
+        return exc
+    if isinstance(exc, sqlite3.OperationalError):
+        log.warning("sqlite operational error: %s", exc)
+        return UnavailableError(f"database unavailable: {exc}")
+    if isinstance(exc, sqlite3.Error):
+        log.error("sqlite error", exc_info=exc)
+        return InternalError(f"database error: {exc}")
+    log.error("unexpected error in a transaction", exc_info=exc)
+    return InternalError()
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Nothing of a failed transaction stays behind, even if COMMIT failed."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            log.exception("sqlite rollback failed")
+
+
+class _Worker(threading.Thread):
+    """Owns one connection and runs queued transaction functions one by one."""
+
+    def __init__(
+        self,
+        name: str,
+        connect: Callable[[], sqlite3.Connection],
+        jobs: queue.SimpleQueue[_Job | None],
+        begin: str,
+        statements: Statements,
+    ) -> None:
+        super().__init__(name=name, daemon=True)
+        self._connect = connect
+        self._jobs = jobs
+        self._begin = begin
+        self._statements = statements
+        self.ready = threading.Event()
+        self.startup_error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            conn = self._connect()
+        except BaseException as exc:
+            self.startup_error = exc
+            self.ready.set()
+            return
+        self.ready.set()
+        tx = _SqliteTransaction(conn, self._statements)
+        try:
+            while (job := self._jobs.get()) is not None:
+                fn, future, loop = job
+                result, error = None, None
+                try:
+                    conn.execute(self._begin)
+                    result = _drive(fn(tx))
+                    conn.execute("COMMIT")
+                except BaseException as exc:
+                    _rollback(conn)
+                    error = _translate(exc)
+                loop.call_soon_threadsafe(_resolve, future, result, error)
+        finally:
+            conn.close()
+
+
+class SqliteDatabase:
+    """``Database`` over one SQLite file."""
+
+    def __init__(self, path: Path, options: SqliteOptions = SqliteOptions()) -> None:
+        if options.synchronous.upper() not in SYNCHRONOUS_LEVELS:
+            raise ValueError(
+                f"sqlite synchronous must be one of {', '.join(SYNCHRONOUS_LEVELS)}, "
+                f"not {options.synchronous!r}"
+            )
+        self.path = path
+        self.options = options
+        self._statements = Statements.compile(sqlite_dialect.dialect())
+        self._writes: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._workers: list[_Worker] = []
+
+    def _connect(self, *, read_only: bool) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {self.options.synchronous.upper()}")
+        if read_only:
+            conn.execute("PRAGMA query_only = ON")
+        return conn
+
+    async def start(self) -> None:
+        """Opens the connections (the schema must already be at head)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._workers.append(
+            _Worker(
+                "runstore-sqlite-writer",
+                lambda: self._connect(read_only=False),
+                self._writes,
+                "BEGIN IMMEDIATE",
+                self._statements,
+            )
+        )
+        for index in range(max(1, self.options.readers)):
+            self._workers.append(
+                _Worker(
+                    f"runstore-sqlite-reader-{index}",
+                    lambda: self._connect(read_only=True),
+                    self._reads,
+                    "BEGIN",
+                    self._statements,
+                )
+            )
+        for worker in self._workers:
+            worker.start()
+        for worker in self._workers:
+            await asyncio.to_thread(worker.ready.wait)
+            if worker.startup_error is not None:
+                await self.close()
+                raise worker.startup_error
+
+    async def close(self) -> None:
+        """Stops the workers after the transactions already queued."""
+        self._writes.put(None)
+        for _ in range(len(self._workers) - 1):
+            self._reads.put(None)
+        for worker in self._workers:
+            await asyncio.to_thread(worker.join)
+        self._workers.clear()
+
+    async def write(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        return await self._submit(self._writes, fn)
+
+    async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        return await self._submit(self._reads, fn)
+
+    async def _submit(
+        self, jobs: queue.SimpleQueue[_Job | None], fn: Callable[[Transaction], Coroutine[Any, Any, T]]
+    ) -> T:
+        if not self._workers:
+            raise UnavailableError("database is not open")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        jobs.put((fn, future, loop))
+        return await future

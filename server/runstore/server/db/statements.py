@@ -1,0 +1,377 @@
+"""Every SQL statement the store runs, built once with SQLAlchemy Core.
+
+Statements are compiled once per dialect into plain SQL text plus the order of
+their parameters, and then executed on the driver's own connection (sqlite3,
+asyncpg): the hot path pays neither SQLAlchemy's execution layer nor an ORM.
+Row decoding into core values lives here too, so both backends share it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Select,
+    bindparam,
+    delete,
+    exists,
+    func,
+    insert,
+    literal_column,
+    select,
+    update,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import ClauseElement
+
+from runstore.contract import lifecycle
+from runstore.server.core.model import (
+    Checkpoint,
+    LifecycleKeys,
+    Record,
+    Run,
+    RunChange,
+    RunStatus,
+    Session,
+    SessionStatus,
+    StartOutcome,
+    StoredRecord,
+)
+from runstore.server.db.schema import records, runs, session_tombstones, sessions
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """A statement compiled for one dialect: SQL text and positional arguments."""
+
+    sql: str
+    names: tuple[str, ...]
+    defaults: Mapping[str, Any]
+
+    def args(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        """Positional arguments for ``params`` (constants keep their defaults)."""
+        return tuple(
+            params[name] if name in params else self.defaults[name] for name in self.names
+        )
+
+
+def compile_for(statement: ClauseElement, dialect: Dialect) -> Compiled:
+    """Compiles ``statement``; constants (binds that are not required) keep
+    their values as defaults."""
+    compiled = statement.compile(dialect=dialect)
+    names = tuple(compiled.positiontup or ())
+    defaults = {
+        name: bind.effective_value for name, bind in compiled.binds.items() if not bind.required
+    }
+    return Compiled(str(compiled), names, defaults)
+
+
+# --- Columns read back into core values --------------------------------------
+
+SESSION_COLUMNS = (
+    sessions.c.session_id,
+    sessions.c.status,
+    sessions.c.created_at,
+    sessions.c.ended_at,
+)
+RUN_COLUMNS = (
+    runs.c.run_id,
+    runs.c.agent_id,
+    runs.c.session_id,
+    runs.c.parent_run_id,
+    runs.c.started_at,
+    runs.c.labels,
+    runs.c.start_outcome,
+    runs.c.status,
+    runs.c.cancellation_reason,
+    runs.c.updated_at,
+    runs.c.start_key,
+    runs.c.parent_link_key,
+    runs.c.cancellation_key,
+    runs.c.suspension_key,
+    runs.c.terminal_key,
+    runs.c.checkpoint_id,
+    runs.c.checkpoint_data,
+)
+RECORD_COLUMNS = (
+    records.c.record_id,
+    records.c.event_key,
+    records.c.run_id,
+    records.c.agent_id,
+    records.c.session_id,
+    records.c.turn_id,
+    records.c.type,
+    records.c.payload,
+    records.c.timestamp,
+)
+
+
+def session_from_row(row: Sequence[Any]) -> Session:
+    return Session(row[0], SessionStatus(row[1]), row[2], row[3])
+
+
+def run_from_row(row: Sequence[Any]) -> Run:
+    return Run(
+        run_id=row[0],
+        agent_id=row[1],
+        session_id=row[2],
+        parent_run_id=row[3],
+        started_at=row[4],
+        labels=json.loads(row[5]),
+        start_outcome=StartOutcome(row[6]),
+        status=RunStatus(row[7]),
+        cancellation_reason=row[8],
+        updated_at=row[9],
+        keys=LifecycleKeys(row[10], row[11], row[12], row[13], row[14]),
+        checkpoint=Checkpoint(row[15], bytes(row[16])) if row[15] is not None else None,
+    )
+
+
+def record_from_row(row: Sequence[Any]) -> StoredRecord:
+    return StoredRecord(
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], bytes(row[7]), row[8]
+    )
+
+
+def labels_to_text(labels: Mapping[str, str]) -> str:
+    return json.dumps(dict(labels), sort_keys=True, ensure_ascii=False)
+
+
+def run_params(run: Run) -> dict[str, Any]:
+    checkpoint = run.checkpoint
+    return {
+        "run_id": run.run_id,
+        "agent_id": run.agent_id,
+        "session_id": run.session_id,
+        "parent_run_id": run.parent_run_id,
+        "started_at": run.started_at,
+        "labels": labels_to_text(run.labels),
+        "start_outcome": run.start_outcome.value,
+        "status": run.status.value,
+        "cancellation_reason": run.cancellation_reason,
+        "updated_at": run.updated_at,
+        "start_key": run.keys.start,
+        "parent_link_key": run.keys.parent_link,
+        "cancellation_key": run.keys.cancellation,
+        "suspension_key": run.keys.suspension,
+        "terminal_key": run.keys.terminal,
+        "checkpoint_id": checkpoint.id if checkpoint else None,
+        "checkpoint_data": checkpoint.data if checkpoint else None,
+    }
+
+
+def change_params(run_id: str, change: RunChange) -> dict[str, Any]:
+    checkpoint = change.checkpoint
+    return {
+        "run_id": run_id,
+        "status": change.status.value if change.status is not None else None,
+        "cancellation_reason": change.cancellation_reason,
+        "updated_at": change.updated_at,
+        "cancellation_key": change.cancellation_key,
+        "suspension_key": change.suspension_key,
+        "terminal_key": change.terminal_key,
+        "checkpoint_id": checkpoint.id if checkpoint else None,
+        "checkpoint_data": checkpoint.data if checkpoint else None,
+    }
+
+
+def record_params(record: Record, record_id: int, position: int | None) -> dict[str, Any]:
+    return {
+        "run_id": record.run_id,
+        "record_id": record_id,
+        "event_key": record.event_key,
+        "agent_id": record.agent_id,
+        "session_id": record.session_id,
+        "turn_id": record.turn_id,
+        "type": record.type,
+        "payload": record.payload,
+        "payload_size": len(record.payload),
+        "timestamp": record.timestamp,
+        "session_position": position,
+    }
+
+
+# --- Statements ---------------------------------------------------------------
+
+
+def _bounded_page(page: Select[Any], order: str) -> Select[Any]:
+    """Limits ``page`` first, then keeps rows until the payload total first
+    exceeds ``max_bytes`` (that row included, so the caller sees the cut).
+    Limiting before the window keeps the cost of a page independent of history.
+    """
+    limited = page.limit(bindparam("limit")).subquery("limited")
+    running = (
+        func.sum(limited.c.payload_size).over(order_by=limited.c[order]) - limited.c.payload_size
+    )
+    windowed = select(limited, running.label("bytes_before")).subquery("windowed")
+    columns = [windowed.c[column.name] for column in page.selected_columns]
+    return (
+        select(*columns)
+        .where(windowed.c.bytes_before <= bindparam("max_bytes", type_=BigInteger))
+        .order_by(windowed.c[order])
+    )
+
+
+def _record_page(*conditions: Any, order: str = "record_id", extra: Sequence[Any] = ()) -> Any:
+    page = (
+        select(*extra, *RECORD_COLUMNS, records.c.payload_size)
+        .where(*conditions)
+        .order_by(records.c[order])
+    )
+    return _bounded_page(page, order)
+
+
+def _run_change() -> Any:
+    def keep(column: str) -> Any:
+        return func.coalesce(bindparam(column, type_=runs.c[column].type), runs.c[column])
+
+    return (
+        update(runs)
+        .where(runs.c.run_id == bindparam("run_id"))
+        .values(
+            status=keep("status"),
+            cancellation_reason=keep("cancellation_reason"),
+            updated_at=keep("updated_at"),
+            cancellation_key=keep("cancellation_key"),
+            suspension_key=keep("suspension_key"),
+            terminal_key=keep("terminal_key"),
+            checkpoint_id=keep("checkpoint_id"),
+            checkpoint_data=keep("checkpoint_data"),
+        )
+    )
+
+
+def _statement_sources() -> dict[str, ClauseElement]:
+    session_by_id = select(*SESSION_COLUMNS).where(
+        sessions.c.session_id == bindparam("session_id")
+    )
+    run_by_id = select(*RUN_COLUMNS).where(runs.c.run_id == bindparam("run_id"))
+    return {
+        "session": session_by_id,
+        "session_for_update": session_by_id.with_for_update(),
+        "session_of_run_for_update": select(sessions.c.session_id)
+        .where(
+            sessions.c.session_id
+            == select(runs.c.session_id)
+            .where(runs.c.run_id == bindparam("run_id"))
+            .scalar_subquery()
+        )
+        .with_for_update(),
+        "is_tombstoned": select(literal_column("1")).where(
+            session_tombstones.c.session_id == bindparam("session_id")
+        ),
+        "run": run_by_id,
+        "run_for_update": run_by_id.with_for_update(),
+        "record_by_key": select(*RECORD_COLUMNS).where(
+            records.c.run_id == bindparam("run_id"),
+            records.c.event_key == bindparam("event_key"),
+        ),
+        "record_by_id": select(*RECORD_COLUMNS).where(
+            records.c.run_id == bindparam("run_id"),
+            records.c.record_id == bindparam("record_id"),
+        ),
+        "run_records": _record_page(
+            records.c.run_id == bindparam("run_id"),
+            records.c.record_id > bindparam("after"),
+        ),
+        "session_records": _record_page(
+            records.c.session_id == bindparam("session_id"),
+            records.c.session_position > bindparam("after"),
+            order="session_position",
+            extra=(records.c.session_position,),
+        ),
+        "transcript_records": _record_page(
+            records.c.run_id == bindparam("run_id"),
+            records.c.record_id > bindparam("after"),
+            records.c.record_id <= bindparam("through"),
+            # Fixed type names written into the SQL (they contain no quotes).
+            records.c.type.in_([literal_column(f"'{t}'") for t in sorted(lifecycle.TRANSCRIPT_TYPES)]),
+        ),
+        "runs_by_session": select(*RUN_COLUMNS)
+        .where(runs.c.session_id == bindparam("session_id"))
+        .order_by(runs.c.started_at, runs.c.run_id),
+        "session_has_running_runs": select(
+            exists().where(
+                runs.c.session_id == bindparam("session_id"),
+                runs.c.status == RunStatus.RUNNING.value,
+            )
+        ),
+        "insert_session": insert(sessions).values(
+            session_id=bindparam("session_id"),
+            status=bindparam("status"),
+            created_at=bindparam("created_at"),
+            ended_at=None,
+            record_count=0,
+        ),
+        "end_session": update(sessions)
+        .where(sessions.c.session_id == bindparam("session_id"))
+        .values(status=SessionStatus.ENDED.value, ended_at=bindparam("ended_at")),
+        "purge_records": delete(records).where(
+            records.c.session_id == bindparam("session_id"),
+            records.c.session_position.is_not(None),
+        ),
+        "purge_runs": delete(runs).where(runs.c.session_id == bindparam("session_id")),
+        "purge_session": delete(sessions).where(
+            sessions.c.session_id == bindparam("session_id")
+        ),
+        "insert_tombstone": insert(session_tombstones).values(
+            session_id=bindparam("session_id"), purged_at=bindparam("purged_at")
+        ),
+        "insert_run": insert(runs).values(
+            {**{column.name: bindparam(column.name) for column in RUN_COLUMNS}, "record_count": 0}
+        ),
+        "change_run": _run_change(),
+        "next_record_id": update(runs)
+        .where(runs.c.run_id == bindparam("run_id"))
+        .values(record_count=runs.c.record_count + literal_column("1"))
+        .returning(runs.c.record_count),
+        "next_session_position": update(sessions)
+        .where(sessions.c.session_id == bindparam("session_id"))
+        .values(record_count=sessions.c.record_count + literal_column("1"))
+        .returning(sessions.c.record_count),
+        "insert_record": insert(records).values(
+            {
+                column.name: bindparam(column.name)
+                for column in (*RECORD_COLUMNS, records.c.payload_size, records.c.session_position)
+            }
+        ),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """Every statement of the store, compiled for one dialect."""
+
+    session: Compiled
+    session_for_update: Compiled
+    session_of_run_for_update: Compiled
+    is_tombstoned: Compiled
+    run: Compiled
+    run_for_update: Compiled
+    record_by_key: Compiled
+    record_by_id: Compiled
+    run_records: Compiled
+    session_records: Compiled
+    transcript_records: Compiled
+    runs_by_session: Compiled
+    session_has_running_runs: Compiled
+    insert_session: Compiled
+    end_session: Compiled
+    purge_records: Compiled
+    purge_runs: Compiled
+    purge_session: Compiled
+    insert_tombstone: Compiled
+    insert_run: Compiled
+    change_run: Compiled
+    next_record_id: Compiled
+    next_session_position: Compiled
+    insert_record: Compiled
+
+    @classmethod
+    def compile(cls, dialect: Dialect) -> Statements:
+        sources = _statement_sources()
+        return cls(**{name: compile_for(stmt, dialect) for name, stmt in sources.items()})

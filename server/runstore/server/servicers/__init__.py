@@ -1,0 +1,1 @@
+"""gRPC servicers: translate messages, call the store core, map errors."""

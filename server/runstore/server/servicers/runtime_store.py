@@ -1,0 +1,167 @@
+"""``runstore.v1.RuntimeStore``: the worker-facing store (§2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from runstore.server import convert
+from runstore.server.core.model import RepairResult
+from runstore.server.core.store import RuntimeStore
+from runstore.server.status import maps_errors
+from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _repair_fields(result: RepairResult) -> dict[str, Any]:
+    return {
+        "outcome": convert.REPAIR_OUTCOME_TO_WIRE[result.outcome],
+        "status": convert.RUN_STATUS_TO_WIRE[result.status],
+        "record": convert.append_result_to_wire(result.record),
+    }
+
+
+class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):  # type: ignore[misc]
+    def __init__(self, store: RuntimeStore) -> None:
+        self._store = store
+
+    @maps_errors
+    async def LoadSessionStatus(
+        self, request: rs.LoadSessionStatusRequest, context: Context
+    ) -> rs.LoadSessionStatusResponse:
+        status = await self._store.load_session_status(request.session_id)
+        return rs.LoadSessionStatusResponse(status=convert.SESSION_STATUS_TO_WIRE[status])
+
+    @maps_errors
+    async def StartRootRun(
+        self, request: rs.StartRootRunRequest, context: Context
+    ) -> rs.StartRootRunResponse:
+        result = await self._store.start_root_run(convert.root_run_start(request))
+        return rs.StartRootRunResponse(
+            outcome=convert.START_OUTCOME_TO_WIRE[result.outcome],
+            started=convert.append_result_to_wire(result.started),
+            canceled=convert.append_result_to_wire(result.canceled),
+        )
+
+    @maps_errors
+    async def StartChildRun(
+        self, request: rs.StartChildRunRequest, context: Context
+    ) -> rs.StartChildRunResponse:
+        result = await self._store.start_child_run(convert.child_run_start(request))
+        return rs.StartChildRunResponse(
+            outcome=convert.START_OUTCOME_TO_WIRE[result.outcome],
+            parent_record=convert.append_result_to_wire(result.parent_record),
+            started=convert.append_result_to_wire(result.started),
+            canceled=convert.append_result_to_wire(result.canceled),
+        )
+
+    @maps_errors
+    async def StartOneShotRun(
+        self, request: rs.StartOneShotRunRequest, context: Context
+    ) -> rs.StartOneShotRunResponse:
+        result = await self._store.start_one_shot_run(convert.one_shot_run_start(request))
+        return rs.StartOneShotRunResponse(record=convert.append_result_to_wire(result.started))
+
+    @maps_errors
+    async def StartOneShotChildRun(
+        self, request: rs.StartOneShotChildRunRequest, context: Context
+    ) -> rs.StartOneShotChildRunResponse:
+        result = await self._store.start_one_shot_child_run(
+            convert.one_shot_child_run_start(request)
+        )
+        return rs.StartOneShotChildRunResponse(
+            parent_record=convert.append_result_to_wire(result.parent_record),
+            started=convert.append_result_to_wire(result.started),
+        )
+
+    @maps_errors
+    async def AppendRunRecord(
+        self, request: rs.AppendRunRecordRequest, context: Context
+    ) -> rs.AppendRunRecordResponse:
+        result = await self._store.append_run_record(convert.record_from_wire(request, "record"))
+        return rs.AppendRunRecordResponse(**convert.append_fields(result))
+
+    @maps_errors
+    async def RecordRunCancellation(
+        self, request: rs.RecordRunCancellationRequest, context: Context
+    ) -> rs.RecordRunCancellationResponse:
+        result = await self._store.record_run_cancellation(convert.run_cancellation(request))
+        return rs.RecordRunCancellationResponse(**convert.append_fields(result))
+
+    @maps_errors
+    async def RecordRunSuspension(
+        self, request: rs.RecordRunSuspensionRequest, context: Context
+    ) -> rs.RecordRunSuspensionResponse:
+        result = await self._store.record_run_suspension(convert.run_suspension(request))
+        return rs.RecordRunSuspensionResponse(**convert.append_fields(result))
+
+    @maps_errors
+    async def RecordRunTerminal(
+        self, request: rs.RecordRunTerminalRequest, context: Context
+    ) -> rs.RecordRunTerminalResponse:
+        result = await self._store.record_run_terminal(convert.run_terminal(request))
+        return rs.RecordRunTerminalResponse(**convert.append_fields(result))
+
+    @maps_errors
+    async def RepairRunSuspension(
+        self, request: rs.RepairRunSuspensionRequest, context: Context
+    ) -> rs.RepairRunSuspensionResponse:
+        result = await self._store.repair_run_suspension(convert.run_suspension(request))
+        return rs.RepairRunSuspensionResponse(**_repair_fields(result))
+
+    @maps_errors
+    async def RepairRunTerminal(
+        self, request: rs.RepairRunTerminalRequest, context: Context
+    ) -> rs.RepairRunTerminalResponse:
+        result = await self._store.repair_run_terminal(convert.run_terminal(request))
+        return rs.RepairRunTerminalResponse(**_repair_fields(result))
+
+    @maps_errors
+    async def LoadRun(self, request: rs.LoadRunRequest, context: Context) -> rs.LoadRunResponse:
+        return rs.LoadRunResponse(run=convert.run_to_wire(await self._store.load_run(request.run_id)))
+
+    @maps_errors
+    async def LoadRunSuspension(
+        self, request: rs.LoadRunSuspensionRequest, context: Context
+    ) -> rs.LoadRunSuspensionResponse:
+        checkpoint = await self._store.load_run_suspension(request.run_id)
+        return rs.LoadRunSuspensionResponse(
+            suspension={"id": checkpoint.id, "data": checkpoint.data}
+        )
+
+    @maps_errors
+    async def ListRunRecords(
+        self, request: rs.ListRunRecordsRequest, context: Context
+    ) -> rs.ListRunRecordsResponse:
+        page = await self._store.list_run_records(request.run_id, request.cursor, request.limit)
+        return rs.ListRunRecordsResponse(
+            events=[convert.record_to_wire(record) for record in page.events],
+            next_cursor=page.next_cursor,
+        )
+
+    @maps_errors
+    async def ListSessionRunRecords(
+        self, request: rs.ListSessionRunRecordsRequest, context: Context
+    ) -> rs.ListSessionRunRecordsResponse:
+        page = await self._store.list_session_run_records(
+            request.session_id, request.cursor, request.limit
+        )
+        return rs.ListSessionRunRecordsResponse(
+            events=[convert.record_to_wire(record) for record in page.events],
+            next_cursor=page.next_cursor,
+        )
+
+    @maps_errors
+    async def ListRunTranscriptRecords(
+        self, request: rs.ListRunTranscriptRecordsRequest, context: Context
+    ) -> rs.ListRunTranscriptRecordsResponse:
+        page = await self._store.list_run_transcript_records(
+            request.run_id, request.through_record_id, request.after_record_id, request.limit
+        )
+        return rs.ListRunTranscriptRecordsResponse(
+            events=[convert.record_to_wire(record) for record in page.events],
+            next_cursor=page.next_cursor,
+        )
