@@ -7,33 +7,65 @@ session and run IDs.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
-from pathlib import Path
+from contextlib import AsyncExitStack
 
 import grpc
 import pytest
 
 from runstore.server.app import build_server, create_store, open_database
 from runstore.server.config import ServerConfig
+from tests import postgres
 from tests.support import Store
 
-POSTGRES_URL = os.environ.get("RUNSTORE_TEST_POSTGRES_URL", "")
-
-BACKENDS = [pytest.param("sqlite", id="sqlite")]
-
-
-def sqlite_url(directory: Path) -> str:
-    return f"sqlite:///{directory / 'runstore.db'}"
+BACKENDS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+]
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
-async def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Store]:
-    url = sqlite_url(tmp_path_factory.mktemp(request.param))
-    config = ServerConfig(listen="127.0.0.1:0", database_url=url, migrate=True)
-    async with open_database(config) as db:
+async def database_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[str]:
+    """An empty database of each backend for the whole test session."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'runstore.db'}"
+        return
+    async with postgres.fresh_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+async def store(database_url: str) -> AsyncIterator[Store]:
+    """A real server on an ephemeral port over ``database_url``."""
+    config = ServerConfig(listen="127.0.0.1:0", database_url=database_url, migrate=True)
+    async with AsyncExitStack() as stack:
+        db = await stack.enter_async_context(open_database(config))
         running = await build_server(config, create_store(config, db))
+        stack.push_async_callback(running.server.stop, None)
         target = f"127.0.0.1:{running.port}"
-        async with grpc.aio.insecure_channel(target) as channel:
-            yield Store(channel, target=target)
-        await running.server.stop(None)
+        channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
+        yield Store(channel, target=target)
+
+
+# --- PostgreSQL is mandatory where CI says so ------------------------------------
+
+_skipped_postgres: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and "postgres" in report.keywords:
+        _skipped_postgres.append(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if postgres.REQUIRED and _skipped_postgres:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"RUNSTORE_REQUIRE_POSTGRES: {len(_skipped_postgres)} PostgreSQL tests were "
+                f"skipped (first: {_skipped_postgres[0]}); failing the run",
+                red=True,
+            )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

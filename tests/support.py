@@ -199,7 +199,9 @@ class Run:
         )
         return self.record(key, lifecycle.RUN_COMPLETED, payload, at_ms=at_ms)
 
-    def suspended(self, key: str = "suspended", suspension_id: str = "checkpoint-1") -> pb.RunRecord:
+    def suspended(
+        self, key: str = "suspended", suspension_id: str = "checkpoint-1"
+    ) -> pb.RunRecord:
         payload = lifecycle.encode_run_suspended(
             lifecycle.RunSuspendedPayload(
                 suspension_id=suspension_id, version="v6", pending_count=1, required_tools=None
@@ -232,7 +234,9 @@ class Run:
     ) -> Any:
         return rs.StartChildRunRequest(
             run=self.start,
-            parent_linked=link_record(self.start, parent_agent_id, link_key, tool_call_id=tool_call_id),
+            parent_linked=link_record(
+                self.start, parent_agent_id, link_key, tool_call_id=tool_call_id
+            ),
             started=started_record(self.start, started_key),
             canceled=canceled_record(self.start, canceled_key),
         )
@@ -326,7 +330,9 @@ class Store:
         return session_id
 
     async def end(self, session_id: str) -> None:
-        await self.admin.EndSession(sa.EndSessionRequest(session_id=session_id, ended_at=ts(now_ms())))
+        await self.admin.EndSession(
+            sa.EndSessionRequest(session_id=session_id, ended_at=ts(now_ms()))
+        )
 
     async def root(self, session_id: str | None = None, **kwargs: Any) -> Run:
         """A started root run in a (new) active session."""
@@ -376,7 +382,9 @@ class Store:
         if session_id:
             snapshot["session"] = await self.session_records(session_id)
             snapshot["runs"] = (
-                await self.admin.ListRunsBySession(sa.ListRunsBySessionRequest(session_id=session_id))
+                await self.admin.ListRunsBySession(
+                    sa.ListRunsBySessionRequest(session_id=session_id)
+                )
             ).runs
         for run_id in run_ids:
             if await self.exists(run_id):
@@ -398,23 +406,40 @@ class Failure:
     metadata: dict[str, str]
 
 
+def failure_of(err: grpc.aio.AioRpcError) -> Failure:
+    """The status and the single ErrorInfo of a failed call."""
+    status = rpc_status.from_call(err)
+    assert status is not None, f"no rich status on {err.code()}: {err.details()}"
+    infos = []
+    for detail in status.details:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            infos.append(info)
+    assert len(infos) == 1, f"expected exactly one ErrorInfo, got {len(infos)}"
+    info = infos[0]
+    return Failure(err.code(), err.details() or "", info.reason, info.domain, dict(info.metadata))
+
+
 async def fails(call: Awaitable[Any]) -> Failure:
     """Awaits a call that must fail; returns its status and ErrorInfo."""
     try:
         response = await call
     except grpc.aio.AioRpcError as err:
-        status = rpc_status.from_call(err)
-        assert status is not None, f"no rich status on {err.code()}: {err.details()}"
-        infos = []
-        for detail in status.details:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
-                infos.append(info)
-        assert len(infos) == 1, f"expected exactly one ErrorInfo, got {len(infos)}"
-        info = infos[0]
-        return Failure(err.code(), err.details() or "", info.reason, info.domain, dict(info.metadata))
+        return failure_of(err)
     raise AssertionError(f"call succeeded unexpectedly: {response}")
+
+
+async def outcome(call: Awaitable[Any]) -> str:
+    """ "ok", the ErrorInfo reason of a failed call, or the bare status code of a
+    call the server never handled (for tallying racing commands)."""
+    try:
+        await call
+    except grpc.aio.AioRpcError as err:
+        if rpc_status.from_call(err) is None:
+            return err.code().name
+        return failure_of(err).reason
+    return "ok"
 
 
 async def fails_with(

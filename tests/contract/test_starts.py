@@ -38,7 +38,10 @@ async def test_root_start_proceeds_once_and_retry_keeps_outcome_after_end(store:
     assert retry.started.session_status == pb.SESSION_STATUS_ENDED
     assert [r.type for r in await store.records(run.id)] == [lifecycle.RUN_STARTED]
     meta = await store.load(run.id)
-    assert (meta.status, meta.start_outcome) == (pb.RUN_STATUS_RUNNING, pb.RUN_START_OUTCOME_PROCEED)
+    assert (meta.status, meta.start_outcome) == (
+        pb.RUN_STATUS_RUNNING,
+        pb.RUN_START_OUTCOME_PROCEED,
+    )
     assert dict(meta.labels) == {"site": "one"}
 
 
@@ -250,7 +253,9 @@ async def test_child_continuation_checks_predecessor_before_writing_the_link(
     running = run_start(session_id=session, parent_run_id=parent.id)
     await store.runtime.StartChildRun(running.child_request(parent.start.agent_id, link_key="l1"))
     assert len(await store.records(parent.id)) == 2
-    successor = run_start(session_id=session, parent_run_id=parent.id, predecessor_run_id=running.id)
+    successor = run_start(
+        session_id=session, parent_run_id=parent.id, predecessor_run_id=running.id
+    )
     await fails_with(
         store.runtime.StartChildRun(successor.child_request(parent.start.agent_id, link_key="l2")),
         PRECONDITION,
@@ -477,8 +482,6 @@ async def test_started_record_of_the_wrong_type_is_invalid(store: Store) -> None
     run = run_start(session_id=session)
     request = run.root_request()
     request.started.type = "run_begun"
-    failure = await fails_with(
-        store.runtime.StartRootRun(request), INVALID, "CONTRACT_VALIDATION"
-    )
+    failure = await fails_with(store.runtime.StartRootRun(request), INVALID, "CONTRACT_VALIDATION")
     assert failure.message == 'started record: record has type "run_begun", want "run_started"'
     assert failure.metadata["field"] == "started.type"

@@ -13,12 +13,20 @@ This module imports neither grpc nor a database driver: codes are names of
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import ClassVar, TypedDict
 
 ERROR_DOMAIN = "runstore"
 """ErrorInfo.domain of every runstore error (D4)."""
 
 _BY_REASON: dict[str, type[RunstoreError]] = {}
+
+
+class ErrorContext(TypedDict, total=False):
+    """Which run, session and record an error is about (ErrorInfo metadata)."""
+
+    run_id: str
+    session_id: str
+    event_key: str
 
 
 class RunstoreError(Exception):

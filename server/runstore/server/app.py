@@ -23,11 +23,16 @@ from runstore.server.config import ServerConfig
 from runstore.server.core.ports import Database
 from runstore.server.core.store import PageLimits, RuntimeStore
 from runstore.server.db import migrate
+from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
 from runstore.server.servicers.runtime_store import RuntimeStoreServicer
 from runstore.server.servicers.session_admin import SessionAdminServicer
-from runstore.v1 import runtime_store_pb2, runtime_store_pb2_grpc
-from runstore.v1 import session_admin_pb2, session_admin_pb2_grpc
+from runstore.v1 import (
+    runtime_store_pb2,
+    runtime_store_pb2_grpc,
+    session_admin_pb2,
+    session_admin_pb2_grpc,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,17 +57,28 @@ async def open_database(config: ServerConfig) -> AsyncIterator[Database]:
     if url.get_backend_name() == "sqlite":
         if not url.database or url.database == ":memory:":
             raise migrate.SchemaError("SQLite needs a file path: sqlite:///path/to/runstore.db")
-        db = SqliteDatabase(
+        db: SqliteDatabase | PostgresDatabase = SqliteDatabase(
             Path(url.database),
             SqliteOptions(synchronous=config.sqlite_synchronous, readers=config.sqlite_readers),
         )
-        await db.start()
-        try:
-            yield db
-        finally:
-            await db.close()
-        return
-    raise migrate.SchemaError(f"unsupported database URL scheme {url.drivername!r}")
+    elif url.get_backend_name() in ("postgresql", "postgres"):
+        db = PostgresDatabase(
+            config.database_url,
+            PostgresOptions(
+                pool_min=config.pg_pool_min,
+                pool_max=config.pg_pool_max,
+                connect_timeout=config.pg_connect_timeout,
+                acquire_timeout=config.pg_acquire_timeout,
+                statement_timeout=config.pg_statement_timeout,
+            ),
+        )
+    else:
+        raise migrate.SchemaError(f"unsupported database URL scheme {url.drivername!r}")
+    await db.start()
+    try:
+        yield db
+    finally:
+        await db.close()
 
 
 def create_store(config: ServerConfig, db: Database) -> RuntimeStore:
@@ -84,8 +100,11 @@ async def build_server(config: ServerConfig, store: RuntimeStore) -> RunningServ
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-         reflection.SERVICE_NAME),
+        (
+            *SERVICE_NAMES,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
         server,
     )
     port = server.add_insecure_port(config.listen)
@@ -113,8 +132,14 @@ async def serve(config: ServerConfig) -> None:
         )
         try:
             await stop.wait()
-            log.info("shutting down: finishing in-flight calls (grace %.1fs)", config.grace_seconds)
         finally:
-            await running.health.enter_graceful_shutdown()
-            await running.server.stop(config.grace_seconds)
+            await shutdown(running, config.grace_seconds)
     log.info("runstore stopped")
+
+
+async def shutdown(running: RunningServer, grace: float) -> None:
+    """Reports NOT_SERVING, refuses new calls and lets in-flight calls finish
+    within ``grace`` seconds; calls still running after that are cancelled."""
+    log.info("shutting down: finishing in-flight calls (grace %.1fs)", grace)
+    await running.health.enter_graceful_shutdown()
+    await running.server.stop(grace)

@@ -94,14 +94,21 @@ def add_arguments(parser: argparse.ArgumentParser, names: Sequence[str] | None =
         if names is not None and spec.name not in names:
             continue
         flag = "--" + spec.name.replace("_", "-")
-        help_text = f"{spec.metadata.get('help', '')} [env {_env_name(spec.name)}, " f"default {spec.default!r}]"
+        help_text = (
+            f"{spec.metadata.get('help', '')} [env {_env_name(spec.name)}, "
+            f"default {spec.default!r}]"
+        )
         if spec.type in (bool, "bool"):
-            parser.add_argument(flag, action="store_const", const=True, default=None, help=help_text)
+            parser.add_argument(
+                flag, action="store_const", const=True, default=None, help=help_text
+            )
         else:
             parser.add_argument(flag, default=None, help=help_text)
 
 
-def load(args: argparse.Namespace | None = None, env: Mapping[str, str] | None = None) -> ServerConfig:
+def load(
+    args: argparse.Namespace | None = None, env: Mapping[str, str] | None = None
+) -> ServerConfig:
     """The configuration from flags (``args``) over environment over defaults."""
     env = os.environ if env is None else env
     values: dict[str, Any] = {}

@@ -20,12 +20,12 @@ from runstore.v1 import types_pb2 as pb
 GO_ZERO_TIME_SECONDS: Final = -62135596800
 _NANOS_PER_SECOND: Final = 1_000_000_000
 
-SESSION_STATUS_TO_WIRE: Final[Mapping[model.SessionStatus | None, int]] = {
+SESSION_STATUS_TO_WIRE: Final[Mapping[model.SessionStatus | None, pb.SessionStatus]] = {
     None: pb.SESSION_STATUS_UNSPECIFIED,
     model.SessionStatus.ACTIVE: pb.SESSION_STATUS_ACTIVE,
     model.SessionStatus.ENDED: pb.SESSION_STATUS_ENDED,
 }
-RUN_STATUS_TO_WIRE: Final[Mapping[model.RunStatus, int]] = {
+RUN_STATUS_TO_WIRE: Final[Mapping[model.RunStatus, pb.RunStatus]] = {
     model.RunStatus.RUNNING: pb.RUN_STATUS_RUNNING,
     model.RunStatus.SUSPENDED: pb.RUN_STATUS_SUSPENDED,
     model.RunStatus.COMPLETED: pb.RUN_STATUS_COMPLETED,
@@ -35,11 +35,11 @@ RUN_STATUS_TO_WIRE: Final[Mapping[model.RunStatus, int]] = {
 RUN_STATUS_FROM_WIRE: Final[Mapping[int, model.RunStatus]] = {
     wire: status for status, wire in RUN_STATUS_TO_WIRE.items()
 }
-START_OUTCOME_TO_WIRE: Final[Mapping[model.StartOutcome, int]] = {
+START_OUTCOME_TO_WIRE: Final[Mapping[model.StartOutcome, pb.RunStartOutcome]] = {
     model.StartOutcome.PROCEED: pb.RUN_START_OUTCOME_PROCEED,
     model.StartOutcome.STOP: pb.RUN_START_OUTCOME_STOP,
 }
-REPAIR_OUTCOME_TO_WIRE: Final[Mapping[model.RepairOutcome, int]] = {
+REPAIR_OUTCOME_TO_WIRE: Final[Mapping[model.RepairOutcome, pb.RunRepairOutcome]] = {
     model.RepairOutcome.STORED: pb.RUN_REPAIR_OUTCOME_STORED,
     model.RepairOutcome.ALREADY_STORED: pb.RUN_REPAIR_OUTCOME_ALREADY_STORED,
     model.RepairOutcome.DIFFERENT_TERMINAL: pb.RUN_REPAIR_OUTCOME_DIFFERENT_TERMINAL,
@@ -175,7 +175,7 @@ def append_result_to_wire(result: model.AppendResult) -> pb.AppendResult:
     return pb.AppendResult(
         id=result.id,
         inserted=result.inserted,
-        session_status=SESSION_STATUS_TO_WIRE[result.session_status],  # type: ignore[arg-type]
+        session_status=SESSION_STATUS_TO_WIRE[result.session_status],
     )
 
 
@@ -191,7 +191,7 @@ def append_fields(result: model.AppendResult) -> dict[str, Any]:
 def session_to_wire(session: model.Session) -> pb.Session:
     message = pb.Session(
         id=session.id,
-        status=SESSION_STATUS_TO_WIRE[session.status],  # type: ignore[arg-type]
+        status=SESSION_STATUS_TO_WIRE[session.status],
         created_at=timestamp_to_wire(session.created_at),
     )
     if session.ended_at is not None:
@@ -207,8 +207,8 @@ def run_to_wire(run: model.Run) -> pb.RunMeta:
         parent_run_id=run.parent_run_id,
         started_at=timestamp_to_wire(run.started_at),
         labels=run.labels,
-        start_outcome=START_OUTCOME_TO_WIRE[run.start_outcome],  # type: ignore[arg-type]
-        status=RUN_STATUS_TO_WIRE[run.status],  # type: ignore[arg-type]
+        start_outcome=START_OUTCOME_TO_WIRE[run.start_outcome],
+        status=RUN_STATUS_TO_WIRE[run.status],
         cancellation_reason=run.cancellation_reason,
         updated_at=timestamp_to_wire(run.updated_at),
     )

@@ -67,4 +67,3 @@ def maps_errors(
             await abort(context, InternalError())
 
     return wrapper
-

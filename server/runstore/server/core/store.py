@@ -21,6 +21,7 @@ from runstore.contract import lifecycle
 from runstore.contract.errors import (
     ContinuationMismatchError,
     CorruptStateError,
+    ErrorContext,
     EventConflictError,
     InvalidTranscriptPositionError,
     RunCancellationConflictError,
@@ -592,7 +593,7 @@ class RuntimeStore:
 # --- Rules used inside transactions -----------------------------------------
 
 
-def _context(record: Record) -> dict[str, str]:
+def _context(record: Record) -> ErrorContext:
     return {"run_id": record.run_id, "session_id": record.session_id, "event_key": record.event_key}
 
 

@@ -9,13 +9,14 @@ the upstream texts; ``field`` names the request field that broke the rule.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TypeVar
+from typing import TypeVar, Unpack
 
 from runstore.contract import lifecycle
 from runstore.contract.errors import (
     ChildAgentIDRequiredError,
     ChildRunIDRequiredError,
     ChildSessionIDRequiredError,
+    ErrorContext,
     ParentRunIDRequiredError,
     RunRecordOwnerMismatchError,
     ValidationError,
@@ -44,7 +45,7 @@ TERMINAL_PAYLOAD_OUTCOME: Mapping[RunStatus, tuple[str, str]] = {
 
 
 def _invalid(
-    message: str, field: str, record: Record | None = None, **context: str
+    message: str, field: str, record: Record | None = None, **context: Unpack[ErrorContext]
 ) -> ValidationError:
     if record is not None:
         context.setdefault("run_id", record.run_id)
@@ -150,7 +151,7 @@ def _check_started_at(run: RunStart) -> None:
 
 def check_session_run_start(run: RunStart, *, child: bool) -> None:
     """V3 for root and child starts."""
-    context = {"run_id": run.run_id, "session_id": run.session_id}
+    context: ErrorContext = {"run_id": run.run_id, "session_id": run.session_id}
     if not run.run_id:
         if child:
             raise ChildRunIDRequiredError(field="run.run_id")
@@ -177,7 +178,7 @@ def check_session_run_start(run: RunStart, *, child: bool) -> None:
 def check_sessionless_run_start(run: RunStart, *, child: bool) -> None:
     """V3 for one-shot and one-shot child starts."""
     kind = "one-shot child" if child else "one-shot run"
-    context = {"run_id": run.run_id}
+    context: ErrorContext = {"run_id": run.run_id}
     if not run.run_id:
         raise _invalid("run id is required", "run.run_id")
     if not run.agent_id:

@@ -17,6 +17,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -135,7 +136,11 @@ async def upgrade(database_url: str) -> SchemaState:
 
 def _check_known(state: SchemaState) -> None:
     script = ScriptDirectory.from_config(_alembic_config())
-    if state.current is not None and script.get_revision(state.current) is None:
+    try:
+        known = state.current is None or script.get_revision(state.current) is not None
+    except CommandError:
+        known = False
+    if not known:
         raise SchemaError(
             f"database schema revision {state.current!r} is newer than this server "
             f"(head {state.head!r}); upgrade runstore"

@@ -176,7 +176,9 @@ class _SqliteTransaction(Transaction):
 
 
 _Job = tuple[
-    Callable[[Transaction], Coroutine[Any, Any, Any]], asyncio.Future[Any], asyncio.AbstractEventLoop
+    Callable[[Transaction], Coroutine[Any, Any, Any]],
+    asyncio.Future[Any],
+    asyncio.AbstractEventLoop,
 ]
 
 
@@ -327,7 +329,9 @@ class SqliteDatabase:
         return await self._submit(self._reads, fn)
 
     async def _submit(
-        self, jobs: queue.SimpleQueue[_Job | None], fn: Callable[[Transaction], Coroutine[Any, Any, T]]
+        self,
+        jobs: queue.SimpleQueue[_Job | None],
+        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
     ) -> T:
         if not self._workers:
             raise UnavailableError("database is not open")

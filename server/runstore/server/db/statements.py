@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -22,11 +22,13 @@ from sqlalchemy import (
     func,
     insert,
     literal_column,
+    or_,
     select,
     update,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from runstore.contract import lifecycle
 from runstore.server.core.model import (
@@ -54,15 +56,13 @@ class Compiled:
 
     def args(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
         """Positional arguments for ``params`` (constants keep their defaults)."""
-        return tuple(
-            params[name] if name in params else self.defaults[name] for name in self.names
-        )
+        return tuple(params[name] if name in params else self.defaults[name] for name in self.names)
 
 
 def compile_for(statement: ClauseElement, dialect: Dialect) -> Compiled:
     """Compiles ``statement``; constants (binds that are not required) keep
     their values as defaults."""
-    compiled = statement.compile(dialect=dialect)
+    compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
     names = tuple(compiled.positiontup or ())
     defaults = {
         name: bind.effective_value for name, bind in compiled.binds.items() if not bind.required
@@ -199,19 +199,28 @@ def record_params(record: Record, record_id: int, position: int | None) -> dict[
 
 
 def _bounded_page(page: Select[Any], order: str) -> Select[Any]:
-    """Limits ``page`` first, then keeps rows until the payload total first
-    exceeds ``max_bytes`` (that row included, so the caller sees the cut).
+    """Limits ``page`` first, then keeps the rows a page cut needs: those that
+    start within ``max_bytes`` of payload, and always the first two (the second
+    tells whether more follow a first record larger than the budget).
     Limiting before the window keeps the cost of a page independent of history.
     """
     limited = page.limit(bindparam("limit")).subquery("limited")
-    running = (
-        func.sum(limited.c.payload_size).over(order_by=limited.c[order]) - limited.c.payload_size
-    )
-    windowed = select(limited, running.label("bytes_before")).subquery("windowed")
+    ordering = limited.c[order]
+    bytes_before = func.sum(limited.c.payload_size).over(order_by=ordering) - limited.c.payload_size
+    windowed = select(
+        limited,
+        bytes_before.label("bytes_before"),
+        func.row_number().over(order_by=ordering).label("row_number"),
+    ).subquery("windowed")
     columns = [windowed.c[column.name] for column in page.selected_columns]
     return (
         select(*columns)
-        .where(windowed.c.bytes_before <= bindparam("max_bytes", type_=BigInteger))
+        .where(
+            or_(
+                windowed.c.bytes_before <= bindparam("max_bytes", type_=BigInteger),
+                windowed.c.row_number <= literal_column("2"),
+            )
+        )
         .order_by(windowed.c[order])
     )
 
@@ -246,9 +255,7 @@ def _run_change() -> Any:
 
 
 def _statement_sources() -> dict[str, ClauseElement]:
-    session_by_id = select(*SESSION_COLUMNS).where(
-        sessions.c.session_id == bindparam("session_id")
-    )
+    session_by_id = select(*SESSION_COLUMNS).where(sessions.c.session_id == bindparam("session_id"))
     run_by_id = select(*RUN_COLUMNS).where(runs.c.run_id == bindparam("run_id"))
     return {
         "session": session_by_id,
@@ -289,7 +296,9 @@ def _statement_sources() -> dict[str, ClauseElement]:
             records.c.record_id > bindparam("after"),
             records.c.record_id <= bindparam("through"),
             # Fixed type names written into the SQL (they contain no quotes).
-            records.c.type.in_([literal_column(f"'{t}'") for t in sorted(lifecycle.TRANSCRIPT_TYPES)]),
+            records.c.type.in_(
+                [literal_column(f"'{t}'") for t in sorted(lifecycle.TRANSCRIPT_TYPES)]
+            ),
         ),
         "runs_by_session": select(*RUN_COLUMNS)
         .where(runs.c.session_id == bindparam("session_id"))
@@ -315,9 +324,7 @@ def _statement_sources() -> dict[str, ClauseElement]:
             records.c.session_position.is_not(None),
         ),
         "purge_runs": delete(runs).where(runs.c.session_id == bindparam("session_id")),
-        "purge_session": delete(sessions).where(
-            sessions.c.session_id == bindparam("session_id")
-        ),
+        "purge_session": delete(sessions).where(sessions.c.session_id == bindparam("session_id")),
         "insert_tombstone": insert(session_tombstones).values(
             session_id=bindparam("session_id"), purged_at=bindparam("purged_at")
         ),

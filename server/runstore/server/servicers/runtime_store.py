@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -13,7 +13,7 @@ from runstore.server.status import maps_errors
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
 
-Context = grpc.aio.ServicerContext[Any, Any]
+Context: TypeAlias = grpc.aio.ServicerContext
 
 
 def _repair_fields(result: RepairResult) -> dict[str, Any]:
@@ -121,7 +121,9 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):  # type: ignore[misc]
 
     @maps_errors
     async def LoadRun(self, request: rs.LoadRunRequest, context: Context) -> rs.LoadRunResponse:
-        return rs.LoadRunResponse(run=convert.run_to_wire(await self._store.load_run(request.run_id)))
+        return rs.LoadRunResponse(
+            run=convert.run_to_wire(await self._store.load_run(request.run_id))
+        )
 
     @maps_errors
     async def LoadRunSuspension(

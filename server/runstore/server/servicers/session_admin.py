@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeAlias
 
 import grpc
 
@@ -12,7 +12,7 @@ from runstore.server.status import maps_errors
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import session_admin_pb2_grpc as sa_grpc
 
-Context = grpc.aio.ServicerContext[Any, Any]
+Context: TypeAlias = grpc.aio.ServicerContext
 
 
 class SessionAdminServicer(sa_grpc.SessionAdminServicer):  # type: ignore[misc]

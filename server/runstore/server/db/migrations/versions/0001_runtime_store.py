@@ -72,9 +72,7 @@ def upgrade() -> None:
         sa.Column("session_position", sa.BigInteger(), nullable=True),
         sa.PrimaryKeyConstraint("run_id", "record_id", name="pk_records"),
     )
-    op.create_index(
-        "ix_records_run_id_event_key", "records", ["run_id", "event_key"], unique=True
-    )
+    op.create_index("ix_records_run_id_event_key", "records", ["run_id", "event_key"], unique=True)
     op.create_index(
         "ix_records_session_id_session_position",
         "records",

@@ -1,0 +1,67 @@
+"""Real ``runstore serve`` processes for tests that need them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+_PORT_LINE = re.compile(rb"serving on \S+ \(port (\d+)\)")
+
+
+@dataclass
+class ServerProcess:
+    process: asyncio.subprocess.Process
+    target: str
+    log: bytearray = field(default_factory=bytearray)
+
+
+async def _drain(stream: asyncio.StreamReader, log: bytearray) -> None:
+    """Keeps reading the server's log so a full pipe never blocks it."""
+    while chunk := await stream.read(65536):
+        log.extend(chunk)
+
+
+@asynccontextmanager
+async def serve_process(*args: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """Starts ``runstore serve`` on an ephemeral port and yields (process, target)."""
+    async with server_process(*args) as server:
+        yield server.process, server.target
+
+
+@asynccontextmanager
+async def server_process(*args: str) -> AsyncIterator[ServerProcess]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "runstore.server.cli",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        *args,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stderr is not None
+    log = bytearray()
+    drain: asyncio.Task[None] | None = None
+    try:
+        while (match := _PORT_LINE.search(log)) is None:
+            line = await asyncio.wait_for(process.stderr.readline(), timeout=60)
+            if not line:
+                raise AssertionError(f"server exited before serving:\n{log.decode()}")
+            log.extend(line)
+        drain = asyncio.ensure_future(_drain(process.stderr, log))
+        yield ServerProcess(process, f"127.0.0.1:{int(match.group(1))}", log)
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
+        if drain is not None:
+            with contextlib.suppress(Exception):
+                await drain

@@ -1,0 +1,143 @@
+"""Database trouble on PostgreSQL is transient, never a contract error, never partial."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import grpc
+import pytest
+
+from runstore.contract.errors import AbortedError, UnavailableError
+from runstore.server.app import build_server, create_store
+from runstore.server.config import ServerConfig
+from runstore.server.core.model import Session, SessionStatus
+from runstore.server.core.ports import Transaction
+from runstore.server.db import migrate
+from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, asyncpg_dsn
+from runstore.v1 import session_admin_pb2 as sa
+from tests import postgres
+from tests.support import Store, fails, failure_of, now_ms, ts, unique
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.postgres]
+
+
+@pytest.fixture(scope="module")
+async def pg_url() -> AsyncIterator[str]:
+    async with postgres.fresh_database("runstore_failures") as url:
+        await migrate.upgrade(url)
+        yield url
+
+
+@pytest.fixture
+async def db(pg_url: str) -> AsyncIterator[PostgresDatabase]:
+    database = PostgresDatabase(pg_url, PostgresOptions(pool_min=1, pool_max=2))
+    await database.start()
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+async def _terminate_runstore_backends(url: str) -> int:
+    admin = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        killed: int = await admin.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'runstore' AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await admin.close()
+    return killed
+
+
+async def test_connection_lost_mid_transaction_is_unavailable_and_writes_nothing(
+    db: PostgresDatabase, pg_url: str
+) -> None:
+    session_id = unique("lost")
+    inside = asyncio.Event()
+    resume = asyncio.Event()
+
+    async def create_then_continue(tx: Transaction) -> None:
+        await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, 1))
+        inside.set()
+        await resume.wait()
+        await tx.end_session(session_id, 2)
+
+    write = asyncio.ensure_future(db.write(create_then_continue))
+    await inside.wait()
+    assert await _terminate_runstore_backends(pg_url) >= 1
+    resume.set()
+    with pytest.raises(UnavailableError) as raised:
+        await write
+    assert not raised.value.permanent
+
+    async def look(tx: Transaction) -> object:
+        return await tx.session(session_id)
+
+    assert await db.read(look) is None
+
+
+async def test_serialisation_failures_are_retried_then_aborted(db: PostgresDatabase) -> None:
+    attempts = 0
+
+    async def flaky(tx: Transaction) -> str:
+        nonlocal attempts
+        attempts += 1
+        if attempts < 3:
+            raise asyncpg.SerializationError("could not serialize access")
+        return "done"
+
+    assert await db.write(flaky) == "done"
+    assert attempts == 3
+
+    attempts = 0
+
+    async def always_losing(tx: Transaction) -> None:
+        nonlocal attempts
+        attempts += 1
+        await tx.insert_session(Session(unique("never"), SessionStatus.ACTIVE, 1))
+        raise asyncpg.DeadlockDetectedError("deadlock detected")
+
+    with pytest.raises(AbortedError) as raised:
+        await db.write(always_losing)
+    assert attempts == db.options.transaction_attempts
+    assert raised.value.code == "ABORTED" and not raised.value.permanent
+
+
+async def test_server_recovers_when_its_connections_are_killed(pg_url: str) -> None:
+    """Killed backends (a failover, an admin) cost at most transient failures:
+    UNAVAILABLE with reason TRANSIENT, never a contract error; then the pool
+    reconnects and the identical command succeeds."""
+    config = ServerConfig(listen="127.0.0.1:0", database_url=pg_url, pg_pool_min=2, pg_pool_max=2)
+    database = PostgresDatabase(pg_url, PostgresOptions(pool_min=2, pool_max=2))
+    await database.start()
+    running = await build_server(config, create_store(config, database))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            store = Store(channel)
+            session_id = await store.session()
+            assert await _terminate_runstore_backends(pg_url) >= 1
+            request = sa.CreateSessionRequest(session_id=unique("after"), created_at=ts(now_ms()))
+            outcomes: list[Any] = []
+            for _ in range(3):  # the pool replaces dead connections as calls find them
+                try:
+                    outcomes.append(await store.admin.CreateSession(request))
+                    break
+                except grpc.aio.AioRpcError as err:
+                    failure = failure_of(err)
+                    assert err.code() is grpc.StatusCode.UNAVAILABLE
+                    assert (failure.reason, failure.metadata["permanent"]) == ("TRANSIENT", "false")
+                    outcomes.append(failure)
+            assert outcomes[-1].session.id == request.session_id  # the identical retry succeeded
+            loaded = await store.admin.LoadSession(sa.LoadSessionRequest(session_id=session_id))
+            assert loaded.session.status == 1
+            missing = await fails(
+                store.admin.LoadSession(sa.LoadSessionRequest(session_id=unique("x")))
+            )
+            assert missing.reason == "SESSION_NOT_FOUND"
+    finally:
+        await running.server.stop(None)
+        await database.close()

@@ -1,0 +1,229 @@
+"""Several ``runstore serve`` replicas on one PostgreSQL behave as one server.
+
+Two server processes share a fresh database; the tests drive both at once
+through gRPC and check the contract's guarantees across processes (§7, D3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+import asyncpg
+import grpc
+import pytest
+
+from runstore.contract import lifecycle
+from runstore.server.db import migrate
+from runstore.server.db.postgres import asyncpg_dsn
+from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import session_admin_pb2 as sa
+from runstore.v1 import types_pb2 as pb
+from tests import postgres
+from tests.processes import server_process
+from tests.support import Store, canceled_record, outcome, run_start, started_record
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.postgres]
+
+REPLICAS = 2
+
+
+@dataclass
+class Cluster:
+    url: str
+    replicas: list[Store]
+
+    def pick(self, index: int) -> Store:
+        return self.replicas[index % len(self.replicas)]
+
+
+@pytest.fixture(scope="module")
+async def cluster() -> AsyncIterator[Cluster]:
+    async with postgres.fresh_database("runstore_replicas") as url, AsyncExitStack() as stack:
+        await migrate.upgrade(url)
+        replicas = []
+        for _ in range(REPLICAS):
+            server = await stack.enter_async_context(
+                server_process("--database-url", url, "--pg-pool-max", "8")
+            )
+            channel = await stack.enter_async_context(grpc.aio.insecure_channel(server.target))
+            replicas.append(Store(channel, target=server.target))
+        yield Cluster(url, replicas)
+
+
+async def test_conflicting_starts_of_one_run_id_have_one_winner(cluster: Cluster) -> None:
+    session = await cluster.pick(0).session()
+    base = run_start(session_id=session)
+    requests = []
+    for index in range(16):
+        request = base.root_request(started_key=f"started-{index}")
+        request.run.labels["replica_attempt"] = str(index)
+        request.started.CopyFrom(started_record(request.run, f"started-{index}"))
+        request.canceled.CopyFrom(canceled_record(request.run))
+        requests.append(request)
+    outcomes = collections.Counter(
+        await asyncio.gather(
+            *(
+                outcome(cluster.pick(index).runtime.StartRootRun(request))
+                for index, request in enumerate(requests)
+            )
+        )
+    )
+    assert outcomes == {"ok": 1, "RUN_CONFLICT": 15}
+    assert len(await cluster.pick(1).records(base.id)) == 1
+
+
+async def test_identical_starts_on_both_replicas_insert_once(cluster: Cluster) -> None:
+    one_shot = run_start()
+    results = await asyncio.gather(
+        *(
+            cluster.pick(index).runtime.StartOneShotRun(one_shot.one_shot_request())
+            for index in range(16)
+        )
+    )
+    assert sum(result.record.inserted for result in results) == 1
+    session = await cluster.pick(1).session()
+    root = run_start(session_id=session)
+    results_root = await asyncio.gather(
+        *(cluster.pick(index).runtime.StartRootRun(root.root_request()) for index in range(16))
+    )
+    assert sum(result.started.inserted for result in results_root) == 1
+
+
+async def test_session_reader_sees_every_record_once_in_final_order(cluster: Cluster) -> None:
+    """D3: positions are taken under the session lock, so a reader paging while
+    writers on two replicas append never skips a record that commits later."""
+    session = await cluster.pick(0).session()
+    runs = [await cluster.pick(i).root(session_id=session) for i in range(4)]
+    keys = itertools.count()
+    writes_done = asyncio.Event()
+
+    async def writer(replica: Store, run_index: int) -> None:
+        for _ in range(40):
+            run = runs[run_index]
+            await replica.runtime.AppendRunRecord(
+                rs.AppendRunRecordRequest(record=run.record(f"k{next(keys)}"))
+            )
+
+    async def reader(replica: Store) -> list[tuple[str, str]]:
+        seen: list[tuple[str, str]] = []
+        final_pass = False
+        while True:
+            cursor = str(len(seen)) if seen else ""
+            page = await replica.runtime.ListSessionRunRecords(
+                rs.ListSessionRunRecordsRequest(session_id=session, cursor=cursor, limit=7)
+            )
+            seen.extend((record.run_id, record.id) for record in page.events)
+            if page.next_cursor:
+                assert page.next_cursor == str(len(seen))
+                continue
+            if final_pass:
+                return seen
+            final_pass = writes_done.is_set()
+
+    async def all_writers() -> None:
+        await asyncio.gather(
+            *(writer(cluster.pick(i), i % len(runs)) for i in range(2 * REPLICAS * len(runs)))
+        )
+        writes_done.set()
+
+    seen, _ = await asyncio.gather(reader(cluster.pick(1)), all_writers())
+    final = [(r.run_id, r.id) for r in await cluster.pick(0).session_records(session)]
+    assert len(final) == len(runs) + 2 * REPLICAS * len(runs) * 40
+    assert seen == final
+
+
+async def test_end_session_racing_starts_every_later_start_stops(cluster: Cluster) -> None:
+    """§7.3 across replicas: in commit (session) order, once one start saw the
+    session ended, every later start stops too."""
+    session = await cluster.pick(0).session()
+    runs = [run_start(session_id=session) for _ in range(24)]
+    starts = [
+        cluster.pick(index).runtime.StartRootRun(run.root_request())
+        for index, run in enumerate(runs)
+    ]
+    end = cluster.pick(1).end(session)
+    results = await asyncio.gather(end, *starts)
+    outcome_by_run = {run.id: result.outcome for run, result in zip(runs, results[1:], strict=True)}
+    started_order = [
+        record.run_id
+        for record in await cluster.pick(0).session_records(session)
+        if record.type == lifecycle.RUN_STARTED
+    ]
+    outcomes = [outcome_by_run[run_id] for run_id in started_order]
+    first_stop = (
+        outcomes.index(pb.RUN_START_OUTCOME_STOP)
+        if pb.RUN_START_OUTCOME_STOP in outcomes
+        else len(outcomes)
+    )
+    assert set(outcomes[first_stop:]) <= {pb.RUN_START_OUTCOME_STOP}
+    assert set(outcomes[:first_stop]) <= {pb.RUN_START_OUTCOME_PROCEED}
+    late = await asyncio.gather(
+        *(
+            cluster.pick(index).runtime.StartRootRun(run_start(session_id=session).root_request())
+            for index in range(8)
+        )
+    )
+    assert {result.outcome for result in late} == {pb.RUN_START_OUTCOME_STOP}
+
+
+async def _rows_of(url: str, session_id: str) -> tuple[int, int]:
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        runs = await conn.fetchval("SELECT count(*) FROM runs WHERE session_id = $1", session_id)
+        records = await conn.fetchval(
+            "SELECT count(*) FROM records WHERE session_id = $1", session_id
+        )
+        orphans = await conn.fetchval(
+            "SELECT count(*) FROM records r WHERE NOT EXISTS "
+            "(SELECT 1 FROM runs WHERE runs.run_id = r.run_id)"
+        )
+    finally:
+        await conn.close()
+    assert orphans == 0
+    return runs, records
+
+
+async def test_purge_racing_appends_and_starts_leaves_no_orphan(cluster: Cluster) -> None:
+    session = await cluster.pick(0).session()
+    busy = await cluster.pick(0).root(session_id=session)
+    await cluster.pick(0).end(session)
+    stop_requests = [run_start(session_id=session).root_request() for _ in range(20)]
+
+    async def appender(replica: Store) -> collections.Counter[str]:
+        tally: collections.Counter[str] = collections.Counter()
+        for index in itertools.count():
+            result = await outcome(
+                replica.runtime.AppendRunRecord(
+                    rs.AppendRunRecordRequest(record=busy.record(f"{replica.target}-{index}"))
+                )
+            )
+            tally[result] += 1
+            if result == "RUN_NOT_FOUND":
+                return tally
+
+    async def finisher_and_purger(replica: Store) -> None:
+        await replica.runtime.RecordRunTerminal(busy.terminal_request())
+        await replica.admin.PurgeSession(sa.PurgeSessionRequest(session_id=session))
+
+    async def late_starter(replica: Store, request: rs.StartRootRunRequest) -> str:
+        return await outcome(replica.runtime.StartRootRun(request))
+
+    results = await asyncio.gather(
+        appender(cluster.pick(0)),
+        appender(cluster.pick(1)),
+        finisher_and_purger(cluster.pick(1)),
+        *(late_starter(cluster.pick(i), r) for i, r in enumerate(stop_requests)),
+    )
+    for tally in results[:2]:
+        assert set(tally) <= {"ok", "RUN_NOT_ACTIVE", "RUN_NOT_FOUND"}
+    assert set(results[3:]) <= {"ok", "SESSION_PURGED"}
+    assert await _rows_of(cluster.url, session) == (0, 0)
+    for replica in cluster.replicas:
+        assert await outcome(replica.runtime.LoadRun(rs.LoadRunRequest(run_id=busy.id))) == (
+            "RUN_NOT_FOUND"
+        )

@@ -1,0 +1,121 @@
+"""``runstore serve`` as a real process: start-up, and a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import signal
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from runstore.server.app import build_server, create_store, open_database, shutdown
+from runstore.server.config import ServerConfig
+from runstore.v1 import runtime_store_pb2 as rs
+from tests.processes import serve_process
+from tests.support import Store, outcome, run_start
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_sigterm_lets_in_flight_calls_finish(tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'runstore.db'}"
+    async with serve_process("--database-url", database) as (process, target):
+        async with grpc.aio.insecure_channel(target) as channel:
+            store = Store(channel, target=target)
+            run = await store.root()
+            requests = [rs.AppendRunRecordRequest(record=run.record(f"k{i}")) for i in range(200)]
+            calls = [
+                asyncio.ensure_future(outcome(store.runtime.AppendRunRecord(r))) for r in requests
+            ]
+            await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
+            process.send_signal(signal.SIGTERM)
+            results = await asyncio.gather(*calls)
+        assert await asyncio.wait_for(process.wait(), timeout=30) == 0
+
+    tally = collections.Counter(results)
+    # Calls the server had started finished; calls it had not yet picked up
+    # were refused (CANCELLED or UNAVAILABLE: safe to retry, nothing written).
+    assert set(tally) <= {"ok", "CANCELLED", "UNAVAILABLE"}, tally
+    assert tally["ok"] >= 1
+    succeeded = {f"k{i}" for i, result in enumerate(results) if result == "ok"}
+
+    # Exactly what was acknowledged is stored, with dense IDs.
+    async with (
+        serve_process("--database-url", database) as (_, target),
+        grpc.aio.insecure_channel(target) as channel,
+    ):
+        records = await Store(channel, target=target).records(run.id)
+    assert {r.event_key for r in records} - {"started"} == succeeded
+    assert [int(r.id) for r in records] == list(range(1, len(records) + 1))
+
+
+async def test_serve_creates_the_schema_of_a_new_sqlite_file(tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'nested' / 'runstore.db'}"
+    async with serve_process("--database-url", database) as (process, target):
+        async with grpc.aio.insecure_channel(target) as channel:
+            run = run_start()
+            store = Store(channel, target=target)
+            await store.runtime.StartOneShotRun(run.one_shot_request())
+            assert (await store.load(run.id)).run_id == run.id
+        process.send_signal(signal.SIGTERM)
+        assert await process.wait() == 0
+    assert (tmp_path / "nested" / "runstore.db").exists()
+
+
+class GatedDatabase:
+    """Holds every write at a gate, so calls are surely in flight."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.gate = asyncio.Event()
+        self.waiting = 0
+        self.all_waiting = asyncio.Event()
+        self.expected = 0
+
+    async def write(self, fn: Any) -> Any:
+        self.waiting += 1
+        if self.waiting == self.expected:
+            self.all_waiting.set()
+        await self.gate.wait()
+        return await self.inner.write(fn)
+
+    async def read(self, fn: Any) -> Any:
+        return await self.inner.read(fn)
+
+
+async def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(tmp_path: Path) -> None:
+    config = ServerConfig(listen="127.0.0.1:0", database_url=f"sqlite:///{tmp_path / 'r.db'}")
+    async with open_database(config) as db:
+        gated = GatedDatabase(db)
+        gated.gate.set()
+        running = await build_server(config, create_store(config, gated))  # type: ignore[arg-type]
+        target = f"127.0.0.1:{running.port}"
+        async with grpc.aio.insecure_channel(target) as channel:
+            store = Store(channel, target=target)
+            run = await store.root()
+            gated.gate.clear()
+            gated.waiting, gated.expected = 0, 20
+            calls = [
+                asyncio.ensure_future(
+                    outcome(store.runtime.AppendRunRecord(rs.AppendRunRecordRequest(record=r)))
+                )
+                for r in (run.record(f"k{i}") for i in range(20))
+            ]
+            await gated.all_waiting.wait()  # all 20 handlers are inside the store
+            stopping = asyncio.ensure_future(shutdown(running, grace=30))
+            refused = ""
+            while not refused or refused == "ok":  # until the server refuses new calls
+                refused = await outcome(store.runtime.LoadRun(rs.LoadRunRequest(run_id=run.id)))
+            gated.gate.set()
+            results = await asyncio.gather(*calls)
+            await stopping
+    assert results == ["ok"] * 20
+    async with open_database(config) as db:
+        reopened = create_store(config, db)
+        page = await reopened.list_run_records(run.id, "", 100)
+    assert [record.event_key for record in page.events] == ["started"] + [
+        f"k{i}" for i in range(20)
+    ]

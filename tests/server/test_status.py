@@ -1,0 +1,89 @@
+"""The error table of §11.3 and D4, checked against every error class."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+
+from runstore.contract import errors
+from runstore.server.status import to_status
+
+# reason -> (gRPC code, permanent), transcribed from STORE_CONTRACT §11.3 and D4.
+EXPECTED = {
+    "SESSION_NOT_FOUND": ("NOT_FOUND", True),
+    "SESSION_PURGED": ("FAILED_PRECONDITION", True),
+    "SESSION_ENDED": ("FAILED_PRECONDITION", True),
+    "SESSION_ACTIVE": ("FAILED_PRECONDITION", True),
+    "SESSION_HAS_ACTIVE_RUNS": ("FAILED_PRECONDITION", True),
+    "RUN_NOT_FOUND": ("NOT_FOUND", True),
+    "RUN_CONFLICT": ("ALREADY_EXISTS", True),
+    "RUN_TERMINAL_CONFLICT": ("ALREADY_EXISTS", True),
+    "RUN_CANCELLATION_CONFLICT": ("ALREADY_EXISTS", True),
+    "RUN_SUSPENSION_CONFLICT": ("ALREADY_EXISTS", True),
+    "RUN_NOT_ACTIVE": ("FAILED_PRECONDITION", True),
+    "RUN_SUSPENSION_NOT_FOUND": ("NOT_FOUND", True),
+    "RUN_SESSION_MISMATCH": ("FAILED_PRECONDITION", True),
+    "RUN_RECORD_OWNER_MISMATCH": ("FAILED_PRECONDITION", True),
+    "PARENT_RUN_ID_REQUIRED": ("INVALID_ARGUMENT", True),
+    "CHILD_RUN_ID_REQUIRED": ("INVALID_ARGUMENT", True),
+    "CHILD_AGENT_ID_REQUIRED": ("INVALID_ARGUMENT", True),
+    "CHILD_SESSION_ID_REQUIRED": ("INVALID_ARGUMENT", True),
+    "EVENT_CONFLICT": ("ALREADY_EXISTS", True),
+    "INVALID_TRANSCRIPT_POSITION": ("INVALID_ARGUMENT", True),
+    "CONTINUATION_MISMATCH": ("FAILED_PRECONDITION", True),
+    "CONTRACT_VALIDATION": ("INVALID_ARGUMENT", True),
+    "INVALID_ARGUMENT_READ": ("INVALID_ARGUMENT", True),
+    "STORED_STATE_CORRUPT": ("DATA_LOSS", True),
+    "TRANSIENT": ("UNAVAILABLE", False),
+}
+
+
+def test_every_reason_of_the_table_has_its_class_and_nothing_else() -> None:
+    registered = {
+        reason: (cls.code, cls.permanent) for reason, cls in errors.error_classes().items()
+    }
+    assert registered == EXPECTED
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (errors.UnavailableError(), grpc.StatusCode.UNAVAILABLE),
+        (errors.AbortedError(), grpc.StatusCode.ABORTED),
+        (errors.InternalError(), grpc.StatusCode.INTERNAL),
+    ],
+)
+def test_transient_errors_keep_their_code_and_are_not_permanent(
+    error: errors.RunstoreError, code: grpc.StatusCode
+) -> None:
+    status = to_status(error)
+    assert status.code is code
+    info = _error_info(status)
+    assert (info.reason, info.metadata["permanent"]) == ("TRANSIENT", "false")
+
+
+def test_status_carries_one_error_info_with_context() -> None:
+    error = errors.EventConflictError(run_id="r1", session_id="s1", event_key="k1")
+    status = to_status(error)
+    assert status.code is grpc.StatusCode.ALREADY_EXISTS
+    assert status.details == 'run "r1" event key "k1": runlog: event conflict'
+    info = _error_info(status)
+    assert info.domain == "runstore"
+    assert info.reason == "EVENT_CONFLICT"
+    assert dict(info.metadata) == {
+        "permanent": "true",
+        "run_id": "r1",
+        "session_id": "s1",
+        "event_key": "k1",
+    }
+
+
+def _error_info(status: grpc.Status) -> error_details_pb2.ErrorInfo:
+    (key, value), *_ = [item for item in status.trailing_metadata if item[0].endswith("-bin")]
+    assert key == "grpc-status-details-bin"
+    rich = status_pb2.Status.FromString(value)
+    assert len(rich.details) == 1
+    info = error_details_pb2.ErrorInfo()
+    assert rich.details[0].Unpack(info)
+    return info
