@@ -47,6 +47,14 @@ fmt: install
 migrate: install
 	$(BIN)/runstore migrate --database-url $(DATABASE_URL)
 
+## Benchmarks: a real server process driven from a separate client process.
+## `make bench ARGS="--backend sqlite --duration 5"`; see `python -m bench --help`.
+bench: install
+	$(BIN)/python -m bench $(ARGS)
+
+bench-quick: install
+	$(BIN)/python -m bench --quick $(ARGS)
+
 check: lint test
 
 clean:

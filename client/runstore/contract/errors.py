@@ -91,6 +91,42 @@ class RunstoreError(Exception):
         return f"{type(self).__name__}({self.message!r}{', ' if context else ''}{context})"
 
 
+def quote(value: str) -> str:
+    """``value`` quoted the way Go's ``%q`` does, as upstream messages are.
+
+    Printable characters stay as they are; quotes, backslashes and control
+    characters are escaped, so a message never breaks across lines.
+    """
+    out = ['"']
+    for char in value:
+        code = ord(char)
+        if char in _GO_SHORT_ESCAPES:
+            out.append(_GO_SHORT_ESCAPES[char])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif 0xD800 <= code <= 0xDFFF:
+            out.append("\\ufffd")
+        elif not char.isprintable() and char != " ":
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+        else:
+            out.append(char)
+    out.append('"')
+    return "".join(out)
+
+
+_GO_SHORT_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\a": "\\a",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\v": "\\v",
+}
+
+
 def error_class_for(reason: str) -> type[RunstoreError] | None:
     """The error class registered for an ErrorInfo reason, if any."""
     return _BY_REASON.get(reason)
@@ -255,7 +291,7 @@ class EventConflictError(ConflictError):
         details: Mapping[str, str] | None = None,
     ) -> None:
         if message is None:
-            message = f'run "{run_id}" event key "{event_key}": runlog: event conflict'
+            message = f"run {quote(run_id)} event key {quote(event_key)}: runlog: event conflict"
         super().__init__(
             message,
             run_id=run_id,

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from runstore.contract.errors import quote
+
 RUN_STARTED: Final = "run_started"
 CHILD_RUN_LINKED: Final = "child_run_linked"
 CANCELLATION_INTENT: Final = "runtime.cancellation_intent"
@@ -228,6 +230,11 @@ class _Float(str):
     fields can reject it (Go cannot decode ``1.0`` into an int)."""
 
 
+class _Int(str):
+    """A JSON integer kept as text: only integer fields convert it, so a huge
+    literal anywhere else costs nothing and cannot trip Python's int limits."""
+
+
 def _reject_constant(name: str) -> Any:
     raise PayloadError(f"invalid character {name[0]!r} looking for beginning of value")
 
@@ -236,7 +243,7 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
-            raise PayloadError(f'json: duplicate field "{key}"')
+            raise PayloadError(f"json: duplicate field {quote(key)}")
         seen[key] = value
     return seen
 
@@ -249,10 +256,13 @@ _WHITESPACE = " \t\n\r"
 
 
 _STRICT_DECODER = json.JSONDecoder(
-    object_pairs_hook=_unique_pairs, parse_float=_Float, parse_constant=_reject_constant
+    object_pairs_hook=_unique_pairs,
+    parse_float=_Float,
+    parse_int=_Int,
+    parse_constant=_reject_constant,
 )
 _LENIENT_DECODER = json.JSONDecoder(
-    object_pairs_hook=_Pairs, parse_float=_Float, parse_constant=_reject_constant
+    object_pairs_hook=_Pairs, parse_float=_Float, parse_int=_Int, parse_constant=_reject_constant
 )
 
 
@@ -273,8 +283,8 @@ def _decode_one_value(payload: bytes, decoder: json.JSONDecoder) -> Any:
         raise PayloadError("json: exceeded max depth") from None
     rest = text[end:].lstrip(_WHITESPACE)
     if rest:
-        try:
-            decoder.raw_decode(rest)
+        try:  # is the rest another JSON value (whatever its keys), or garbage?
+            _LENIENT_DECODER.raw_decode(rest)
         except (json.JSONDecodeError, PayloadError, RecursionError):
             raise PayloadError(
                 f"invalid character {rest[0]!r} looking for beginning of value"
@@ -297,7 +307,7 @@ def _json_kind(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "boolean"
-    if isinstance(value, _Float | int):
+    if isinstance(value, _Float | _Int | int):
         return "number"
     if isinstance(value, str):
         return "string"
@@ -313,21 +323,28 @@ def _type_error(value: Any, where: str, wanted: str) -> str:
     return f"json: cannot unmarshal {_json_kind(value)} into field {where} of type {wanted}"
 
 
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and not isinstance(value, _Float | _Int)
+
+
 def _string(value: Any, where: str) -> str:
     if value is None:
         return ""
-    if isinstance(value, str) and not isinstance(value, _Float):
-        return value
+    if _is_text(value):
+        return str(value)
     raise PayloadError(_type_error(value, where, "string"))
 
 
 def _integer(value: Any, where: str) -> int:
     if value is None:
         return 0
-    if isinstance(value, int) and not isinstance(value, bool):
-        if -(2**63) <= value < 2**63:
-            return value
-        raise PayloadError(f"json: number {value} overflows field {where} of type int64")
+    if isinstance(value, _Int):
+        number = int(value) if len(value) <= 20 else None
+        if number is not None and -(2**63) <= number < 2**63:
+            return number
+        raise PayloadError(
+            f"json: cannot unmarshal number {value[:24]} into field {where} of type int64"
+        )
     raise PayloadError(_type_error(value, where, "integer"))
 
 
@@ -346,7 +363,7 @@ def _labels(value: Any, where: str) -> dict[str, str]:
         raise PayloadError(_type_error(value, where, "object"))
     labels: dict[str, str] = {}
     for key, item in value.items():
-        if not isinstance(item, str) or isinstance(item, _Float):
+        if not _is_text(item):
             raise PayloadError(_type_error(item, f'{where}["{key}"]', "string"))
         labels[key] = item
     return labels
@@ -364,7 +381,7 @@ def _fields(obj: dict[str, Any], shape: Mapping[str, _Reader], where: str) -> di
     """Reads ``obj`` against ``shape``: unknown keys are rejected (§5.1 rule 2)."""
     for key in obj:
         if key not in shape:
-            raise PayloadError(f'json: unknown field "{key}"')
+            raise PayloadError(f"json: unknown field {quote(key)}")
     return {key: read(obj.get(key), f'"{where}{key}"') for key, read in shape.items()}
 
 
@@ -462,7 +479,7 @@ def check_run_completion_invariants(payload: RunCompletedPayload) -> None:
         if not payload.cancellation_reason:
             raise PayloadError("canceled run completion requires cancellation reason")
     else:
-        raise PayloadError(f'unexpected run completion status "{payload.status}"')
+        raise PayloadError(f"unexpected run completion status {quote(payload.status)}")
 
 
 def decode_run_suspended(payload: bytes) -> RunSuspendedPayload:

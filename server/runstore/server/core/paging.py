@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from runstore.contract.errors import ReadArgumentError, ValidationError
+from runstore.contract.errors import ReadArgumentError, ValidationError, quote
 from runstore.server.core.model import Page, StoredRecord
 
 TRANSCRIPT_PAGE_RECORDS: Final = 512
@@ -31,7 +31,7 @@ def parse_cursor(cursor: str) -> int:
     if not cursor:
         return 0
     if not (cursor.isascii() and cursor.isdigit()) or int(cursor) == 0:
-        raise ReadArgumentError(f'invalid cursor "{cursor}"', field="cursor")
+        raise ReadArgumentError(f"invalid cursor {quote(cursor)}", field="cursor")
     return min(int(cursor), _MAX_POSITION)
 
 
@@ -59,7 +59,7 @@ def cut_transcript_page(rows: list[StoredRecord], page_size: int) -> Page:
         size = len(record.payload)
         if size > TRANSCRIPT_PAGE_BYTES:
             raise ValidationError(
-                f'transcript record "{record.id}" payload size {size} exceeds '
+                f"transcript record {quote(str(record.id))} payload size {size} exceeds "
                 f"supported page size {TRANSCRIPT_PAGE_BYTES} bytes",
                 run_id=record.run_id,
                 event_key=record.event_key,

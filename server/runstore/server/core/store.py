@@ -38,6 +38,7 @@ from runstore.contract.errors import (
     SessionHasActiveRunsError,
     SessionNotFoundError,
     SessionPurgedError,
+    quote,
 )
 from runstore.server.core import paging, validation
 from runstore.server.core.model import (
@@ -742,24 +743,27 @@ async def _check_continuation(tx: Transaction, run: RunStart) -> None:
     pred = await tx.run(pred_id)
     if pred is None:
         raise RunNotFoundError(
-            f'continuation predecessor "{pred_id}": run not found',
+            f"continuation predecessor {quote(pred_id)}: run not found",
             run_id=run.run_id,
             details={"predecessor_run_id": pred_id},
         )
     mismatch: str | None = None
     if pred.status is not RunStatus.SUSPENDED:
-        mismatch = f'has status "{pred.status}", want "suspended"'
+        mismatch = f'has status {quote(pred.status)}, want "suspended"'
     elif pred.session_id != run.session_id:
-        mismatch = f'session id "{pred.session_id}" does not match successor "{run.session_id}"'
+        mismatch = (
+            f"session id {quote(pred.session_id)} does not match successor {quote(run.session_id)}"
+        )
     elif pred.agent_id != run.agent_id:
-        mismatch = f'agent id "{pred.agent_id}" does not match successor "{run.agent_id}"'
+        mismatch = f"agent id {quote(pred.agent_id)} does not match successor {quote(run.agent_id)}"
     elif pred.parent_run_id != run.parent_run_id:
         mismatch = (
-            f'parent run id "{pred.parent_run_id}" does not match successor "{run.parent_run_id}"'
+            f"parent run id {quote(pred.parent_run_id)} "
+            f"does not match successor {quote(run.parent_run_id)}"
         )
     if mismatch is not None:
         raise ContinuationMismatchError(
-            f'continuation predecessor "{pred_id}" {mismatch}',
+            f"continuation predecessor {quote(pred_id)} {mismatch}",
             run_id=run.run_id,
             session_id=run.session_id,
             details={"predecessor_run_id": pred_id},
@@ -789,7 +793,7 @@ async def _transcript_range(
 
     def invalid(field: str) -> InvalidTranscriptPositionError:
         return InvalidTranscriptPositionError(
-            f'invalid transcript position: run "{run_id}"', run_id=run_id, field=field
+            f"invalid transcript position: run {quote(run_id)}", run_id=run_id, field=field
         )
 
     through = paging.parse_record_id(through_record_id)

@@ -20,6 +20,7 @@ from runstore.contract.errors import (
     ParentRunIDRequiredError,
     RunRecordOwnerMismatchError,
     ValidationError,
+    quote,
 )
 from runstore.server.core.model import (
     NANOS_PER_MILLI,
@@ -105,7 +106,9 @@ def check_ordinary_record(record: Record | None, field: str = "record") -> Recor
     record = check_record_envelope(record, field)
     if record.type in lifecycle.LIFECYCLE_TYPES:
         raise _invalid(
-            f'record type "{record.type}" requires a lifecycle operation', f"{field}.type", record
+            f"record type {quote(record.type)} requires a lifecycle operation",
+            f"{field}.type",
+            record,
         )
     return record
 
@@ -124,7 +127,7 @@ def _decode_lifecycle_record(
     record = check_record_envelope(record, field, prefix)
     if record.type != expected_type:
         raise _invalid(
-            f'{prefix}record has type "{record.type}", want "{expected_type}"',
+            f"{prefix}record has type {quote(record.type)}, want {quote(expected_type)}",
             f"{field}.type",
             record,
         )
@@ -348,7 +351,8 @@ def check_cancellation(run_id: str, reason: str, record: Record | None, run: Run
     _check_owned_by(record, run, field, prefix)
     if record.type != lifecycle.CANCELLATION_INTENT:
         raise _invalid(
-            f'cancellation record has type "{record.type}", want "{lifecycle.CANCELLATION_INTENT}"',
+            f"cancellation record has type {quote(record.type)}, "
+            f"want {quote(lifecycle.CANCELLATION_INTENT)}",
             f"{field}.type",
             record,
         )

@@ -1,0 +1,200 @@
+"""The benchmark client: a separate process that drives one server over gRPC.
+
+Reads a plan (JSON on stdin: target, measurements), runs each measurement with
+``concurrency`` calls in flight for ``duration`` seconds after a warm-up, and
+writes one JSON result per measurement on stdout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from runstore.contract import lifecycle
+from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
+from runstore.v1 import session_admin_pb2 as sa
+from runstore.v1 import session_admin_pb2_grpc as sa_grpc
+from runstore.v1 import types_pb2 as pb
+
+PAYLOAD_1K = b'{"data":"' + b"x" * (1024 - 11) + b'"}'
+AGENT = "bench-agent"
+
+Op = Callable[[], Awaitable[Any]]
+
+
+def _now() -> Timestamp:
+    ms = time.time_ns() // 1_000_000
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def _record(
+    run: pb.RunStart, key: str, type_: str, payload: bytes, stamp: Timestamp
+) -> pb.RunRecord:
+    return pb.RunRecord(
+        event_key=key,
+        run_id=run.run_id,
+        agent_id=run.agent_id,
+        session_id=run.session_id,
+        type=type_,
+        payload=payload,
+        timestamp=stamp,
+    )
+
+
+_STARTED = lifecycle.encode_run_started(lifecycle.RunStartedPayload())
+_CANCELED = lifecycle.encode_run_completed(
+    lifecycle.RunCompletedPayload(
+        status="canceled", phase="canceled", cancellation_reason=lifecycle.REASON_SESSION_ENDED
+    )
+)
+_COMPLETED = lifecycle.encode_run_completed(
+    lifecycle.RunCompletedPayload(status="success", phase="completed")
+)
+
+
+class Client:
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.runtime = rs_grpc.RuntimeStoreStub(channel)
+        self.admin = sa_grpc.SessionAdminStub(channel)
+        self.health = health_pb2_grpc.HealthStub(channel)
+
+    async def session(self) -> str:
+        session_id = f"bench-{uuid.uuid4().hex}"
+        await self.admin.CreateSession(
+            sa.CreateSessionRequest(session_id=session_id, created_at=_now())
+        )
+        return session_id
+
+    async def start(self, session_id: str) -> pb.RunStart:
+        run = pb.RunStart(
+            run_id=f"run-{uuid.uuid4().hex}",
+            agent_id=AGENT,
+            session_id=session_id,
+            started_at=_now(),
+        )
+        await self.runtime.StartRootRun(
+            rs.StartRootRunRequest(
+                run=run,
+                started=_record(run, "started", lifecycle.RUN_STARTED, _STARTED, run.started_at),
+                canceled=_record(
+                    run, "stopped", lifecycle.RUN_COMPLETED, _CANCELED, run.started_at
+                ),
+            )
+        )
+        return run
+
+    async def complete(self, run: pb.RunStart) -> None:
+        await self.runtime.RecordRunTerminal(
+            rs.RecordRunTerminalRequest(
+                run_id=run.run_id,
+                status=pb.RUN_STATUS_COMPLETED,
+                record=_record(run, "completed", lifecycle.RUN_COMPLETED, _COMPLETED, _now()),
+            )
+        )
+
+    async def append(self, run: pb.RunStart, key: str) -> None:
+        await self.runtime.AppendRunRecord(
+            rs.AppendRunRecordRequest(
+                record=_record(run, key, "tool_result_received", PAYLOAD_1K, _now())
+            )
+        )
+
+
+async def _make_op(client: Client, workload: str, spec: dict[str, Any]) -> Op:
+    """Sets up one in-flight worker (untimed) and returns its timed operation."""
+    keys = itertools.count()
+    if workload == "ceiling":
+        request = health_pb2.HealthCheckRequest(service="")
+        return lambda: client.health.Check(request)
+    if workload == "append":
+        run = await client.start(await client.session())
+        return lambda: client.append(run, f"k{next(keys)}")
+    if workload == "start_terminal":
+        session_id = await client.session()
+
+        async def start_and_finish() -> None:
+            await client.complete(await client.start(session_id))
+
+        return start_and_finish
+    if workload == "turn":
+        session_id = await client.session()
+
+        async def turn() -> None:
+            run = await client.start(session_id)
+            for index in range(10):
+                await client.append(run, f"k{index}")
+            await client.complete(run)
+
+        return turn
+    if workload == "list_run":
+        request = rs.ListRunRecordsRequest(
+            run_id=spec["run_id"], cursor=spec.get("cursor", ""), limit=100
+        )
+        return lambda: client.runtime.ListRunRecords(request)
+    if workload == "list_session":
+        session_request = rs.ListSessionRunRecordsRequest(
+            session_id=spec["session_id"], cursor=spec.get("cursor", ""), limit=100
+        )
+        return lambda: client.runtime.ListSessionRunRecords(session_request)
+    raise ValueError(f"unknown workload {workload!r}")
+
+
+async def measure(client: Client, spec: dict[str, Any]) -> dict[str, Any]:
+    workload = spec["workload"]
+    concurrency = int(spec["concurrency"])
+    ops = [await _make_op(client, workload, spec) for _ in range(concurrency)]
+    latencies: list[float] = []
+    timing = False
+    deadline = 0.0
+
+    async def worker(op: Op) -> None:
+        while True:
+            started = time.perf_counter()
+            if started >= deadline:
+                return
+            await op()
+            if timing:
+                latencies.append(time.perf_counter() - started)
+
+    deadline = time.perf_counter() + float(spec.get("warmup", 0.2))
+    await asyncio.gather(*(worker(op) for op in ops))
+    timing = True
+    began = time.perf_counter()
+    deadline = began + float(spec["duration"])
+    await asyncio.gather(*(worker(op) for op in ops))
+    elapsed = time.perf_counter() - began
+    latencies.sort()
+    return {
+        **{k: v for k, v in spec.items() if k not in ("run_id", "session_id", "cursor")},
+        "ops": len(latencies),
+        "ops_per_s": len(latencies) / elapsed,
+        "p50_ms": 1000 * statistics.median(latencies) if latencies else None,
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+        if latencies
+        else None,
+    }
+
+
+async def main() -> None:
+    plan = json.load(sys.stdin)
+    options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+    async with grpc.aio.insecure_channel(plan["target"], options=options) as channel:
+        client = Client(channel)
+        for spec in plan["measurements"]:
+            print(json.dumps(await measure(client, spec)), flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

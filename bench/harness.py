@@ -1,0 +1,354 @@
+"""Runs the benchmark plan against real server processes and reports ratios.
+
+For each backend: a fresh database (a temporary SQLite file, or a fresh
+PostgreSQL database next to ``--postgres-url``), histories seeded directly in
+SQL (reads of the last page at two history sizes), one ``runstore serve``
+process, and one separate ``bench.driver`` process that runs every
+measurement. Each figure is the median of ``--repeat`` repetitions; each store
+figure is also given as a ratio of the ceiling measured against the same
+server process in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import platform
+import re
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from sqlalchemy.engine import make_url
+
+from runstore.server.db import migrate
+from runstore.server.db.postgres import asyncpg_dsn
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+HISTORY_PAYLOAD = b'{"history":"' + b"h" * 180 + b'"}'
+_PORT_LINE = re.compile(rb"serving on \S+ \(port (\d+)\)")
+
+WRITE_WORKLOADS = ("append", "start_terminal", "turn")
+
+
+# --- Databases and seeded histories -------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def database(backend: str, postgres_url: str) -> AsyncIterator[str]:
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="runstore-bench-") as directory:
+            yield f"sqlite:///{Path(directory) / 'bench.db'}"
+        return
+    name = f"runstore_bench_{uuid.uuid4().hex[:10]}"
+    admin = await asyncpg.connect(asyncpg_dsn(postgres_url))
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.close()
+    try:
+        yield make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        admin = await asyncpg.connect(asyncpg_dsn(postgres_url))
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+def _history_ids(size: int) -> tuple[str, str]:
+    return f"history-{size}", f"history-run-{size}"
+
+
+_SEED_SESSION = (
+    "INSERT INTO sessions (session_id, status, created_at, ended_at, record_count) "
+    "VALUES ({p1}, 'active', 0, NULL, {p2})"
+)
+_SEED_RUN = (
+    "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at, labels, "
+    "start_outcome, status, cancellation_reason, updated_at, start_key, parent_link_key, "
+    "cancellation_key, suspension_key, terminal_key, checkpoint_id, checkpoint_data, "
+    "record_count) VALUES ({p1}, 'bench-agent', {p2}, '', 0, '{{}}', 'proceed', 'running', '', "
+    "0, 'k1', '', '', '', '', NULL, NULL, {p3})"
+)
+_SEED_RECORDS_TAIL = (
+    "INSERT INTO records (run_id, record_id, event_key, agent_id, session_id, turn_id, type, "
+    "payload, payload_size, timestamp, session_position) "
+    "SELECT {p1}, g, 'k' || g, 'bench-agent', {p2}, '', 'history', {p3}, {p4}, 0, g FROM {source}"
+)
+
+
+def seed_sqlite(url: str, size: int) -> None:
+    session_id, run_id = _history_ids(size)
+    conn = sqlite3.connect(make_url(url).database or "")
+    with conn:
+        conn.execute(_SEED_SESSION.format(p1="?", p2="?"), (session_id, size))
+        conn.execute(_SEED_RUN.format(p1="?", p2="?", p3="?"), (run_id, session_id, size))
+        source = (
+            "(WITH RECURSIVE seq(g) AS "
+            "(SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < ?) SELECT g FROM seq)"
+        )
+        conn.execute(
+            _SEED_RECORDS_TAIL.format(p1="?", p2="?", p3="?", p4="?", source=source),
+            (run_id, session_id, HISTORY_PAYLOAD, len(HISTORY_PAYLOAD), size),
+        )
+    conn.close()
+
+
+async def seed_postgres(url: str, size: int) -> None:
+    session_id, run_id = _history_ids(size)
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        async with conn.transaction():
+            await conn.execute(_SEED_SESSION.format(p1="$1", p2="$2"), session_id, size)
+            await conn.execute(
+                _SEED_RUN.format(p1="$1", p2="$2", p3="$3"), run_id, session_id, size
+            )
+            await conn.execute(
+                _SEED_RECORDS_TAIL.format(
+                    p1="$1", p2="$2", p3="$3", p4="$4", source="generate_series(1, $5) AS g"
+                ),
+                run_id,
+                session_id,
+                HISTORY_PAYLOAD,
+                len(HISTORY_PAYLOAD),
+                size,
+            )
+        await conn.execute("ANALYZE")
+    finally:
+        await conn.close()
+
+
+# --- Processes ----------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def server(url: str, synchronous: str) -> AsyncIterator[str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "runstore.server.cli",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--database-url",
+        url,
+        "--sqlite-synchronous",
+        synchronous,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "RUNSTORE_LOG_LEVEL": "INFO"},
+    )
+    assert process.stderr is not None
+    log = b""
+    try:
+        while (match := _PORT_LINE.search(log)) is None:
+            line = await asyncio.wait_for(process.stderr.readline(), timeout=60)
+            if not line:
+                raise RuntimeError(f"server did not start:\n{log.decode()}")
+            log += line
+        drain = asyncio.ensure_future(process.stderr.read())
+        yield f"127.0.0.1:{int(match.group(1))}"
+    finally:
+        process.terminate()
+        await process.wait()
+        with contextlib.suppress(Exception):
+            await drain
+
+
+async def run_driver(target: str, measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.driver",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+    )
+    plan = json.dumps({"target": target, "measurements": measurements}).encode()
+    out, _ = await process.communicate(plan)
+    if process.returncode != 0:
+        raise RuntimeError("benchmark driver failed")
+    return [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+
+
+# --- Plan and report ------------------------------------------------------------
+
+
+def plan_for(args: argparse.Namespace) -> list[dict[str, Any]]:
+    small, large = args.history
+    measurements = []
+    for concurrency in args.concurrency:
+        base = {"concurrency": concurrency, "duration": args.duration, "warmup": args.warmup}
+        cases: list[dict[str, Any]] = [{"workload": "ceiling"}]
+        cases += [{"workload": name} for name in WRITE_WORKLOADS]
+        for size in (small, large):
+            session_id, run_id = _history_ids(size)
+            cursor = str(size - 100)
+            cases.append(
+                {"workload": "list_run", "history": size, "run_id": run_id, "cursor": cursor}
+            )
+            cases.append(
+                {
+                    "workload": "list_session",
+                    "history": size,
+                    "session_id": session_id,
+                    "cursor": cursor,
+                }
+            )
+        for case in cases:
+            for repetition in range(args.repeat):
+                measurements.append({**base, **case, "repetition": repetition})
+    return measurements
+
+
+def _label(row: dict[str, Any]) -> str:
+    if "history" in row:
+        return f"{row['workload']} (last page of {row['history']:,})"
+    return row["workload"]
+
+
+def summarise(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in raw:
+        groups.setdefault((_label(row), row["concurrency"]), []).append(row)
+    ceilings = {
+        concurrency: statistics.median(r["ops_per_s"] for r in rows)
+        for (label, concurrency), rows in groups.items()
+        if label == "ceiling"
+    }
+    summary = []
+    for (label, concurrency), rows in groups.items():
+        throughput = statistics.median(r["ops_per_s"] for r in rows)
+        summary.append(
+            {
+                "backend": backend,
+                "workload": label,
+                "in_flight": concurrency,
+                "ops_per_s": round(throughput, 1),
+                "p50_ms": round(statistics.median(r["p50_ms"] for r in rows), 3),
+                "p99_ms": round(statistics.median(r["p99_ms"] for r in rows), 3),
+                "ratio_to_ceiling": round(throughput / ceilings[concurrency], 3),
+                "repetitions": len(rows),
+            }
+        )
+    return summary
+
+
+def render(summary: list[dict[str, Any]], header: str) -> str:
+    lines = [
+        header,
+        "",
+        "| backend | workload | in flight | ops/s | p50 ms | p99 ms | × ceiling |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for row in summary:
+        lines.append(
+            f"| {row['backend']} | {row['workload']} | {row['in_flight']} "
+            f"| {row['ops_per_s']:,.0f} "
+            f"| {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['ratio_to_ceiling']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    summary: list[dict[str, Any]] = []
+    for backend in args.backend:
+        async with database(backend, args.postgres_url) as url:
+            await migrate.upgrade(url)
+            for size in args.history:
+                if backend == "sqlite":
+                    await asyncio.to_thread(seed_sqlite, url, size)
+                else:
+                    await seed_postgres(url, size)
+            async with server(url, args.sqlite_synchronous) as target:
+                raw = await run_driver(target, plan_for(args))
+        summary.extend(summarise(backend, raw))
+    return {
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(["python", "-m", "bench", *sys.argv[1:]]),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "commit": _git_commit(),
+        "settings": {
+            "duration_s": args.duration,
+            "repeat": args.repeat,
+            "concurrency": args.concurrency,
+            "history": args.history,
+            "sqlite_synchronous": args.sqlite_synchronous,
+            "append_payload_bytes": 1024,
+        },
+        "results": summary,
+    }
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+    except OSError:
+        return ""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a short run (under a minute)")
+    parser.add_argument(
+        "--backend",
+        default="sqlite,postgres",
+        help="comma-separated backends (sqlite, postgres)",
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get(
+            "RUNSTORE_BENCH_POSTGRES_URL",
+            os.environ.get(
+                "RUNSTORE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
+            ),
+        ),
+        help="a PostgreSQL server where a throwaway database may be created",
+    )
+    parser.add_argument("--duration", type=float, help="seconds per measurement")
+    parser.add_argument("--warmup", type=float, default=None, help="seconds before measuring")
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions (median is reported)")
+    parser.add_argument("--concurrency", default="1,16", help="calls in flight, comma-separated")
+    parser.add_argument(
+        "--history", default=None, help="two history sizes for the page reads (e.g. 10000,1000000)"
+    )
+    parser.add_argument("--sqlite-synchronous", default="FULL", help="FULL or NORMAL")
+    parser.add_argument("--output", type=Path, default=None, help="JSON file to write")
+    args = parser.parse_args(argv)
+    args.backend = [b.strip() for b in args.backend.split(",") if b.strip()]
+    args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    if args.duration is None:
+        args.duration = 0.3 if args.quick else 3.0
+    if args.warmup is None:
+        args.warmup = 0.1 if args.quick else 0.5
+    history = args.history or ("10000,100000" if args.quick else "10000,1000000")
+    args.history = [int(h) for h in history.split(",")]
+    if len(args.history) != 2:
+        parser.error("--history takes two sizes")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    report = asyncio.run(run(args))
+    header = (
+        f"runstore bench {report['started']} commit {report['commit']} "
+        f"({report['machine']['cpus']} CPUs; SQLite synchronous={args.sqlite_synchronous}; "
+        f"median of {args.repeat} × {args.duration:g} s)"
+    )
+    print(render(report["results"], header))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    output = args.output or RESULTS / "latest.json"
+    output.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwritten to {output}")
+    return 0
