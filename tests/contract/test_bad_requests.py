@@ -13,8 +13,6 @@ from tests.support import Store, fails_with, run_start, unique
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
-pytestmark = pytest.mark.asyncio
-
 
 async def test_missing_run_start_names_the_field(store: Store) -> None:
     session = await store.session()

@@ -9,16 +9,12 @@ from __future__ import annotations
 import asyncio
 import collections
 
-import pytest
-
 from runstore.contract import lifecycle
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import types_pb2 as pb
 from tests.support import Store, canceled_record, outcome, run_start, started_record
 
 N = 32
-
-pytestmark = pytest.mark.asyncio
 
 
 async def test_concurrent_identical_root_starts_insert_exactly_once(store: Store) -> None:

@@ -22,7 +22,6 @@ CONFLICT = grpc.StatusCode.ALREADY_EXISTS
 PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
-pytestmark = pytest.mark.asyncio
 
 SUCCESS_PAYLOAD = b'{"status":"success","phase":"completed","labels":{"site":"one"}}'
 SUSPENDED_PAYLOAD = (

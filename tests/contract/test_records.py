@@ -36,8 +36,6 @@ PAGE_RECORDS = 1000
 PAGE_BYTES = 4 * MIB
 """The server's default payload budget of one list page (D3)."""
 
-pytestmark = pytest.mark.asyncio
-
 
 # --- Helpers -------------------------------------------------------------------
 

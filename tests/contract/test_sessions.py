@@ -22,7 +22,6 @@ NOT_FOUND = grpc.StatusCode.NOT_FOUND
 PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
-pytestmark = pytest.mark.asyncio
 
 GO_ZERO_TIME = Timestamp(seconds=-62135596800, nanos=0)
 """What a Go client sends for an unset time.Time: counts as missing."""

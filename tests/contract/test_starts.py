@@ -15,8 +15,6 @@ CONFLICT = grpc.StatusCode.ALREADY_EXISTS
 PRECONDITION = grpc.StatusCode.FAILED_PRECONDITION
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
-pytestmark = pytest.mark.asyncio
-
 
 # --- Root starts -------------------------------------------------------------
 

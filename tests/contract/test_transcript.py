@@ -21,8 +21,6 @@ PAGE_RECORDS = 512
 APPENDED = lifecycle.TRANSCRIPT_APPENDED
 SEEDED = lifecycle.TRANSCRIPT_SEEDED
 
-pytestmark = pytest.mark.asyncio
-
 
 # --- Helpers -------------------------------------------------------------------
 

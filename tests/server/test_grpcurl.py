@@ -12,8 +12,6 @@ import pytest
 
 from tests.support import Store, unique
 
-pytestmark = pytest.mark.asyncio
-
 
 def _grpcurl() -> str:
     found = shutil.which("grpcurl") or str(Path(sys.executable).with_name("grpcurl"))

@@ -21,7 +21,7 @@ from runstore.v1 import session_admin_pb2 as sa
 from tests import postgres
 from tests.support import Store, fails, failure_of, now_ms, ts, unique
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.postgres]
+pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture(scope="module")

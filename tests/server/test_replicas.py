@@ -27,7 +27,7 @@ from tests import postgres
 from tests.processes import server_process
 from tests.support import Store, canceled_record, outcome, run_start, started_record
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.postgres]
+pytestmark = pytest.mark.postgres
 
 REPLICAS = 2
 

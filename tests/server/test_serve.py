@@ -9,15 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
 
 from runstore.server.app import build_server, create_store, open_database, shutdown
 from runstore.server.config import ServerConfig
 from runstore.v1 import runtime_store_pb2 as rs
 from tests.processes import serve_process
 from tests.support import Store, outcome, run_start
-
-pytestmark = pytest.mark.asyncio
 
 
 async def test_sigterm_lets_in_flight_calls_finish(tmp_path: Path) -> None:

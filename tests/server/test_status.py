@@ -36,6 +36,8 @@ EXPECTED = {
     "INVALID_ARGUMENT_READ": ("INVALID_ARGUMENT", True),
     "STORED_STATE_CORRUPT": ("DATA_LOSS", True),
     "TRANSIENT": ("UNAVAILABLE", False),
+    # Client-side only: a status outside the table (no ErrorInfo from runstore).
+    "RPC_ERROR": ("UNKNOWN", False),
 }
 
 

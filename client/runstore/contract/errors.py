@@ -62,6 +62,9 @@ class RunstoreError(Exception):
         self.event_key = event_key
         self.field = field
         self.details: dict[str, str] = dict(details or {})
+        self.status_code: str = self.code
+        """The gRPC status code name the error travelled with (the class's own
+        code unless a client rebuilt it from another status)."""
         super().__init__(self.message)
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -173,6 +176,29 @@ class InternalError(TransientError):
 
     code = "INTERNAL"
     default_message = "internal error"
+
+
+class DeadlineExceededError(TransientError):
+    """The call's deadline passed; the command may or may not have been applied."""
+
+    code = "DEADLINE_EXCEEDED"
+    default_message = "deadline exceeded"
+
+
+class CallCancelledError(TransientError):
+    """The server cancelled the call (for example while shutting down)."""
+
+    code = "CANCELLED"
+    default_message = "call cancelled by the server"
+
+
+class UnexpectedRpcError(RunstoreError):
+    """A gRPC failure outside the contract's table (UNIMPLEMENTED, UNAUTHENTICATED,
+    RESOURCE_EXHAUSTED, ...): neither a contract error nor safe to retry blindly."""
+
+    reason = "RPC_ERROR"
+    code = "UNKNOWN"
+    default_message = "unexpected gRPC failure"
 
 
 # --- Groups by meaning (api-core style) ---------------------------------------

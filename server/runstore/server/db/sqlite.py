@@ -286,6 +286,9 @@ class SqliteDatabase:
     async def start(self) -> None:
         """Opens the connections (the schema must already be at head)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # WAL is a property of the file: switch it once, before several
+        # connections race to do it.
+        await asyncio.to_thread(lambda: self._connect(read_only=False).close())
         self._workers.append(
             _Worker(
                 "runstore-sqlite-writer",
