@@ -30,10 +30,9 @@ from runstore.contract.errors import (
     RunstoreError,
     UnavailableError,
 )
-from runstore.server.core.model import Nanos, Record, Run, RunChange, Session, StoredRecord
-from runstore.server.core.ports import PURGED, SessionLookup, Transaction
-from runstore.server.db import statements as sql
+from runstore.server.core.ports import Transaction
 from runstore.server.db.statements import Compiled, Statements
+from runstore.server.db.transaction import SqlTransaction
 
 log = logging.getLogger(__name__)
 
@@ -67,112 +66,22 @@ def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("a SQLite transaction function awaited something other than the database")
 
 
-class _SqliteTransaction(Transaction):
-    """``Transaction`` over one sqlite3 connection inside BEGIN ... COMMIT."""
+class _SqliteTransaction(SqlTransaction):
+    """Runs statements on one sqlite3 connection inside BEGIN ... COMMIT; every
+    call returns at once, so transaction functions never suspend."""
 
     def __init__(self, conn: sqlite3.Connection, statements: Statements) -> None:
+        super().__init__(statements)
         self._conn = conn
-        self._sql = statements
 
-    def _one(self, statement: Compiled, **params: Any) -> Any:
+    async def _one(self, statement: Compiled, **params: Any) -> Any:
         return self._conn.execute(statement.sql, statement.args(params)).fetchone()
 
-    def _all(self, statement: Compiled, **params: Any) -> list[Any]:
+    async def _all(self, statement: Compiled, **params: Any) -> list[Any]:
         return self._conn.execute(statement.sql, statement.args(params)).fetchall()
 
-    def _run(self, statement: Compiled, **params: Any) -> None:
+    async def _run(self, statement: Compiled, **params: Any) -> None:
         self._conn.execute(statement.sql, statement.args(params))
-
-    async def session(self, session_id: str, *, for_update: bool = False) -> SessionLookup:
-        row = self._one(self._sql.session, session_id=session_id)
-        if row is not None:
-            return sql.session_from_row(row)
-        if self._one(self._sql.is_tombstoned, session_id=session_id) is not None:
-            return PURGED
-        return None
-
-    async def run(self, run_id: str, *, for_update: bool = False) -> Run | None:
-        row = self._one(self._sql.run, run_id=run_id)
-        return sql.run_from_row(row) if row is not None else None
-
-    async def record_by_key(self, run_id: str, event_key: str) -> StoredRecord | None:
-        row = self._one(self._sql.record_by_key, run_id=run_id, event_key=event_key)
-        return sql.record_from_row(row) if row is not None else None
-
-    async def record_by_id(self, run_id: str, record_id: int) -> StoredRecord | None:
-        row = self._one(self._sql.record_by_id, run_id=run_id, record_id=record_id)
-        return sql.record_from_row(row) if row is not None else None
-
-    async def run_records(
-        self, run_id: str, after: int, limit: int, max_bytes: int
-    ) -> list[StoredRecord]:
-        rows = self._all(
-            self._sql.run_records, run_id=run_id, after=after, limit=limit, max_bytes=max_bytes
-        )
-        return [sql.record_from_row(row) for row in rows]
-
-    async def session_records(
-        self, session_id: str, after: int, limit: int, max_bytes: int
-    ) -> list[tuple[int, StoredRecord]]:
-        rows = self._all(
-            self._sql.session_records,
-            session_id=session_id,
-            after=after,
-            limit=limit,
-            max_bytes=max_bytes,
-        )
-        return [(row[0], sql.record_from_row(row[1:])) for row in rows]
-
-    async def transcript_records(
-        self, run_id: str, after: int, through: int, limit: int, max_bytes: int
-    ) -> list[StoredRecord]:
-        rows = self._all(
-            self._sql.transcript_records,
-            run_id=run_id,
-            after=after,
-            through=through,
-            limit=limit,
-            max_bytes=max_bytes,
-        )
-        return [sql.record_from_row(row) for row in rows]
-
-    async def runs_by_session(self, session_id: str) -> list[Run]:
-        rows = self._all(self._sql.runs_by_session, session_id=session_id)
-        return [sql.run_from_row(row) for row in rows]
-
-    async def session_has_running_runs(self, session_id: str) -> bool:
-        return bool(self._one(self._sql.session_has_running_runs, session_id=session_id)[0])
-
-    async def insert_session(self, session: Session) -> None:
-        self._run(
-            self._sql.insert_session,
-            session_id=session.id,
-            status=session.status.value,
-            created_at=session.created_at,
-        )
-
-    async def end_session(self, session_id: str, ended_at: Nanos) -> None:
-        self._run(self._sql.end_session, session_id=session_id, ended_at=ended_at)
-
-    async def purge_session(self, session_id: str, purged_at: Nanos) -> None:
-        self._run(self._sql.purge_records, session_id=session_id)
-        self._run(self._sql.purge_runs, session_id=session_id)
-        self._run(self._sql.purge_session, session_id=session_id)
-        self._run(self._sql.insert_tombstone, session_id=session_id, purged_at=purged_at)
-
-    async def insert_run(self, run: Run) -> None:
-        self._run(self._sql.insert_run, **sql.run_params(run))
-
-    async def change_run(self, run_id: str, change: RunChange) -> None:
-        self._run(self._sql.change_run, **sql.change_params(run_id, change))
-
-    async def append_record(self, record: Record) -> int:
-        record_id = self._one(self._sql.next_record_id, run_id=record.run_id)[0]
-        position = None
-        if record.session_id:
-            position = self._one(self._sql.next_session_position, session_id=record.session_id)[0]
-        self._run(self._sql.insert_record, **sql.record_params(record, record_id, position))
-        return int(record_id)
 
 
 _Job = tuple[

@@ -1,0 +1,137 @@
+"""The store's named database operations, written once as SQL for every backend.
+
+A backend subclasses ``SqlTransaction`` and supplies three primitives over its
+driver's connection; statements come compiled for its dialect
+(``statements.Statements``) and rows are decoded by ``statements``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runstore.server.core.model import Nanos, Record, Run, RunChange, Session, StoredRecord
+from runstore.server.core.ports import PURGED, SessionLookup, Transaction
+from runstore.server.db import statements as sql
+from runstore.server.db.statements import Compiled, Statements
+
+
+class SqlTransaction(Transaction):
+    """Every named operation of ``Transaction`` as SQL, over three primitives
+    each backend provides (``_one``, ``_all``, ``_run``)."""
+
+    row_locks: bool = False
+    """Whether the backend takes row locks (``FOR UPDATE``); SQLite serialises
+    writers instead and skips the lock-only statements."""
+
+    def __init__(self, statements: Statements) -> None:
+        self._sql = statements
+
+    async def _one(self, statement: Compiled, **params: Any) -> Any:
+        """The first row of ``statement``, or None."""
+        raise NotImplementedError
+
+    async def _all(self, statement: Compiled, **params: Any) -> list[Any]:
+        """Every row of ``statement``."""
+        raise NotImplementedError
+
+    async def _run(self, statement: Compiled, **params: Any) -> None:
+        """Executes ``statement`` for its effect."""
+        raise NotImplementedError
+
+    async def session(self, session_id: str, *, for_update: bool = False) -> SessionLookup:
+        statement = self._sql.session_for_update if for_update else self._sql.session
+        row = await self._one(statement, session_id=session_id)
+        if row is not None:
+            return sql.session_from_row(row)
+        if await self._one(self._sql.is_tombstoned, session_id=session_id) is not None:
+            return PURGED
+        return None
+
+    async def run(self, run_id: str, *, for_update: bool = False) -> Run | None:
+        if for_update and self.row_locks:
+            # Lock order: the run's session first (a no-op for sessionless runs).
+            await self._run(self._sql.session_of_run_for_update, run_id=run_id)
+        statement = self._sql.run_for_update if for_update else self._sql.run
+        row = await self._one(statement, run_id=run_id)
+        return sql.run_from_row(row) if row is not None else None
+
+    async def record_by_key(self, run_id: str, event_key: str) -> StoredRecord | None:
+        row = await self._one(self._sql.record_by_key, run_id=run_id, event_key=event_key)
+        return sql.record_from_row(row) if row is not None else None
+
+    async def record_by_id(self, run_id: str, record_id: int) -> StoredRecord | None:
+        row = await self._one(self._sql.record_by_id, run_id=run_id, record_id=record_id)
+        return sql.record_from_row(row) if row is not None else None
+
+    async def run_records(
+        self, run_id: str, after: int, limit: int, max_bytes: int
+    ) -> list[StoredRecord]:
+        rows = await self._all(
+            self._sql.run_records, run_id=run_id, after=after, limit=limit, max_bytes=max_bytes
+        )
+        return [sql.record_from_row(row) for row in rows]
+
+    async def session_records(
+        self, session_id: str, after: int, limit: int, max_bytes: int
+    ) -> list[tuple[int, StoredRecord]]:
+        rows = await self._all(
+            self._sql.session_records,
+            session_id=session_id,
+            after=after,
+            limit=limit,
+            max_bytes=max_bytes,
+        )
+        return [(row[0], sql.record_from_row(row[1:])) for row in rows]
+
+    async def transcript_records(
+        self, run_id: str, after: int, through: int, limit: int, max_bytes: int
+    ) -> list[StoredRecord]:
+        rows = await self._all(
+            self._sql.transcript_records,
+            run_id=run_id,
+            after=after,
+            through=through,
+            limit=limit,
+            max_bytes=max_bytes,
+        )
+        return [sql.record_from_row(row) for row in rows]
+
+    async def runs_by_session(self, session_id: str) -> list[Run]:
+        rows = await self._all(self._sql.runs_by_session, session_id=session_id)
+        return [sql.run_from_row(row) for row in rows]
+
+    async def session_has_running_runs(self, session_id: str) -> bool:
+        row = await self._one(self._sql.session_has_running_runs, session_id=session_id)
+        return bool(row[0])
+
+    async def insert_session(self, session: Session) -> None:
+        await self._run(
+            self._sql.insert_session,
+            session_id=session.id,
+            status=session.status.value,
+            created_at=session.created_at,
+        )
+
+    async def end_session(self, session_id: str, ended_at: Nanos) -> None:
+        await self._run(self._sql.end_session, session_id=session_id, ended_at=ended_at)
+
+    async def purge_session(self, session_id: str, purged_at: Nanos) -> None:
+        await self._run(self._sql.purge_records, session_id=session_id)
+        await self._run(self._sql.purge_runs, session_id=session_id)
+        await self._run(self._sql.purge_session, session_id=session_id)
+        await self._run(self._sql.insert_tombstone, session_id=session_id, purged_at=purged_at)
+
+    async def insert_run(self, run: Run) -> None:
+        await self._run(self._sql.insert_run, **sql.run_params(run))
+
+    async def change_run(self, run_id: str, change: RunChange) -> None:
+        await self._run(self._sql.change_run, **sql.change_params(run_id, change))
+
+    async def append_record(self, record: Record) -> int:
+        record_id = (await self._one(self._sql.next_record_id, run_id=record.run_id))[0]
+        position = None
+        if record.session_id:
+            row = await self._one(self._sql.next_session_position, session_id=record.session_id)
+            position = row[0]
+        await self._run(self._sql.insert_record, **sql.record_params(record, record_id, position))
+        return int(record_id)
