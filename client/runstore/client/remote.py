@@ -1,0 +1,302 @@
+"""``RemoteStore`` and ``RemoteSessionAdmin``: the protocols over gRPC (asyncio).
+
+One channel per client object (or a shared one you pass in); every call has a
+per-attempt deadline, optional metadata (tokens), and transient failures are
+retried with the identical command (``RetryPolicy``). Errors arrive as the
+classes of ``runstore.contract.errors``.
+
+Clients are not thread-safe: use one per event loop (or ``runstore.client.sync``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+import grpc
+
+from runstore.client import convert
+from runstore.client.errors import from_rpc_error
+from runstore.client.model import (
+    AppendResult,
+    Checkpoint,
+    ChildRunStart,
+    ChildRunStartResult,
+    OneShotChildRunStart,
+    OneShotChildRunStartResult,
+    OneShotRunStart,
+    OneShotRunStartResult,
+    Page,
+    RootRunStart,
+    RootRunStartResult,
+    RunCancellation,
+    RunMeta,
+    RunRecord,
+    RunRepairResult,
+    RunStatus,
+    RunSuspension,
+    RunTerminal,
+    Session,
+    SessionStatus,
+)
+from runstore.client.retry import (
+    DEFAULT_RETRY,
+    SYSTEM_CLOCK,
+    RetryClock,
+    RetryPolicy,
+    call_with_retry,
+)
+from runstore.contract.errors import RunstoreError
+from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
+from runstore.v1 import session_admin_pb2 as sa
+from runstore.v1 import session_admin_pb2_grpc as sa_grpc
+
+T = TypeVar("T")
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Keepalive:
+    """HTTP/2 keepalive pings, so a dead peer is noticed between calls."""
+
+    interval: float = 30.0
+    """Seconds between pings."""
+    timeout: float = 10.0
+    """Seconds to wait for a ping's answer before the connection is dropped."""
+    without_calls: bool = True
+    """Ping even when no call is in flight."""
+
+
+def open_channel(
+    target: str,
+    *,
+    credentials: grpc.ChannelCredentials | None = None,
+    keepalive: Keepalive | None = Keepalive(),
+    options: Sequence[tuple[str, Any]] = (),
+) -> grpc.aio.Channel:
+    """A channel to ``target`` (``host:port`` or any gRPC target), TLS when
+    ``credentials`` are given."""
+    settings: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", DEFAULT_MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", DEFAULT_MAX_MESSAGE_BYTES),
+    ]
+    if keepalive is not None:
+        settings += [
+            ("grpc.keepalive_time_ms", int(keepalive.interval * 1000)),
+            ("grpc.keepalive_timeout_ms", int(keepalive.timeout * 1000)),
+            ("grpc.keepalive_permit_without_calls", int(keepalive.without_calls)),
+        ]
+    settings += list(options)
+    if credentials is not None:
+        return grpc.aio.secure_channel(target, credentials, options=settings)
+    return grpc.aio.insecure_channel(target, options=settings)
+
+
+class _Client:
+    """What both remote clients share: the channel, deadlines, metadata, retries."""
+
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        channel: grpc.aio.Channel | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        timeout: float | None = 10.0,
+        metadata: Sequence[tuple[str, str]] = (),
+        retry: RetryPolicy = DEFAULT_RETRY,
+        keepalive: Keepalive | None = Keepalive(),
+        options: Sequence[tuple[str, Any]] = (),
+        on_retry: Callable[[RunstoreError, int, float], None] | None = None,
+        clock: RetryClock = SYSTEM_CLOCK,
+    ) -> None:
+        if (target is None) == (channel is None):
+            raise ValueError("pass either a target or a channel")
+        self._owns_channel = channel is None
+        self.channel: grpc.aio.Channel = channel or open_channel(
+            target or "", credentials=credentials, keepalive=keepalive, options=options
+        )
+        self.timeout = timeout
+        """Deadline of each attempt, in seconds (clipped to the retry deadline)."""
+        self.metadata = tuple(metadata)
+        self.retry = retry
+        self._on_retry = on_retry
+        self._clock = clock
+
+    async def _call(self, method: Any, request: Any) -> Any:
+        async def attempt(seconds: float | None) -> Any:
+            try:
+                return await method(request, timeout=seconds, metadata=self.metadata or None)
+            except grpc.aio.AioRpcError as error:
+                raise from_rpc_error(error) from error
+
+        return await call_with_retry(
+            attempt,
+            self.retry,
+            attempt_timeout=self.timeout,
+            clock=self._clock,
+            on_retry=self._on_retry,
+        )
+
+    async def close(self) -> None:
+        """Closes the channel if this client opened it."""
+        if self._owns_channel:
+            await self.channel.close()
+
+    async def __aenter__(self: T) -> T:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class RemoteStore(_Client):
+    """The worker-facing ``Store`` over gRPC.
+
+    Args:
+        target: ``host:port`` of a runstore server (or pass ``channel``).
+        channel: An existing ``grpc.aio`` channel; not closed by ``close()``.
+        credentials: TLS channel credentials; plaintext when None.
+        timeout: Seconds each attempt may take (the server gets the deadline).
+        metadata: Sent with every call (for example an authorization token).
+        retry: How transient failures are retried; ``NO_RETRY`` disables it.
+        keepalive: HTTP/2 keepalive settings; None disables pings.
+        options: Extra gRPC channel options.
+        on_retry: Called with (error, attempt, sleep) before each retry.
+    """
+
+    def __init__(self, target: str | None = None, **kwargs: Any) -> None:
+        super().__init__(target, **kwargs)
+        self.stub = rs_grpc.RuntimeStoreStub(self.channel)
+        """The generated stub, for anything this client does not model."""
+
+    async def load_session_status(self, session_id: str) -> SessionStatus:
+        response = await self._call(
+            self.stub.LoadSessionStatus, rs.LoadSessionStatusRequest(session_id=session_id)
+        )
+        return convert.SESSION_STATUS[response.status]
+
+    async def start_root_run(self, command: RootRunStart) -> RootRunStartResult:
+        response = await self._call(self.stub.StartRootRun, convert.root_run_start(command))
+        return RootRunStartResult(
+            outcome=convert.START_OUTCOME[response.outcome],
+            started=convert.from_append_result(response.started),
+            canceled=convert.from_append_result(response.canceled),
+        )
+
+    async def start_child_run(self, command: ChildRunStart) -> ChildRunStartResult:
+        response = await self._call(self.stub.StartChildRun, convert.child_run_start(command))
+        return ChildRunStartResult(
+            outcome=convert.START_OUTCOME[response.outcome],
+            parent_record=convert.from_append_result(response.parent_record),
+            started=convert.from_append_result(response.started),
+            canceled=convert.from_append_result(response.canceled),
+        )
+
+    async def start_one_shot_run(self, command: OneShotRunStart) -> OneShotRunStartResult:
+        response = await self._call(self.stub.StartOneShotRun, convert.one_shot_run_start(command))
+        return OneShotRunStartResult(record=convert.from_append_result(response.record))
+
+    async def start_one_shot_child_run(
+        self, command: OneShotChildRunStart
+    ) -> OneShotChildRunStartResult:
+        response = await self._call(
+            self.stub.StartOneShotChildRun, convert.one_shot_child_run_start(command)
+        )
+        return OneShotChildRunStartResult(
+            parent_record=convert.from_append_result(response.parent_record),
+            started=convert.from_append_result(response.started),
+        )
+
+    async def append_run_record(self, record: RunRecord) -> AppendResult:
+        request = rs.AppendRunRecordRequest(record=convert.record(record))
+        return convert.from_append_result(await self._call(self.stub.AppendRunRecord, request))
+
+    async def record_run_cancellation(self, command: RunCancellation) -> AppendResult:
+        response = await self._call(
+            self.stub.RecordRunCancellation, convert.run_cancellation(command)
+        )
+        return convert.from_append_result(response)
+
+    async def record_run_suspension(self, command: RunSuspension) -> AppendResult:
+        request = rs.RecordRunSuspensionRequest(**convert.run_suspension(command))
+        return convert.from_append_result(await self._call(self.stub.RecordRunSuspension, request))
+
+    async def record_run_terminal(self, command: RunTerminal) -> AppendResult:
+        request = rs.RecordRunTerminalRequest(**convert.run_terminal(command))
+        return convert.from_append_result(await self._call(self.stub.RecordRunTerminal, request))
+
+    async def repair_run_suspension(self, command: RunSuspension) -> RunRepairResult:
+        request = rs.RepairRunSuspensionRequest(**convert.run_suspension(command))
+        return convert.from_repair(await self._call(self.stub.RepairRunSuspension, request))
+
+    async def repair_run_terminal(self, command: RunTerminal) -> RunRepairResult:
+        request = rs.RepairRunTerminalRequest(**convert.run_terminal(command))
+        return convert.from_repair(await self._call(self.stub.RepairRunTerminal, request))
+
+    async def load_run(self, run_id: str) -> RunMeta:
+        response = await self._call(self.stub.LoadRun, rs.LoadRunRequest(run_id=run_id))
+        return convert.from_run_meta(response.run)
+
+    async def load_run_suspension(self, run_id: str) -> Checkpoint:
+        response = await self._call(
+            self.stub.LoadRunSuspension, rs.LoadRunSuspensionRequest(run_id=run_id)
+        )
+        return convert.from_checkpoint(response.suspension)
+
+    async def list_run_records(self, run_id: str, cursor: str, limit: int) -> Page:
+        request = rs.ListRunRecordsRequest(run_id=run_id, cursor=cursor, limit=limit)
+        return convert.from_page(await self._call(self.stub.ListRunRecords, request))
+
+    async def list_session_run_records(self, session_id: str, cursor: str, limit: int) -> Page:
+        request = rs.ListSessionRunRecordsRequest(session_id=session_id, cursor=cursor, limit=limit)
+        return convert.from_page(await self._call(self.stub.ListSessionRunRecords, request))
+
+    async def list_run_transcript_records(
+        self, run_id: str, through_record_id: str, after_record_id: str, limit: int
+    ) -> Page:
+        request = rs.ListRunTranscriptRecordsRequest(
+            run_id=run_id,
+            through_record_id=through_record_id,
+            after_record_id=after_record_id,
+            limit=limit,
+        )
+        return convert.from_page(await self._call(self.stub.ListRunTranscriptRecords, request))
+
+
+class RemoteSessionAdmin(_Client):
+    """The host's ``SessionAdmin`` over gRPC; same options as ``RemoteStore``."""
+
+    def __init__(self, target: str | None = None, **kwargs: Any) -> None:
+        super().__init__(target, **kwargs)
+        self.stub = sa_grpc.SessionAdminStub(self.channel)
+
+    async def create_session(self, session_id: str, created_at: datetime) -> Session:
+        request = sa.CreateSessionRequest(
+            session_id=session_id, created_at=convert.timestamp(created_at)
+        )
+        return convert.from_session((await self._call(self.stub.CreateSession, request)).session)
+
+    async def load_session(self, session_id: str) -> Session:
+        request = sa.LoadSessionRequest(session_id=session_id)
+        return convert.from_session((await self._call(self.stub.LoadSession, request)).session)
+
+    async def end_session(self, session_id: str, ended_at: datetime) -> Session:
+        request = sa.EndSessionRequest(session_id=session_id, ended_at=convert.timestamp(ended_at))
+        return convert.from_session((await self._call(self.stub.EndSession, request)).session)
+
+    async def purge_session(self, session_id: str) -> None:
+        await self._call(self.stub.PurgeSession, sa.PurgeSessionRequest(session_id=session_id))
+
+    async def list_runs_by_session(
+        self, session_id: str, statuses: Collection[RunStatus] = ()
+    ) -> list[RunMeta]:
+        request = sa.ListRunsBySessionRequest(
+            session_id=session_id,
+            statuses=[convert.RUN_STATUS_TO_WIRE[status] for status in statuses],
+        )
+        response = await self._call(self.stub.ListRunsBySession, request)
+        return [convert.from_run_meta(run) for run in response.runs]

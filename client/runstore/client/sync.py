@@ -1,0 +1,169 @@
+"""Blocking facades over the asyncio clients, for code that is not async.
+
+Each facade runs its own event loop in a background thread and forwards every
+call to the asyncio client living there, so retries, deadlines and errors
+behave exactly as in ``RemoteStore`` / ``RemoteSessionAdmin``. Safe to call
+from several threads at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Collection, Coroutine
+from datetime import datetime
+from typing import Any, TypeVar
+
+from runstore.client.model import (
+    AppendResult,
+    Checkpoint,
+    ChildRunStart,
+    ChildRunStartResult,
+    OneShotChildRunStart,
+    OneShotChildRunStartResult,
+    OneShotRunStart,
+    OneShotRunStartResult,
+    Page,
+    RootRunStart,
+    RootRunStartResult,
+    RunCancellation,
+    RunMeta,
+    RunRecord,
+    RunRepairResult,
+    RunStatus,
+    RunSuspension,
+    RunTerminal,
+    Session,
+    SessionStatus,
+)
+from runstore.client.remote import RemoteSessionAdmin, RemoteStore
+
+T = TypeVar("T")
+C = TypeVar("C", RemoteStore, RemoteSessionAdmin)
+
+
+class _LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="runstore-client", daemon=True
+        )
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class _Facade:
+    def __init__(self) -> None:
+        self._thread = _LoopThread()
+
+    def _open(self, cls: type[C], target: str | None, options: dict[str, Any]) -> C:
+        async def make() -> C:
+            return cls(target, **options)
+
+        return self._thread.run(make())
+
+    def close(self) -> None:
+        """Closes the client and stops its loop thread."""
+        remote: RemoteStore | RemoteSessionAdmin = self._remote  # type: ignore[attr-defined]
+        self._thread.run(remote.close())
+        self._thread.stop()
+
+    def __enter__(self: T) -> T:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncRemoteStore(_Facade):
+    """``RemoteStore`` with blocking methods; takes the same arguments."""
+
+    def __init__(self, target: str | None = None, **options: Any) -> None:
+        super().__init__()
+        self._remote = self._open(RemoteStore, target, options)
+
+    def load_session_status(self, session_id: str) -> SessionStatus:
+        return self._thread.run(self._remote.load_session_status(session_id))
+
+    def start_root_run(self, command: RootRunStart) -> RootRunStartResult:
+        return self._thread.run(self._remote.start_root_run(command))
+
+    def start_child_run(self, command: ChildRunStart) -> ChildRunStartResult:
+        return self._thread.run(self._remote.start_child_run(command))
+
+    def start_one_shot_run(self, command: OneShotRunStart) -> OneShotRunStartResult:
+        return self._thread.run(self._remote.start_one_shot_run(command))
+
+    def start_one_shot_child_run(self, command: OneShotChildRunStart) -> OneShotChildRunStartResult:
+        return self._thread.run(self._remote.start_one_shot_child_run(command))
+
+    def append_run_record(self, record: RunRecord) -> AppendResult:
+        return self._thread.run(self._remote.append_run_record(record))
+
+    def record_run_cancellation(self, command: RunCancellation) -> AppendResult:
+        return self._thread.run(self._remote.record_run_cancellation(command))
+
+    def record_run_suspension(self, command: RunSuspension) -> AppendResult:
+        return self._thread.run(self._remote.record_run_suspension(command))
+
+    def record_run_terminal(self, command: RunTerminal) -> AppendResult:
+        return self._thread.run(self._remote.record_run_terminal(command))
+
+    def repair_run_suspension(self, command: RunSuspension) -> RunRepairResult:
+        return self._thread.run(self._remote.repair_run_suspension(command))
+
+    def repair_run_terminal(self, command: RunTerminal) -> RunRepairResult:
+        return self._thread.run(self._remote.repair_run_terminal(command))
+
+    def load_run(self, run_id: str) -> RunMeta:
+        return self._thread.run(self._remote.load_run(run_id))
+
+    def load_run_suspension(self, run_id: str) -> Checkpoint:
+        return self._thread.run(self._remote.load_run_suspension(run_id))
+
+    def list_run_records(self, run_id: str, cursor: str, limit: int) -> Page:
+        return self._thread.run(self._remote.list_run_records(run_id, cursor, limit))
+
+    def list_session_run_records(self, session_id: str, cursor: str, limit: int) -> Page:
+        return self._thread.run(self._remote.list_session_run_records(session_id, cursor, limit))
+
+    def list_run_transcript_records(
+        self, run_id: str, through_record_id: str, after_record_id: str, limit: int
+    ) -> Page:
+        return self._thread.run(
+            self._remote.list_run_transcript_records(
+                run_id, through_record_id, after_record_id, limit
+            )
+        )
+
+
+class SyncRemoteSessionAdmin(_Facade):
+    """``RemoteSessionAdmin`` with blocking methods; takes the same arguments."""
+
+    def __init__(self, target: str | None = None, **options: Any) -> None:
+        super().__init__()
+        self._remote = self._open(RemoteSessionAdmin, target, options)
+
+    def create_session(self, session_id: str, created_at: datetime) -> Session:
+        return self._thread.run(self._remote.create_session(session_id, created_at))
+
+    def load_session(self, session_id: str) -> Session:
+        return self._thread.run(self._remote.load_session(session_id))
+
+    def end_session(self, session_id: str, ended_at: datetime) -> Session:
+        return self._thread.run(self._remote.end_session(session_id, ended_at))
+
+    def purge_session(self, session_id: str) -> None:
+        self._thread.run(self._remote.purge_session(session_id))
+
+    def list_runs_by_session(
+        self, session_id: str, statuses: Collection[RunStatus] = ()
+    ) -> list[RunMeta]:
+        return self._thread.run(self._remote.list_runs_by_session(session_id, statuses))
