@@ -13,7 +13,7 @@ from contextlib import AsyncExitStack
 import grpc
 import pytest
 
-from runstore.server.app import build_server, create_store, open_database
+from runstore.server.app import build_server, create_stores, open_database
 from runstore.server.config import ServerConfig
 from tests import postgres
 from tests.support import Store
@@ -42,7 +42,7 @@ async def store(database_url: str) -> AsyncIterator[Store]:
     config = ServerConfig(listen="127.0.0.1:0", database_url=database_url, migrate=True)
     async with AsyncExitStack() as stack:
         db = await stack.enter_async_context(open_database(config))
-        running = await build_server(config, create_store(config, db))
+        running = await build_server(config, create_stores(config, db))
         stack.push_async_callback(running.server.stop, None)
         target = f"127.0.0.1:{running.port}"
         channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))

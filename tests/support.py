@@ -20,6 +20,8 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from runstore.contract import lifecycle
+from runstore.v1 import context_store_pb2_grpc as ctx_grpc
+from runstore.v1 import memory_store_pb2_grpc as ms_grpc
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
 from runstore.v1 import session_admin_pb2 as sa
@@ -316,11 +318,15 @@ class Store:
     channel: grpc.aio.Channel
     runtime: rs_grpc.RuntimeStoreStub = field(init=False)
     admin: sa_grpc.SessionAdminStub = field(init=False)
+    memory: ms_grpc.MemoryStoreStub = field(init=False)
+    context: ctx_grpc.ContextStoreStub = field(init=False)
     target: str = ""
 
     def __post_init__(self) -> None:
         self.runtime = rs_grpc.RuntimeStoreStub(self.channel)
         self.admin = sa_grpc.SessionAdminStub(self.channel)
+        self.memory = ms_grpc.MemoryStoreStub(self.channel)
+        self.context = ctx_grpc.ContextStoreStub(self.channel)
 
     async def session(self, session_id: str | None = None) -> str:
         session_id = session_id or unique("session")

@@ -56,7 +56,7 @@ from runstore.client import (
 )
 from runstore.client.errors import from_rpc_error
 from runstore.contract import errors as contract_errors
-from runstore.server.app import create_store, open_database
+from runstore.server.app import create_stores, open_database
 from runstore.server.config import ServerConfig
 from runstore.server.servicers.runtime_store import RuntimeStoreServicer
 from runstore.server.servicers.session_admin import SessionAdminServicer
@@ -419,7 +419,7 @@ class FlakyRuntimeStore(RuntimeStoreServicer):
 async def flaky(tmp_path: Path) -> AsyncIterator[tuple[FlakyRuntimeStore, str]]:
     config = ServerConfig(listen="127.0.0.1:0", database_url=f"sqlite:///{tmp_path / 'f.db'}")
     async with open_database(config) as db:
-        core = create_store(config, db)
+        core = create_stores(config, db).runtime
         servicer = FlakyRuntimeStore(core)
         server = grpc.aio.server()
         runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(servicer, server)

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from runstore.contract.errors import AbortedError, UnavailableError
-from runstore.server.app import build_server, create_store
+from runstore.server.app import build_server, create_stores
 from runstore.server.config import ServerConfig
 from runstore.server.core.model import Session, SessionStatus
 from runstore.server.core.ports import Transaction
@@ -114,7 +114,7 @@ async def test_server_recovers_when_its_connections_are_killed(pg_url: str) -> N
     config = ServerConfig(listen="127.0.0.1:0", database_url=pg_url, pg_pool_min=2, pg_pool_max=2)
     database = PostgresDatabase(pg_url, PostgresOptions(pool_min=2, pool_max=2))
     await database.start()
-    running = await build_server(config, create_store(config, database))
+    running = await build_server(config, create_stores(config, database))
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
             store = Store(channel)

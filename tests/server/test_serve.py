@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from runstore.server.app import build_server, create_store, open_database, shutdown
+from runstore.server.app import build_server, create_stores, open_database, shutdown
 from runstore.server.config import ServerConfig
 from runstore.v1 import runtime_store_pb2 as rs
 from tests.processes import serve_process
@@ -88,7 +88,7 @@ async def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(tmp_path: 
     async with open_database(config) as db:
         gated = GatedDatabase(db)
         gated.gate.set()
-        running = await build_server(config, create_store(config, gated))  # type: ignore[arg-type]
+        running = await build_server(config, create_stores(config, gated))  # type: ignore[arg-type]
         target = f"127.0.0.1:{running.port}"
         async with grpc.aio.insecure_channel(target) as channel:
             store = Store(channel, target=target)
@@ -111,7 +111,7 @@ async def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(tmp_path: 
             await stopping
     assert results == ["ok"] * 20
     async with open_database(config) as db:
-        reopened = create_store(config, db)
+        reopened = create_stores(config, db).runtime
         page = await reopened.list_run_records(run.id, "", 100)
     assert [record.event_key for record in page.events] == ["started"] + [
         f"k{i}" for i in range(20)

@@ -36,6 +36,12 @@ EXPECTED = {
     "INVALID_ARGUMENT_READ": ("INVALID_ARGUMENT", True),
     "STORED_STATE_CORRUPT": ("DATA_LOSS", True),
     "TRANSIENT": ("UNAVAILABLE", False),
+    # Product memory (D5): a stale context save is ABORTED but permanent, so
+    # clients reload instead of retrying blindly.
+    "IDEMPOTENCY_CONFLICT": ("ALREADY_EXISTS", True),
+    "CONTEXT_NOT_FOUND": ("NOT_FOUND", True),
+    "CONTEXT_VERSION_NOT_FOUND": ("NOT_FOUND", True),
+    "CONTEXT_VERSION_CONFLICT": ("ABORTED", True),
     # Client-side only: a status outside the table (no ErrorInfo from runstore).
     "RPC_ERROR": ("UNKNOWN", False),
 }

@@ -9,7 +9,8 @@ catch ``ContractError`` for failures a retry cannot fix; ``TransientError`` is
 retried for you per ``RetryPolicy``.
 """
 
-from runstore.client import records, transcript
+from runstore.client import records as records
+from runstore.client import transcript as transcript
 from runstore.client.errors import from_rpc_error
 from runstore.client.model import (
     NO_RECORD,

@@ -367,6 +367,43 @@ class InvalidTranscriptPositionError(InvalidArgumentError):
     default_message = "invalid transcript position"
 
 
+# --- Product memory (D5) ----------------------------------------------------------
+
+
+class IdempotencyConflictError(ConflictError):
+    """An idempotency key was already used by a call with different content."""
+
+    reason = "IDEMPOTENCY_CONFLICT"
+    default_message = "idempotency key was used with different content"
+
+
+class ContextNotFoundError(NotFoundError):
+    """No snapshot was ever saved under the context key (or it was deleted)."""
+
+    reason = "CONTEXT_NOT_FOUND"
+    default_message = "context not found"
+
+
+class ContextVersionNotFoundError(NotFoundError):
+    """The asked-for version is not kept (never existed or pruned)."""
+
+    reason = "CONTEXT_VERSION_NOT_FOUND"
+    default_message = "context version not found"
+
+
+class ContextVersionConflictError(ContractError):
+    """A save named a version that is no longer current; metadata
+    ``current_version`` says which one is. Reload, merge and save again."""
+
+    reason = "CONTEXT_VERSION_CONFLICT"
+    code = "ABORTED"
+    default_message = "context version conflict"
+
+    @property
+    def current_version(self) -> int:
+        return int(self.details.get("current_version", "0"))
+
+
 class CorruptStateError(ContractError):
     """The store's own data violates the contract; never repaired silently."""
 

@@ -20,14 +20,22 @@ from grpc_reflection.v1alpha import reflection
 from sqlalchemy.engine import make_url
 
 from runstore.server.config import ServerConfig
+from runstore.server.core.context import ContextStore
+from runstore.server.core.memory import MemoryStore
 from runstore.server.core.ports import Database
 from runstore.server.core.store import PageLimits, RuntimeStore
 from runstore.server.db import migrate
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
+from runstore.server.servicers.context_store import ContextStoreServicer
+from runstore.server.servicers.memory_store import MemoryStoreServicer
 from runstore.server.servicers.runtime_store import RuntimeStoreServicer
 from runstore.server.servicers.session_admin import SessionAdminServicer
 from runstore.v1 import (
+    context_store_pb2,
+    context_store_pb2_grpc,
+    memory_store_pb2,
+    memory_store_pb2_grpc,
     runtime_store_pb2,
     runtime_store_pb2_grpc,
     session_admin_pb2,
@@ -39,6 +47,8 @@ log = logging.getLogger(__name__)
 SERVICE_NAMES = (
     runtime_store_pb2.DESCRIPTOR.services_by_name["RuntimeStore"].full_name,
     session_admin_pb2.DESCRIPTOR.services_by_name["SessionAdmin"].full_name,
+    memory_store_pb2.DESCRIPTOR.services_by_name["MemoryStore"].full_name,
+    context_store_pb2.DESCRIPTOR.services_by_name["ContextStore"].full_name,
 )
 
 
@@ -81,21 +91,46 @@ async def open_database(config: ServerConfig) -> AsyncIterator[Database]:
         await db.close()
 
 
-def create_store(config: ServerConfig, db: Database) -> RuntimeStore:
-    return RuntimeStore(
-        db, limits=PageLimits(records=config.page_limit, payload_bytes=config.page_bytes)
+@dataclass(frozen=True)
+class Stores:
+    """The store cores one server serves, all over one database."""
+
+    runtime: RuntimeStore
+    memory: MemoryStore
+    context: ContextStore
+
+
+def create_stores(config: ServerConfig, db: Database) -> Stores:
+    return Stores(
+        runtime=RuntimeStore(
+            db, limits=PageLimits(records=config.page_limit, payload_bytes=config.page_bytes)
+        ),
+        memory=MemoryStore(db, page_limit=config.page_limit),
+        context=ContextStore(
+            db, versions_kept=config.context_versions_kept, page_limit=config.page_limit
+        ),
     )
 
 
-async def build_server(config: ServerConfig, store: RuntimeStore) -> RunningServer:
+async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
     """A started server with every service, health and reflection."""
     options = [
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
     ]
     server = grpc.aio.server(options=options)
-    runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(RuntimeStoreServicer(store), server)
-    session_admin_pb2_grpc.add_SessionAdminServicer_to_server(SessionAdminServicer(store), server)
+    runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
+        RuntimeStoreServicer(stores.runtime), server
+    )
+    session_admin_pb2_grpc.add_SessionAdminServicer_to_server(
+        SessionAdminServicer(stores.runtime), server
+    )
+    memory_store_pb2_grpc.add_MemoryStoreServicer_to_server(
+        MemoryStoreServicer(stores.memory), server
+    )
+    context_store_pb2_grpc.add_ContextStoreServicer_to_server(
+        ContextStoreServicer(stores.context), server
+    )
 
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -123,7 +158,7 @@ async def serve(config: ServerConfig) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     async with open_database(config) as db:
-        running = await build_server(config, create_store(config, db))
+        running = await build_server(config, create_stores(config, db))
         log.info(
             "runstore serving on %s (port %d), database %s",
             config.listen,

@@ -56,6 +56,9 @@ class ServerConfig:
     page_bytes: int = field(
         default=4 * 1024 * 1024, metadata={"help": "payload bytes after which a page is cut"}
     )
+    context_versions_kept: int = field(
+        default=10, metadata={"help": "how many versions of each context key stay readable"}
+    )
     max_message_bytes: int = field(
         default=16 * 1024 * 1024, metadata={"help": "largest gRPC message accepted or sent"}
     )

@@ -259,3 +259,52 @@ class RepairResult:
 class Page:
     events: list[StoredRecord]
     next_cursor: str = ""
+
+
+# --- Product memory (§12, D5) ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEvent:
+    """One memory event; ``data`` is a JSON object kept byte for byte."""
+
+    type: str
+    timestamp: Nanos | None
+    data: bytes
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAppend:
+    """What an idempotent append stored, so that a retry can repeat its result."""
+
+    digest: bytes
+    first_position: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """Where an append put its items (positions count from 0)."""
+
+    first_position: int
+    count: int
+    inserted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ContextHead:
+    """A context key's current snapshot version (0: none yet) and transcript length."""
+
+    version: int
+    transcript_count: int
+    saved_at: Nanos | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextVersion:
+    """One kept snapshot: the serialised ``ContextSnapshot``, stored byte for byte."""
+
+    version: int
+    snapshot: bytes
+    saved_at: Nanos

@@ -14,11 +14,15 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Final, Protocol, TypeVar
 
 from runstore.server.core.model import (
+    ContextHead,
+    ContextVersion,
+    MemoryEvent,
     Nanos,
     Record,
     Run,
     RunChange,
     Session,
+    StoredAppend,
     StoredRecord,
 )
 
@@ -108,6 +112,68 @@ class Transaction(Protocol):
         """Stores ``record`` with its run's next ID and, when the record belongs
         to a session, the session's next position (D3). Returns the ID."""
         ...
+
+    # --- Memory store (§12) ------------------------------------------------------
+
+    async def memory_event_count(self, agent_id: str, run_id: str) -> int:
+        """Events stored for (agent, run); 0 for an unknown run."""
+        ...
+
+    async def memory_events(
+        self, agent_id: str, run_id: str, after: int, limit: int
+    ) -> list[MemoryEvent]:
+        """At most ``limit`` events from position ``after`` (0-based), in order."""
+        ...
+
+    async def lock_memory_run(self, agent_id: str, run_id: str) -> int:
+        """Creates the run's history if needed, locks it, returns its length."""
+        ...
+
+    async def append_memory_events(
+        self, agent_id: str, run_id: str, first_position: int, events: list[MemoryEvent]
+    ) -> None:
+        """Stores ``events`` at consecutive positions from ``first_position``."""
+        ...
+
+    async def memory_append_request(
+        self, agent_id: str, run_id: str, idempotency_key: str
+    ) -> StoredAppend | None: ...
+
+    async def remember_memory_append(
+        self, agent_id: str, run_id: str, idempotency_key: str, stored: StoredAppend
+    ) -> None: ...
+
+    # --- Context store (D5) ------------------------------------------------------
+
+    async def context_head(self, key: str) -> ContextHead | None: ...
+
+    async def lock_context(self, key: str) -> ContextHead:
+        """Creates the key if needed (version 0), locks it, returns its head."""
+        ...
+
+    async def context_version(self, key: str, version: int) -> ContextVersion | None: ...
+
+    async def save_context_version(self, key: str, version: ContextVersion, keep_from: int) -> None:
+        """Stores ``version`` as current and drops versions older than ``keep_from``."""
+        ...
+
+    async def delete_context(self, key: str) -> bool:
+        """Removes the key's versions, transcript and requests; False if unknown."""
+        ...
+
+    async def context_transcript(self, key: str, after: int, limit: int) -> list[bytes]: ...
+
+    async def append_context_transcript(
+        self, key: str, first_position: int, messages: list[bytes]
+    ) -> None: ...
+
+    async def context_append_request(
+        self, key: str, idempotency_key: str
+    ) -> StoredAppend | None: ...
+
+    async def remember_context_append(
+        self, key: str, idempotency_key: str, stored: StoredAppend
+    ) -> None: ...
 
 
 class Database(Protocol):

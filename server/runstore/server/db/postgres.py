@@ -89,6 +89,9 @@ class _PostgresTransaction(SqlTransaction):
     async def _run(self, statement: Compiled, **params: Any) -> None:
         await self._conn.execute(statement.sql, *statement.args(params))
 
+    async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
+        await self._conn.executemany(statement.sql, [statement.args(row) for row in rows])
+
 
 def _is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.PostgresError) and exc.sqlstate in _RETRYABLE_SQLSTATES

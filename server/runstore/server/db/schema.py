@@ -109,3 +109,76 @@ records = Table(
         postgresql_where=text("session_position IS NOT NULL"),
     ),
 )
+
+# --- Product memory (§12, D5): their own tables, no link to the runtime store ---
+
+memory_runs = Table(
+    "memory_runs",
+    metadata,
+    Column("agent_id", Text, primary_key=True),
+    Column("run_id", Text, primary_key=True),
+    # Events stored: the next event's position. Locked by appenders.
+    Column("event_count", BigInteger, nullable=False),
+)
+
+memory_events = Table(
+    "memory_events",
+    metadata,
+    Column("agent_id", Text, primary_key=True),
+    Column("run_id", Text, primary_key=True),
+    Column("position", BigInteger, primary_key=True),
+    Column("type", Text, nullable=False),
+    Column("timestamp", BigInteger, nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Column("labels", Text, nullable=False),
+)
+
+memory_appends = Table(
+    "memory_appends",
+    metadata,
+    Column("agent_id", Text, primary_key=True),
+    Column("run_id", Text, primary_key=True),
+    Column("idempotency_key", Text, primary_key=True),
+    Column("digest", LargeBinary, nullable=False),
+    Column("first_position", BigInteger, nullable=False),
+    Column("count", Integer, nullable=False),
+)
+
+context_keys = Table(
+    "context_keys",
+    metadata,
+    Column("context_key", Text, primary_key=True),
+    # The current snapshot version (0: none yet); locked by savers.
+    Column("version", BigInteger, nullable=False),
+    Column("saved_at", BigInteger, nullable=True),
+    Column("transcript_count", BigInteger, nullable=False),
+)
+
+context_versions = Table(
+    "context_versions",
+    metadata,
+    Column("context_key", Text, primary_key=True),
+    Column("version", BigInteger, primary_key=True),
+    # A serialised runstore.v1.ContextSnapshot, byte for byte.
+    Column("snapshot", LargeBinary, nullable=False),
+    Column("saved_at", BigInteger, nullable=False),
+)
+
+context_transcript = Table(
+    "context_transcript",
+    metadata,
+    Column("context_key", Text, primary_key=True),
+    Column("position", BigInteger, primary_key=True),
+    # A serialised runstore.v1.ContextMessage, byte for byte.
+    Column("message", LargeBinary, nullable=False),
+)
+
+context_appends = Table(
+    "context_appends",
+    metadata,
+    Column("context_key", Text, primary_key=True),
+    Column("idempotency_key", Text, primary_key=True),
+    Column("digest", LargeBinary, nullable=False),
+    Column("first_position", BigInteger, nullable=False),
+    Column("count", Integer, nullable=False),
+)

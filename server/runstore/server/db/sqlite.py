@@ -83,6 +83,9 @@ class _SqliteTransaction(SqlTransaction):
     async def _run(self, statement: Compiled, **params: Any) -> None:
         self._conn.execute(statement.sql, statement.args(params))
 
+    async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
+        self._conn.executemany(statement.sql, [statement.args(row) for row in rows])
+
 
 _Job = tuple[
     Callable[[Transaction], Coroutine[Any, Any, Any]],

@@ -26,6 +26,8 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -43,7 +45,19 @@ from runstore.server.core.model import (
     StartOutcome,
     StoredRecord,
 )
-from runstore.server.db.schema import records, runs, session_tombstones, sessions
+from runstore.server.db.schema import (
+    context_appends,
+    context_keys,
+    context_transcript,
+    context_versions,
+    memory_appends,
+    memory_events,
+    memory_runs,
+    records,
+    runs,
+    session_tombstones,
+    sessions,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +268,115 @@ def _run_change() -> Any:
     )
 
 
+def _insert_if_missing(dialect: Dialect, table: Any, **values: Any) -> Any:
+    """INSERT ... ON CONFLICT DO NOTHING in the dialect's own spelling."""
+    if dialect.name == "postgresql":
+        return postgresql_insert(table).values(**values).on_conflict_do_nothing()
+    return sqlite_insert(table).values(**values).on_conflict_do_nothing()
+
+
+def _product_memory_sources(dialect: Dialect) -> dict[str, ClauseElement]:
+    def binds(table: Any) -> dict[str, Any]:
+        return {column.name: bindparam(column.name) for column in table.columns}
+
+    memory_run = (memory_runs.c.agent_id == bindparam("agent_id")) & (
+        memory_runs.c.run_id == bindparam("run_id")
+    )
+    memory_count = select(memory_runs.c.event_count).where(memory_run)
+    context_key = context_keys.c.context_key == bindparam("context_key")
+    head = select(context_keys.c.version, context_keys.c.transcript_count, context_keys.c.saved_at)
+    return {
+        "memory_event_count": memory_count,
+        "memory_run_create": _insert_if_missing(
+            dialect,
+            memory_runs,
+            agent_id=bindparam("agent_id"),
+            run_id=bindparam("run_id"),
+            event_count=0,
+        ),
+        "memory_run_lock": memory_count.with_for_update(),
+        "memory_events": select(
+            memory_events.c.type,
+            memory_events.c.timestamp,
+            memory_events.c.data,
+            memory_events.c.labels,
+        )
+        .where(
+            memory_events.c.agent_id == bindparam("agent_id"),
+            memory_events.c.run_id == bindparam("run_id"),
+            memory_events.c.position >= bindparam("after"),
+        )
+        .order_by(memory_events.c.position)
+        .limit(bindparam("limit")),
+        "insert_memory_event": insert(memory_events).values(binds(memory_events)),
+        "grow_memory_run": update(memory_runs)
+        .where(memory_run)
+        .values(event_count=memory_runs.c.event_count + bindparam("added", type_=BigInteger)),
+        "memory_append_request": select(
+            memory_appends.c.digest, memory_appends.c.first_position, memory_appends.c.count
+        ).where(
+            memory_appends.c.agent_id == bindparam("agent_id"),
+            memory_appends.c.run_id == bindparam("run_id"),
+            memory_appends.c.idempotency_key == bindparam("idempotency_key"),
+        ),
+        "insert_memory_append": insert(memory_appends).values(binds(memory_appends)),
+        "context_head": head.where(context_key),
+        "context_create": _insert_if_missing(
+            dialect,
+            context_keys,
+            context_key=bindparam("context_key"),
+            version=0,
+            saved_at=None,
+            transcript_count=0,
+        ),
+        "context_lock": head.where(context_key).with_for_update(),
+        "context_version": select(
+            context_versions.c.version, context_versions.c.snapshot, context_versions.c.saved_at
+        ).where(
+            context_versions.c.context_key == bindparam("context_key"),
+            context_versions.c.version == bindparam("version"),
+        ),
+        "insert_context_version": insert(context_versions).values(binds(context_versions)),
+        "set_context_version": update(context_keys)
+        .where(context_key)
+        .values(version=bindparam("version"), saved_at=bindparam("saved_at")),
+        "prune_context_versions": delete(context_versions).where(
+            context_versions.c.context_key == bindparam("context_key"),
+            context_versions.c.version < bindparam("keep_from"),
+        ),
+        "delete_context_versions": delete(context_versions).where(
+            context_versions.c.context_key == bindparam("context_key")
+        ),
+        "delete_context_transcript": delete(context_transcript).where(
+            context_transcript.c.context_key == bindparam("context_key")
+        ),
+        "delete_context_appends": delete(context_appends).where(
+            context_appends.c.context_key == bindparam("context_key")
+        ),
+        "delete_context_key": delete(context_keys).where(context_key),
+        "context_transcript": select(context_transcript.c.message)
+        .where(
+            context_transcript.c.context_key == bindparam("context_key"),
+            context_transcript.c.position >= bindparam("after"),
+        )
+        .order_by(context_transcript.c.position)
+        .limit(bindparam("limit")),
+        "insert_context_message": insert(context_transcript).values(binds(context_transcript)),
+        "grow_context_transcript": update(context_keys)
+        .where(context_key)
+        .values(
+            transcript_count=context_keys.c.transcript_count + bindparam("added", type_=BigInteger)
+        ),
+        "context_append_request": select(
+            context_appends.c.digest, context_appends.c.first_position, context_appends.c.count
+        ).where(
+            context_appends.c.context_key == bindparam("context_key"),
+            context_appends.c.idempotency_key == bindparam("idempotency_key"),
+        ),
+        "insert_context_append": insert(context_appends).values(binds(context_appends)),
+    }
+
+
 def _statement_sources() -> dict[str, ClauseElement]:
     session_by_id = select(*SESSION_COLUMNS).where(sessions.c.session_id == bindparam("session_id"))
     run_by_id = select(*RUN_COLUMNS).where(runs.c.run_id == bindparam("run_id"))
@@ -377,8 +500,32 @@ class Statements:
     next_record_id: Compiled
     next_session_position: Compiled
     insert_record: Compiled
+    memory_event_count: Compiled
+    memory_run_create: Compiled
+    memory_run_lock: Compiled
+    memory_events: Compiled
+    insert_memory_event: Compiled
+    grow_memory_run: Compiled
+    memory_append_request: Compiled
+    insert_memory_append: Compiled
+    context_head: Compiled
+    context_create: Compiled
+    context_lock: Compiled
+    context_version: Compiled
+    insert_context_version: Compiled
+    set_context_version: Compiled
+    prune_context_versions: Compiled
+    delete_context_versions: Compiled
+    delete_context_transcript: Compiled
+    delete_context_appends: Compiled
+    delete_context_key: Compiled
+    context_transcript: Compiled
+    insert_context_message: Compiled
+    grow_context_transcript: Compiled
+    context_append_request: Compiled
+    insert_context_append: Compiled
 
     @classmethod
     def compile(cls, dialect: Dialect) -> Statements:
-        sources = _statement_sources()
+        sources = {**_statement_sources(), **_product_memory_sources(dialect)}
         return cls(**{name: compile_for(stmt, dialect) for name, stmt in sources.items()})

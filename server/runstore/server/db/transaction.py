@@ -7,9 +7,21 @@ driver's connection; statements come compiled for its dialect
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from runstore.server.core.model import Nanos, Record, Run, RunChange, Session, StoredRecord
+from runstore.server.core.model import (
+    ContextHead,
+    ContextVersion,
+    MemoryEvent,
+    Nanos,
+    Record,
+    Run,
+    RunChange,
+    Session,
+    StoredAppend,
+    StoredRecord,
+)
 from runstore.server.core.ports import PURGED, SessionLookup, Transaction
 from runstore.server.db import statements as sql
 from runstore.server.db.statements import Compiled, Statements
@@ -36,6 +48,10 @@ class SqlTransaction(Transaction):
 
     async def _run(self, statement: Compiled, **params: Any) -> None:
         """Executes ``statement`` for its effect."""
+        raise NotImplementedError
+
+    async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
+        """Executes ``statement`` once per parameter set."""
         raise NotImplementedError
 
     async def session(self, session_id: str, *, for_update: bool = False) -> SessionLookup:
@@ -135,3 +151,146 @@ class SqlTransaction(Transaction):
             position = row[0]
         await self._run(self._sql.insert_record, **sql.record_params(record, record_id, position))
         return int(record_id)
+
+    # --- Memory store (§12) ---------------------------------------------------------
+
+    async def memory_event_count(self, agent_id: str, run_id: str) -> int:
+        row = await self._one(self._sql.memory_event_count, agent_id=agent_id, run_id=run_id)
+        return int(row[0]) if row is not None else 0
+
+    async def memory_events(
+        self, agent_id: str, run_id: str, after: int, limit: int
+    ) -> list[MemoryEvent]:
+        rows = await self._all(
+            self._sql.memory_events, agent_id=agent_id, run_id=run_id, after=after, limit=limit
+        )
+        return [MemoryEvent(row[0], row[1], bytes(row[2]), json.loads(row[3])) for row in rows]
+
+    async def lock_memory_run(self, agent_id: str, run_id: str) -> int:
+        await self._run(self._sql.memory_run_create, agent_id=agent_id, run_id=run_id)
+        row = await self._one(self._sql.memory_run_lock, agent_id=agent_id, run_id=run_id)
+        return int(row[0])
+
+    async def append_memory_events(
+        self, agent_id: str, run_id: str, first_position: int, events: list[MemoryEvent]
+    ) -> None:
+        await self._many(
+            self._sql.insert_memory_event,
+            [
+                {
+                    "agent_id": agent_id,
+                    "run_id": run_id,
+                    "position": first_position + offset,
+                    "type": event.type,
+                    "timestamp": event.timestamp,
+                    "data": event.data,
+                    "labels": sql.labels_to_text(event.labels),
+                }
+                for offset, event in enumerate(events)
+            ],
+        )
+        await self._run(
+            self._sql.grow_memory_run, agent_id=agent_id, run_id=run_id, added=len(events)
+        )
+
+    async def memory_append_request(
+        self, agent_id: str, run_id: str, idempotency_key: str
+    ) -> StoredAppend | None:
+        row = await self._one(
+            self._sql.memory_append_request,
+            agent_id=agent_id,
+            run_id=run_id,
+            idempotency_key=idempotency_key,
+        )
+        return StoredAppend(bytes(row[0]), row[1], row[2]) if row is not None else None
+
+    async def remember_memory_append(
+        self, agent_id: str, run_id: str, idempotency_key: str, stored: StoredAppend
+    ) -> None:
+        await self._run(
+            self._sql.insert_memory_append,
+            agent_id=agent_id,
+            run_id=run_id,
+            idempotency_key=idempotency_key,
+            digest=stored.digest,
+            first_position=stored.first_position,
+            count=stored.count,
+        )
+
+    # --- Context store (D5) -----------------------------------------------------------
+
+    async def context_head(self, key: str) -> ContextHead | None:
+        row = await self._one(self._sql.context_head, context_key=key)
+        return ContextHead(row[0], row[1], row[2]) if row is not None else None
+
+    async def lock_context(self, key: str) -> ContextHead:
+        await self._run(self._sql.context_create, context_key=key)
+        row = await self._one(self._sql.context_lock, context_key=key)
+        return ContextHead(row[0], row[1], row[2])
+
+    async def context_version(self, key: str, version: int) -> ContextVersion | None:
+        row = await self._one(self._sql.context_version, context_key=key, version=version)
+        return ContextVersion(row[0], bytes(row[1]), row[2]) if row is not None else None
+
+    async def save_context_version(self, key: str, version: ContextVersion, keep_from: int) -> None:
+        await self._run(
+            self._sql.insert_context_version,
+            context_key=key,
+            version=version.version,
+            snapshot=version.snapshot,
+            saved_at=version.saved_at,
+        )
+        await self._run(
+            self._sql.set_context_version,
+            context_key=key,
+            version=version.version,
+            saved_at=version.saved_at,
+        )
+        await self._run(self._sql.prune_context_versions, context_key=key, keep_from=keep_from)
+
+    async def delete_context(self, key: str) -> bool:
+        existed = await self._one(self._sql.context_lock, context_key=key) is not None
+        for statement in (
+            self._sql.delete_context_versions,
+            self._sql.delete_context_transcript,
+            self._sql.delete_context_appends,
+            self._sql.delete_context_key,
+        ):
+            await self._run(statement, context_key=key)
+        return existed
+
+    async def context_transcript(self, key: str, after: int, limit: int) -> list[bytes]:
+        rows = await self._all(
+            self._sql.context_transcript, context_key=key, after=after, limit=limit
+        )
+        return [bytes(row[0]) for row in rows]
+
+    async def append_context_transcript(
+        self, key: str, first_position: int, messages: list[bytes]
+    ) -> None:
+        await self._many(
+            self._sql.insert_context_message,
+            [
+                {"context_key": key, "position": first_position + offset, "message": message}
+                for offset, message in enumerate(messages)
+            ],
+        )
+        await self._run(self._sql.grow_context_transcript, context_key=key, added=len(messages))
+
+    async def context_append_request(self, key: str, idempotency_key: str) -> StoredAppend | None:
+        row = await self._one(
+            self._sql.context_append_request, context_key=key, idempotency_key=idempotency_key
+        )
+        return StoredAppend(bytes(row[0]), row[1], row[2]) if row is not None else None
+
+    async def remember_context_append(
+        self, key: str, idempotency_key: str, stored: StoredAppend
+    ) -> None:
+        await self._run(
+            self._sql.insert_context_append,
+            context_key=key,
+            idempotency_key=idempotency_key,
+            digest=stored.digest,
+            first_position=stored.first_position,
+            count=stored.count,
+        )

@@ -1,0 +1,195 @@
+"""The versioned conversation context (seed 004, D5).
+
+A snapshot per key replaced only by a save that names the current version, so
+an older result can never overwrite a newer one; the last N versions stay
+readable; an append-only transcript per key keeps the full history after
+compaction. Snapshots and transcript messages are serialised wire messages,
+stored and returned byte for byte: the store checks their shape at the edge
+and otherwise never reinterprets them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from runstore.contract.errors import (
+    ContextNotFoundError,
+    ContextVersionConflictError,
+    ContextVersionNotFoundError,
+    IdempotencyConflictError,
+    ValidationError,
+)
+from runstore.server.core import paging
+from runstore.server.core.model import AppendOutcome, ContextVersion, Nanos, StoredAppend
+from runstore.server.core.ports import Database, Transaction
+
+DEFAULT_VERSIONS_KEPT: Final = 10
+DEFAULT_TRANSCRIPT_PAGE: Final = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class StoredContext:
+    key: str
+    version: int
+    snapshot: bytes
+    saved_at: Nanos
+    current_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptPage:
+    messages: list[bytes]
+    next_cursor: str = ""
+
+
+class ContextStore:
+    """The context store's rules over a ``Database``.
+
+    Args:
+        db: Runs the transactions.
+        versions_kept: How many versions of a key stay readable (at least 1).
+        page_limit: Largest ListTranscript page.
+        clock: Wall clock for ``saved_at``.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        versions_kept: int = DEFAULT_VERSIONS_KEPT,
+        page_limit: int = DEFAULT_TRANSCRIPT_PAGE,
+        clock: Callable[[], Nanos] = time.time_ns,
+    ) -> None:
+        if versions_kept < 1:
+            raise ValueError("versions_kept must be at least 1")
+        self._db = db
+        self._versions_kept = versions_kept
+        self._page_limit = page_limit
+        self._clock = clock
+
+    async def get_context(self, key: str, version: int = 0) -> StoredContext:
+        """The current snapshot, or a kept older ``version``."""
+        _check_key(key)
+        if version < 0:
+            raise ValidationError("version must not be negative", field="version")
+
+        async def tx_fn(tx: Transaction) -> StoredContext:
+            head = await tx.context_head(key)
+            if head is None or head.version == 0:
+                raise ContextNotFoundError(details={"key": key})
+            wanted = version or head.version
+            stored = await tx.context_version(key, wanted) if wanted <= head.version else None
+            if stored is None:
+                raise ContextVersionNotFoundError(
+                    f"context version {wanted} is not kept",
+                    details={"key": key, "current_version": str(head.version)},
+                )
+            return StoredContext(
+                key, stored.version, stored.snapshot, stored.saved_at, head.version
+            )
+
+        return await self._db.read(tx_fn)
+
+    async def save_context(self, key: str, snapshot: bytes, expected_version: int) -> int:
+        """Replaces the snapshot if ``expected_version`` is current (0 creates).
+
+        Retrying a save that already succeeded (its reply was lost) finds its
+        own snapshot as the current version and returns that version.
+        """
+        _check_key(key)
+        if expected_version < 0:
+            raise ValidationError("expected_version must not be negative", field="expected_version")
+
+        async def tx_fn(tx: Transaction) -> int:
+            head = await tx.lock_context(key)
+            if expected_version != head.version:
+                if head.version == expected_version + 1:
+                    current = await tx.context_version(key, head.version)
+                    if current is not None and current.snapshot == snapshot:
+                        return head.version
+                raise ContextVersionConflictError(
+                    f"context version conflict: expected {expected_version}, "
+                    f"current is {head.version}",
+                    details={"key": key, "current_version": str(head.version)},
+                )
+            version = head.version + 1
+            await tx.save_context_version(
+                key,
+                ContextVersion(version, snapshot, self._clock()),
+                keep_from=version - self._versions_kept + 1,
+            )
+            return version
+
+        return await self._db.write(tx_fn)
+
+    async def delete_context(self, key: str) -> bool:
+        """Removes everything of the key; False when there was nothing."""
+        _check_key(key)
+
+        async def tx_fn(tx: Transaction) -> bool:
+            return await tx.delete_context(key)
+
+        return await self._db.write(tx_fn)
+
+    async def append_transcript(
+        self, key: str, messages: Sequence[bytes], idempotency_key: str
+    ) -> AppendOutcome:
+        """Appends messages in order, atomically; a retried idempotent call
+        appends nothing (D5)."""
+        _check_key(key)
+        digest = _digest(messages)
+
+        async def tx_fn(tx: Transaction) -> AppendOutcome:
+            head = await tx.lock_context(key)
+            if idempotency_key:
+                earlier = await tx.context_append_request(key, idempotency_key)
+                if earlier is not None:
+                    if earlier.digest != digest:
+                        raise IdempotencyConflictError(
+                            details={"key": key, "idempotency_key": idempotency_key}
+                        )
+                    return AppendOutcome(earlier.first_position, earlier.count, False)
+            first = head.transcript_count
+            if messages:
+                await tx.append_context_transcript(key, first, list(messages))
+            if idempotency_key:
+                await tx.remember_context_append(
+                    key, idempotency_key, StoredAppend(digest, first, len(messages))
+                )
+            return AppendOutcome(first, len(messages), True)
+
+        return await self._db.write(tx_fn)
+
+    async def list_transcript(self, key: str, cursor: str, limit: int) -> TranscriptPage:
+        """One page, oldest first; an unknown key has an empty transcript."""
+        _check_key(key)
+        if limit < 0:
+            raise ValidationError("limit must not be negative", field="limit")
+        after = paging.parse_cursor(cursor)
+        page_size = min(limit or self._page_limit, self._page_limit)
+
+        async def tx_fn(tx: Transaction) -> TranscriptPage:
+            head = await tx.context_head(key)
+            total = head.transcript_count if head is not None else 0
+            messages = await tx.context_transcript(key, after, page_size) if total else []
+            end = after + len(messages)
+            return TranscriptPage(messages, str(end) if end < total else "")
+
+        return await self._db.read(tx_fn)
+
+
+def _check_key(key: str) -> None:
+    if not key:
+        raise ValidationError("context key is required", field="key")
+
+
+def _digest(messages: Sequence[bytes]) -> bytes:
+    digest = hashlib.sha256()
+    for message in messages:
+        digest.update(len(message).to_bytes(8, "big"))
+        digest.update(message)
+    return digest.digest()

@@ -1,0 +1,146 @@
+"""The per-run memory store (§12, D5): ordered events per (agent, run).
+
+Independent of the runtime store: no lifecycle rules, own tables. Appends are
+atomic and keep the given order; an optional idempotency key makes a retried
+call append nothing (Q18, D5).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from runstore.contract.errors import IdempotencyConflictError, ValidationError
+from runstore.server.core import paging
+from runstore.server.core.model import AppendOutcome, MemoryEvent, StoredAppend
+from runstore.server.core.ports import Database, Transaction
+
+DEFAULT_MEMORY_PAGE: Final = 1000
+
+# Event types and the data keys each must carry (§12, "req.").
+REQUIRED_DATA_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
+    "user_message": (),
+    "assistant_message": (),
+    "tool_call": ("tool_call_id", "tool_name"),
+    "tool_result": ("tool_call_id", "tool_name"),
+    "planner_note": ("note",),
+    "thinking": (),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryPage:
+    events: list[MemoryEvent]
+    event_count: int
+    next_cursor: str = ""
+
+
+def check_memory_event(event: MemoryEvent, index: int) -> None:
+    """The event shape of §12: a known type, a time, a JSON object with the
+    type's required string keys."""
+    where = f"events[{index}]"
+    if event.type not in REQUIRED_DATA_KEYS:
+        known = ", ".join(REQUIRED_DATA_KEYS)
+        raise ValidationError(
+            f"memory event type {event.type!r} is not one of {known}", field=f"{where}.type"
+        )
+    if event.timestamp is None:
+        raise ValidationError("memory event timestamp is required", field=f"{where}.timestamp")
+    try:
+        data = json.loads(event.data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ValidationError(
+            "memory event data must be a JSON object", field=f"{where}.data"
+        ) from None
+    if not isinstance(data, dict):
+        raise ValidationError("memory event data must be a JSON object", field=f"{where}.data")
+    for key in REQUIRED_DATA_KEYS[event.type]:
+        value = data.get(key)
+        if not isinstance(value, str) or not value:
+            raise ValidationError(
+                f"{event.type} data requires a non-empty string {key!r}", field=f"{where}.data"
+            )
+
+
+def _digest(events: Sequence[MemoryEvent]) -> bytes:
+    """What an idempotent retry must repeat exactly."""
+    digest = hashlib.sha256()
+    for event in events:
+        for part in (
+            event.type.encode(),
+            str(event.timestamp).encode(),
+            event.data,
+            json.dumps(dict(event.labels), sort_keys=True).encode(),
+        ):
+            digest.update(len(part).to_bytes(8, "big"))
+            digest.update(part)
+    return digest.digest()
+
+
+class MemoryStore:
+    """The memory store's rules over a ``Database``."""
+
+    def __init__(self, db: Database, *, page_limit: int = DEFAULT_MEMORY_PAGE) -> None:
+        self._db = db
+        self._page_limit = page_limit
+
+    async def load_run(self, agent_id: str, run_id: str, cursor: str, limit: int) -> MemoryPage:
+        """Events oldest first; an unknown run is an empty snapshot (§12)."""
+        _check_ids(agent_id, run_id)
+        if limit < 0:
+            raise ValidationError("limit must not be negative", field="limit")
+        after = paging.parse_cursor(cursor)
+        page_size = min(limit or self._page_limit, self._page_limit)
+
+        async def tx_fn(tx: Transaction) -> MemoryPage:
+            count = await tx.memory_event_count(agent_id, run_id)
+            if not count:
+                return MemoryPage([], 0)
+            events = await tx.memory_events(agent_id, run_id, after, page_size)
+            end = after + len(events)
+            return MemoryPage(events, count, str(end) if end < count else "")
+
+        return await self._db.read(tx_fn)
+
+    async def append_events(
+        self, agent_id: str, run_id: str, events: Sequence[MemoryEvent], idempotency_key: str
+    ) -> AppendOutcome:
+        """Appends atomically in order; zero events is a no-op (§12)."""
+        _check_ids(agent_id, run_id)
+        for index, event in enumerate(events):
+            check_memory_event(event, index)
+        digest = _digest(events)
+
+        async def tx_fn(tx: Transaction) -> AppendOutcome:
+            count = await tx.lock_memory_run(agent_id, run_id)
+            if idempotency_key:
+                earlier = await tx.memory_append_request(agent_id, run_id, idempotency_key)
+                if earlier is not None:
+                    return _replayed(earlier, digest, idempotency_key)
+            if events:
+                await tx.append_memory_events(agent_id, run_id, count, list(events))
+            if idempotency_key:
+                await tx.remember_memory_append(
+                    agent_id, run_id, idempotency_key, StoredAppend(digest, count, len(events))
+                )
+            return AppendOutcome(count, len(events), True)
+
+        return await self._db.write(tx_fn)
+
+
+def _check_ids(agent_id: str, run_id: str) -> None:
+    if not agent_id:
+        raise ValidationError("agent id is required", field="agent_id")
+    if not run_id:
+        raise ValidationError("run id is required", field="run_id")
+
+
+def _replayed(earlier: StoredAppend, digest: bytes, key: str) -> AppendOutcome:
+    """D5: the same key with the same content appends nothing; with other
+    content it is a conflict."""
+    if earlier.digest != digest:
+        raise IdempotencyConflictError(details={"idempotency_key": key})
+    return AppendOutcome(earlier.first_position, earlier.count, False)
