@@ -46,6 +46,8 @@ async def test_list_shows_every_service(store: Store) -> None:
     assert set(output.split()) >= {
         "runstore.v1.RuntimeStore",
         "runstore.v1.SessionAdmin",
+        "runstore.v1.MemoryStore",
+        "runstore.v1.ContextStore",
         "grpc.health.v1.Health",
         "grpc.reflection.v1alpha.ServerReflection",
     }

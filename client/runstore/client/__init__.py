@@ -9,9 +9,19 @@ catch ``ContractError`` for failures a retry cannot fix; ``TransientError`` is
 retried for you per ``RetryPolicy``.
 """
 
+from runstore.client import context as context
+from runstore.client import memory as memory
 from runstore.client import records as records
 from runstore.client import transcript as transcript
+from runstore.client.context import (
+    ContextMessage,
+    ContextSnapshot,
+    ImageURLPart,
+    RemoteContextStore,
+    VersionedContext,
+)
 from runstore.client.errors import from_rpc_error
+from runstore.client.memory import MemoryEvent, MemorySnapshot, RemoteMemoryStore
 from runstore.client.model import (
     NO_RECORD,
     AppendResult,
@@ -49,11 +59,15 @@ from runstore.contract.errors import (
     ChildRunIDRequiredError,
     ChildSessionIDRequiredError,
     ConflictError,
+    ContextNotFoundError,
+    ContextVersionConflictError,
+    ContextVersionNotFoundError,
     ContinuationMismatchError,
     ContractError,
     CorruptStateError,
     DeadlineExceededError,
     EventConflictError,
+    IdempotencyConflictError,
     InternalError,
     InvalidArgumentError,
     InvalidTranscriptPositionError,
@@ -95,15 +109,24 @@ __all__ = [
     "ChildRunStartResult",
     "ChildSessionIDRequiredError",
     "ConflictError",
+    "ContextMessage",
+    "ContextNotFoundError",
+    "ContextSnapshot",
+    "ContextVersionConflictError",
+    "ContextVersionNotFoundError",
     "ContinuationMismatchError",
     "ContractError",
     "CorruptStateError",
     "DeadlineExceededError",
     "EventConflictError",
+    "IdempotencyConflictError",
+    "ImageURLPart",
     "InternalError",
     "InvalidArgumentError",
     "InvalidTranscriptPositionError",
     "Keepalive",
+    "MemoryEvent",
+    "MemorySnapshot",
     "NotFoundError",
     "OneShotChildRunStart",
     "OneShotChildRunStartResult",
@@ -113,6 +136,8 @@ __all__ = [
     "ParentRunIDRequiredError",
     "PreconditionError",
     "ReadArgumentError",
+    "RemoteContextStore",
+    "RemoteMemoryStore",
     "RemoteSessionAdmin",
     "RemoteStore",
     "RetryClock",
@@ -154,7 +179,10 @@ __all__ = [
     "UnavailableError",
     "UnexpectedRpcError",
     "ValidationError",
+    "VersionedContext",
+    "context",
     "from_rpc_error",
+    "memory",
     "open_channel",
     "records",
     "transcript",

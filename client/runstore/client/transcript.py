@@ -342,6 +342,18 @@ def _write(value: object, out: list[str], where: str) -> None:
         raise TranscriptError(f"{where}: {type(value).__name__} is not a JSON value")
 
 
+def encode_json(value: JSONValue) -> bytes:
+    """Compact JSON of ``value``; numbers decoded by ``decode_json`` keep their text."""
+    out: list[str] = []
+    _write(value, out, "value")
+    return "".join(out).encode("utf-8", "surrogatepass")
+
+
+def decode_json(payload: bytes) -> JSONValue:
+    """Parses JSON strictly (no duplicate keys, no NaN), keeping numbers exact."""
+    return _parse(payload)
+
+
 def _typed(value: object, kind: type, where: str, wanted: str) -> None:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise TranscriptError(f"{where} must be {wanted}, not {type(value).__name__}")
