@@ -191,18 +191,10 @@ def plan_for(args: argparse.Namespace) -> list[dict[str, Any]]:
         cases += [{"workload": name} for name in WRITE_WORKLOADS]
         for size in (small, large):
             session_id, run_id = _history_ids(size)
-            cursor = str(size - 100)
-            cases.append(
-                {"workload": "list_run", "history": size, "run_id": run_id, "cursor": cursor}
-            )
-            cases.append(
-                {
-                    "workload": "list_session",
-                    "history": size,
-                    "session_id": session_id,
-                    "cursor": cursor,
-                }
-            )
+            page = {"history": size, "cursor": str(size - 100)}
+            cases.append({"workload": "list_run", "run_id": run_id, **page})
+            cases.append({"workload": "list_session", "session_id": session_id, **page})
+        cases = [c for c in cases if c["workload"] == "ceiling" or c["workload"] in args.workloads]
         for case in cases:
             for repetition in range(args.repeat):
                 measurements.append({**base, **case, "repetition": repetition})
@@ -263,7 +255,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for backend in args.backend:
         async with database(backend, args.postgres_url) as url:
             await migrate.upgrade(url)
-            for size in args.history:
+            for size in args.history if args.workloads & {"list_run", "list_session"} else ():
                 if backend == "sqlite":
                     await asyncio.to_thread(seed_sqlite, url, size)
                 else:
@@ -277,6 +269,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "commit": _git_commit(),
         "settings": {
+            "workloads": sorted(args.workloads),
             "duration_s": args.duration,
             "repeat": args.repeat,
             "concurrency": args.concurrency,
@@ -323,10 +316,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--history", default=None, help="two history sizes for the page reads (e.g. 10000,1000000)"
     )
     parser.add_argument("--sqlite-synchronous", default="FULL", help="FULL or NORMAL")
+    parser.add_argument(
+        "--workloads",
+        default="append,start_terminal,turn,list_run,list_session",
+        help="comma-separated workloads (the ceiling is always measured)",
+    )
     parser.add_argument("--output", type=Path, default=None, help="JSON file to write")
     args = parser.parse_args(argv)
     args.backend = [b.strip() for b in args.backend.split(",") if b.strip()]
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    args.workloads = {w.strip() for w in args.workloads.split(",") if w.strip()}
     if args.duration is None:
         args.duration = 0.3 if args.quick else 3.0
     if args.warmup is None:

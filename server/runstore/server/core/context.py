@@ -21,6 +21,7 @@ from runstore.contract.errors import (
     ContextVersionConflictError,
     ContextVersionNotFoundError,
     IdempotencyConflictError,
+    ReadArgumentError,
     ValidationError,
 )
 from runstore.server.core import paging
@@ -168,7 +169,7 @@ class ContextStore:
         """One page, oldest first; an unknown key has an empty transcript."""
         _check_key(key)
         if limit < 0:
-            raise ValidationError("limit must not be negative", field="limit")
+            raise ReadArgumentError("limit must not be negative", field="limit")
         after = paging.parse_cursor(cursor)
         page_size = min(limit or self._page_limit, self._page_limit)
 

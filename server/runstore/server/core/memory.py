@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from runstore.contract.errors import IdempotencyConflictError, ValidationError
+from runstore.contract.errors import IdempotencyConflictError, ReadArgumentError, ValidationError
 from runstore.server.core import paging
 from runstore.server.core.model import AppendOutcome, MemoryEvent, StoredAppend
 from runstore.server.core.ports import Database, Transaction
@@ -91,7 +91,7 @@ class MemoryStore:
         """Events oldest first; an unknown run is an empty snapshot (§12)."""
         _check_ids(agent_id, run_id)
         if limit < 0:
-            raise ValidationError("limit must not be negative", field="limit")
+            raise ReadArgumentError("limit must not be negative", field="limit")
         after = paging.parse_cursor(cursor)
         page_size = min(limit or self._page_limit, self._page_limit)
 

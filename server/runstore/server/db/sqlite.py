@@ -53,6 +53,10 @@ class SqliteOptions:
     """Reader threads, each with its own connection."""
     busy_timeout_ms: int = 5000
     """How long a connection waits for a lock held by another process."""
+    write_batch: int = 64
+    """Most write transactions committed together (group commit)."""
+    read_batch: int = 16
+    """Most reads served by one read transaction."""
 
 
 def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -127,7 +131,13 @@ def _rollback(conn: sqlite3.Connection) -> None:
 
 
 class _Worker(threading.Thread):
-    """Owns one connection and runs queued transaction functions one by one."""
+    """Owns one connection and runs queued transaction functions in batches.
+
+    Whatever is queued when the worker wakes runs in one database transaction,
+    each function inside its own savepoint: a failing function rolls back only
+    itself, and one commit (one fsync under ``synchronous=FULL``) makes the
+    whole batch durable before any caller is answered (group commit).
+    """
 
     def __init__(
         self,
@@ -136,12 +146,17 @@ class _Worker(threading.Thread):
         jobs: queue.SimpleQueue[_Job | None],
         begin: str,
         statements: Statements,
+        *,
+        batch_limit: int,
+        savepoints: bool,
     ) -> None:
         super().__init__(name=name, daemon=True)
         self._connect = connect
         self._jobs = jobs
         self._begin = begin
         self._statements = statements
+        self._batch_limit = batch_limit
+        self._savepoints = savepoints
         self.ready = threading.Event()
         self.startup_error: BaseException | None = None
 
@@ -155,19 +170,73 @@ class _Worker(threading.Thread):
         self.ready.set()
         tx = _SqliteTransaction(conn, self._statements)
         try:
-            while (job := self._jobs.get()) is not None:
-                fn, future, loop = job
-                result, error = None, None
-                try:
-                    conn.execute(self._begin)
-                    result = _drive(fn(tx))
-                    conn.execute("COMMIT")
-                except BaseException as exc:
-                    _rollback(conn)
-                    error = _translate(exc)
-                loop.call_soon_threadsafe(_resolve, future, result, error)
+            while True:
+                batch, stop = self._next_batch()
+                if batch:
+                    self._run_batch(conn, tx, batch)
+                if stop:
+                    return
         finally:
             conn.close()
+
+    def _next_batch(self) -> tuple[list[_Job], bool]:
+        """The next job (waiting for it), plus whatever else is already queued."""
+        first = self._jobs.get()
+        if first is None:
+            return [], True
+        batch = [first]
+        while len(batch) < self._batch_limit:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                return batch, True
+            batch.append(job)
+        return batch, False
+
+    def _run_batch(
+        self, conn: sqlite3.Connection, tx: _SqliteTransaction, batch: list[_Job]
+    ) -> None:
+        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        try:
+            conn.execute(self._begin)
+            for fn, future, _ in batch:
+                outcomes.append((future, *self._run_one(conn, tx, fn)))
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            # The database itself failed (not a contract rule): nothing of the
+            # batch is kept, and every caller learns it.
+            _rollback(conn)
+            error = _translate(exc)
+            outcomes = [(future, None, error) for _, future, _ in batch]
+        loops: dict[asyncio.AbstractEventLoop, list[Any]] = {}
+        for (_, _, loop), outcome in zip(batch, outcomes, strict=True):
+            loops.setdefault(loop, []).append(outcome)
+        for loop, resolved in loops.items():
+            loop.call_soon_threadsafe(_resolve_all, resolved)
+
+    def _run_one(
+        self, conn: sqlite3.Connection, tx: _SqliteTransaction, fn: Any
+    ) -> tuple[Any, BaseException | None]:
+        """Runs one function; its contract error undoes only its own writes."""
+        if self._savepoints:
+            conn.execute("SAVEPOINT job")
+        try:
+            result = _drive(fn(tx))
+        except RunstoreError as error:
+            if self._savepoints:
+                conn.execute("ROLLBACK TO job")
+                conn.execute("RELEASE job")
+            return None, error
+        if self._savepoints:
+            conn.execute("RELEASE job")
+        return result, None
+
+
+def _resolve_all(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for future, result, error in outcomes:
+        _resolve(future, result, error)
 
 
 class SqliteDatabase:
@@ -208,6 +277,8 @@ class SqliteDatabase:
                 self._writes,
                 "BEGIN IMMEDIATE",
                 self._statements,
+                batch_limit=self.options.write_batch,
+                savepoints=True,
             )
         )
         for index in range(max(1, self.options.readers)):
@@ -218,6 +289,8 @@ class SqliteDatabase:
                     self._reads,
                     "BEGIN",
                     self._statements,
+                    batch_limit=self.options.read_batch,
+                    savepoints=False,
                 )
             )
         for worker in self._workers:
