@@ -11,6 +11,7 @@ touch anything but their transaction.
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 from runstore.server.core.model import (
@@ -49,6 +50,18 @@ PURGED: Final = _Purged()
 SessionLookup = Session | _Purged | None
 
 
+@dataclass(frozen=True, slots=True)
+class RecordTarget:
+    """Everything writing a record to a run depends on, read in one go."""
+
+    run: Run | None
+    """The run, or None when it does not exist."""
+    session: SessionLookup
+    """The run's session (None for a sessionless run)."""
+    existing: StoredRecord | None
+    """The run's record under the event key, if any."""
+
+
 class Transaction(Protocol):
     """Named operations inside one database transaction.
 
@@ -60,6 +73,13 @@ class Transaction(Protocol):
     async def session(self, session_id: str, *, for_update: bool = False) -> SessionLookup: ...
 
     async def run(self, run_id: str, *, for_update: bool = False) -> Run | None: ...
+
+    async def record_target(
+        self, run_id: str, event_key: str, *, for_update: bool = False
+    ) -> RecordTarget:
+        """The run, its session and the record under ``event_key``; with
+        ``for_update`` the session and the run are locked (in that order)."""
+        ...
 
     async def record_by_key(self, run_id: str, event_key: str) -> StoredRecord | None: ...
 

@@ -342,12 +342,15 @@ class RuntimeStore:
         record = validation.check_ordinary_record(record)
 
         async def tx_fn(tx: Transaction) -> AppendResult:
-            run = await tx.run(record.run_id, for_update=True)
+            target = await tx.record_target(record.run_id, record.event_key, for_update=True)
+            run = target.run
             if run is None:
                 raise RunNotFoundError(run_id=record.run_id, event_key=record.event_key)
             _check_record_owner(record, run, "record")
-            status = await _live_session_status(tx, run)
-            stored = await _same_record(tx, record)
+            status = (
+                _existing_session(target.session, run.session_id).status if run.session_id else None
+            )
+            stored = _same(target.existing, record)
             if stored is not None:
                 return AppendResult(str(stored.id), False, status)
             if run.status.is_terminal:
@@ -362,11 +365,11 @@ class RuntimeStore:
         """§9.4.1: the first reason is permanent; the status does not change."""
 
         async def tx_fn(tx: Transaction) -> AppendResult:
-            run, status = await _load_mutable_run(tx, cmd.run_id)
+            run, status, existing = await _load_mutable_run(tx, cmd.run_id, cmd.record)
             record = validation.check_cancellation(cmd.run_id, cmd.reason, cmd.record, run)
             if run.cancellation_reason and run.cancellation_reason != cmd.reason:
                 raise RunCancellationConflictError(**_context(record))
-            stored = await _same_record(tx, record)
+            stored = _same(existing, record)
             if not run.keys.cancellation and run.status.is_terminal:
                 raise RunNotActiveError(**_context(record))
             if run.keys.cancellation and run.keys.cancellation != record.event_key:
@@ -390,11 +393,11 @@ class RuntimeStore:
         """§9.4.2: checkpoint, run_suspended and status suspended together."""
 
         async def tx_fn(tx: Transaction) -> AppendResult:
-            run, status = await _load_mutable_run(tx, cmd.run_id)
+            run, status, existing = await _load_mutable_run(tx, cmd.run_id, cmd.record)
             checkpoint, record = validation.check_suspension(
                 cmd.run_id, cmd.suspension, cmd.record, run
             )
-            return await self._suspend(tx, run, status, checkpoint, record)
+            return await self._suspend(tx, run, status, checkpoint, record, existing)
 
         return await self._db.write(tx_fn)
 
@@ -405,13 +408,14 @@ class RuntimeStore:
         status: SessionStatus | None,
         checkpoint: Checkpoint,
         record: Record,
+        existing: StoredRecord | None,
     ) -> AppendResult:
         """§9.4.2 steps 3–7."""
         if run.status.is_terminal and run.status is not RunStatus.SUSPENDED:
             raise RunTerminalConflictError(**_context(record))
         if run.checkpoint is not None and run.checkpoint != checkpoint:
             raise RunSuspensionConflictError(**_context(record))
-        stored = await _same_record(tx, record)
+        stored = _same(existing, record)
         if run.keys.suspension and run.keys.suspension != record.event_key:
             raise RunSuspensionConflictError(**_context(record))
         if stored is not None:
@@ -435,9 +439,9 @@ class RuntimeStore:
         """§9.4.3: run_completed and the terminal status together."""
 
         async def tx_fn(tx: Transaction) -> AppendResult:
-            run, status = await _load_mutable_run(tx, cmd.run_id)
+            run, status, existing = await _load_mutable_run(tx, cmd.run_id, cmd.record)
             terminal, record = validation.check_terminal(cmd.run_id, cmd.status, cmd.record, run)
-            return await self._terminate(tx, run, status, terminal, record)
+            return await self._terminate(tx, run, status, terminal, record, existing)
 
         return await self._db.write(tx_fn)
 
@@ -448,11 +452,12 @@ class RuntimeStore:
         status: SessionStatus | None,
         terminal: RunStatus,
         record: Record,
+        existing: StoredRecord | None,
     ) -> AppendResult:
         """§9.4.3 steps 3–6."""
         if run.status.is_terminal and run.status is not terminal:
             raise RunTerminalConflictError(**_context(record))
-        stored = await _same_record(tx, record)
+        stored = _same(existing, record)
         if run.keys.terminal and run.keys.terminal != record.event_key:
             raise RunTerminalConflictError(**_context(record))
         if stored is not None:
@@ -472,10 +477,9 @@ class RuntimeStore:
         """§9.5.1: never overwrites a stored ending and never fails because one exists."""
 
         async def tx_fn(tx: Transaction) -> RepairResult:
-            run, status = await _load_mutable_run(tx, cmd.run_id)
+            run, status, stored = await _load_mutable_run(tx, cmd.run_id, cmd.record)
             terminal, record = validation.check_terminal(cmd.run_id, cmd.status, cmd.record, run)
             if run.status.is_terminal:
-                stored = await tx.record_by_key(record.run_id, record.event_key)
                 if (
                     run.status is terminal
                     and run.keys.terminal == record.event_key
@@ -488,7 +492,7 @@ class RuntimeStore:
                         AppendResult(str(stored.id), False, status),
                     )
                 return RepairResult(RepairOutcome.DIFFERENT_TERMINAL, run.status)
-            result = await self._terminate(tx, run, status, terminal, record)
+            result = await self._terminate(tx, run, status, terminal, record, stored)
             return RepairResult(RepairOutcome.STORED, terminal, result)
 
         return await self._db.write(tx_fn)
@@ -497,12 +501,11 @@ class RuntimeStore:
         """§9.5.2: suspends only a still-running run."""
 
         async def tx_fn(tx: Transaction) -> RepairResult:
-            run, status = await _load_mutable_run(tx, cmd.run_id)
+            run, status, stored = await _load_mutable_run(tx, cmd.run_id, cmd.record)
             checkpoint, record = validation.check_suspension(
                 cmd.run_id, cmd.suspension, cmd.record, run
             )
             if run.status.is_terminal:
-                stored = await tx.record_by_key(record.run_id, record.event_key)
                 if (
                     run.status is RunStatus.SUSPENDED
                     and run.keys.suspension == record.event_key
@@ -516,7 +519,7 @@ class RuntimeStore:
                         AppendResult(str(stored.id), False, status),
                     )
                 return RepairResult(RepairOutcome.DIFFERENT_TERMINAL, run.status)
-            result = await self._suspend(tx, run, status, checkpoint, record)
+            result = await self._suspend(tx, run, status, checkpoint, record, stored)
             return RepairResult(RepairOutcome.STORED, RunStatus.SUSPENDED, result)
 
         return await self._db.write(tx_fn)
@@ -625,17 +628,22 @@ async def _live_session_status(tx: Transaction, run: Run) -> SessionStatus | Non
     return _existing_session(await tx.session(run.session_id), run.session_id).status
 
 
-async def _load_mutable_run(tx: Transaction, run_id: str) -> tuple[Run, SessionStatus | None]:
-    """§9.4 preamble: the run exists and its session is not a tombstone."""
-    run = await tx.run(run_id, for_update=True)
+async def _load_mutable_run(
+    tx: Transaction, run_id: str, record: Record | None
+) -> tuple[Run, SessionStatus | None, StoredRecord | None]:
+    """§9.4 preamble: the run exists and its session is not a tombstone. Also
+    returns the session's status and the record already under the command
+    record's key (read now, compared only after validation)."""
+    target = await tx.record_target(run_id, record.event_key if record else "", for_update=True)
+    run = target.run
     if run is None:
         raise RunNotFoundError(run_id=run_id)
     if not run.session_id:
-        return run, None
-    found = await tx.session(run.session_id)
-    if found is PURGED:
+        return run, None, target.existing
+    if target.session is PURGED:
         raise SessionPurgedError(run_id=run_id, session_id=run.session_id)
-    return run, found.status if isinstance(found, Session) else None
+    status = target.session.status if isinstance(target.session, Session) else None
+    return run, status, target.existing
 
 
 def _check_record_owner(record: Record, run: Run, field: str) -> None:
@@ -644,15 +652,19 @@ def _check_record_owner(record: Record, run: Run, field: str) -> None:
         raise RunRecordOwnerMismatchError(**_context(record), field=field)
 
 
-async def _same_record(tx: Transaction, record: Record) -> StoredRecord | None:
+def _same(stored: StoredRecord | None, record: Record) -> StoredRecord | None:
     """§6.1: the stored record under this key if it is the same record, None if
     the key is free; a different record under the key is an event conflict."""
-    stored = await tx.record_by_key(record.run_id, record.event_key)
     if stored is None:
         return None
     if not stored.same_as(record):
         raise EventConflictError(**_context(record))
     return stored
+
+
+async def _same_record(tx: Transaction, record: Record) -> StoredRecord | None:
+    """``_same`` with the record read from the transaction."""
+    return _same(await tx.record_by_key(record.run_id, record.event_key), record)
 
 
 def _missing_lifecycle_record(record: Record) -> CorruptStateError:
@@ -776,13 +788,14 @@ async def _check_parent_link(
     """PLC (§9): the parent exists, owns the link, its session is alive, and
     the link's key holds no different record. Returns the parent and the link
     if it is already stored."""
-    if parent is None:
-        parent = await tx.run(link.run_id, for_update=True)
+    target = await tx.record_target(link.run_id, link.event_key, for_update=parent is None)
+    parent = target.run
     if parent is None:
         raise RunNotFoundError(**_context(link), field="parent_linked.run_id")
     _check_record_owner(link, parent, "parent_linked")
-    await _live_session_status(tx, parent)
-    return parent, await _same_record(tx, link)
+    if parent.session_id:
+        _existing_session(target.session, parent.session_id)
+    return parent, _same(target.existing, link)
 
 
 async def _transcript_range(

@@ -40,10 +40,6 @@ sessions = Table(
     Column("status", String(16), nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("ended_at", BigInteger, nullable=True),
-    # The last position handed out in session order (D3). Bumped under the
-    # session's row lock in the record's own transaction, so positions become
-    # visible in order and readers never skip a record.
-    Column("record_count", BigInteger, nullable=False, server_default=text("0")),
 )
 
 session_tombstones = Table(
@@ -75,8 +71,6 @@ runs = Table(
     # The write-once checkpoint (§3.6).
     Column("checkpoint_id", Text, nullable=True),
     Column("checkpoint_data", LargeBinary, nullable=True),
-    # The last record ID handed out for this run (§6.2).
-    Column("record_count", BigInteger, nullable=False),
     # ListRunsBySession (ordered, Q10) and PurgeSession's running-run check.
     Index(None, "session_id", "started_at", "run_id"),
 )
@@ -95,7 +89,10 @@ records = Table(
     # len(payload), so pages can be cut by bytes without reading payloads.
     Column("payload_size", Integer, nullable=False),
     Column("timestamp", BigInteger, nullable=False),
-    # Position in session order (D3); NULL for sessionless runs.
+    # Position in session order (D3); NULL for sessionless runs. Taken as the
+    # session's largest position plus one under the session's lock, in the
+    # record's own transaction: positions become visible in order, so readers
+    # never skip a record that commits later.
     Column("session_position", BigInteger, nullable=True),
     # Exact retries and event conflicts look records up by key (§6.1).
     Index(None, "run_id", "event_key", unique=True),

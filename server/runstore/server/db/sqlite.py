@@ -133,10 +133,9 @@ def _rollback(conn: sqlite3.Connection) -> None:
 class _Worker(threading.Thread):
     """Owns one connection and runs queued transaction functions in batches.
 
-    Whatever is queued when the worker wakes runs in one database transaction,
-    each function inside its own savepoint: a failing function rolls back only
-    itself, and one commit (one fsync under ``synchronous=FULL``) makes the
-    whole batch durable before any caller is answered (group commit).
+    Whatever is queued when the worker wakes runs in one database transaction
+    (``run_batch``), and one commit (one fsync under ``synchronous=FULL``) makes
+    the whole batch durable before any caller is answered (group commit).
     """
 
     def __init__(
@@ -148,7 +147,6 @@ class _Worker(threading.Thread):
         statements: Statements,
         *,
         batch_limit: int,
-        savepoints: bool,
     ) -> None:
         super().__init__(name=name, daemon=True)
         self._connect = connect
@@ -156,7 +154,6 @@ class _Worker(threading.Thread):
         self._begin = begin
         self._statements = statements
         self._batch_limit = batch_limit
-        self._savepoints = savepoints
         self.ready = threading.Event()
         self.startup_error: BaseException | None = None
 
@@ -198,40 +195,62 @@ class _Worker(threading.Thread):
     def _run_batch(
         self, conn: sqlite3.Connection, tx: _SqliteTransaction, batch: list[_Job]
     ) -> None:
-        outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
-        try:
-            conn.execute(self._begin)
-            for fn, future, _ in batch:
-                outcomes.append((future, *self._run_one(conn, tx, fn)))
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            # The database itself failed (not a contract rule): nothing of the
-            # batch is kept, and every caller learns it.
-            _rollback(conn)
-            error = _translate(exc)
-            outcomes = [(future, None, error) for _, future, _ in batch]
+        outcomes = run_batch(conn, tx, [fn for fn, _, _ in batch], self._begin)
         loops: dict[asyncio.AbstractEventLoop, list[Any]] = {}
-        for (_, _, loop), outcome in zip(batch, outcomes, strict=True):
-            loops.setdefault(loop, []).append(outcome)
+        for (_, future, loop), (result, error) in zip(batch, outcomes, strict=True):
+            loops.setdefault(loop, []).append((future, result, error))
         for loop, resolved in loops.items():
             loop.call_soon_threadsafe(_resolve_all, resolved)
 
-    def _run_one(
-        self, conn: sqlite3.Connection, tx: _SqliteTransaction, fn: Any
-    ) -> tuple[Any, BaseException | None]:
-        """Runs one function; its contract error undoes only its own writes."""
-        if self._savepoints:
-            conn.execute("SAVEPOINT job")
-        try:
-            result = _drive(fn(tx))
-        except RunstoreError as error:
-            if self._savepoints:
-                conn.execute("ROLLBACK TO job")
-                conn.execute("RELEASE job")
-            return None, error
-        if self._savepoints:
-            conn.execute("RELEASE job")
-        return result, None
+
+_Outcome = tuple[Any, BaseException | None]
+
+
+def run_batch(
+    conn: sqlite3.Connection,
+    tx: _SqliteTransaction,
+    functions: list[Callable[[Transaction], Coroutine[Any, Any, Any]]],
+    begin: str,
+) -> list[_Outcome]:
+    """Runs ``functions`` one after another in one transaction and commits once.
+
+    A function that fails has normally written nothing (the store checks before
+    it writes). If it had written, the transaction is rolled back and the batch
+    runs again without it: transaction functions depend only on the database,
+    so the others reach the same results. A database failure undoes the whole
+    batch and reaches every caller.
+    """
+    outcomes: list[_Outcome] = [(None, None)] * len(functions)
+    excluded: set[int] = set()
+    try:
+        while True:
+            conn.execute(begin)
+            for index, fn in enumerate(functions):
+                if index in excluded:
+                    continue
+                changes = conn.total_changes
+                outcomes[index] = _run_one(tx, fn)
+                if outcomes[index][1] is not None and conn.total_changes != changes:
+                    excluded.add(index)
+                    break
+            else:
+                conn.execute("COMMIT")
+                return outcomes
+            conn.execute("ROLLBACK")
+    except BaseException as exc:
+        _rollback(conn)
+        error = _translate(exc)
+        return [(None, error) for _ in functions]
+
+
+def _run_one(tx: _SqliteTransaction, fn: Any) -> _Outcome:
+    """One function's result or error; database failures propagate."""
+    try:
+        return _drive(fn(tx)), None
+    except sqlite3.Error:
+        raise
+    except Exception as error:
+        return None, _translate(error)
 
 
 def _resolve_all(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
@@ -278,7 +297,6 @@ class SqliteDatabase:
                 "BEGIN IMMEDIATE",
                 self._statements,
                 batch_limit=self.options.write_batch,
-                savepoints=True,
             )
         )
         for index in range(max(1, self.options.readers)):
@@ -290,7 +308,6 @@ class SqliteDatabase:
                     "BEGIN",
                     self._statements,
                     batch_limit=self.options.read_batch,
-                    savepoints=False,
                 )
             )
         for worker in self._workers:

@@ -193,10 +193,9 @@ def change_params(run_id: str, change: RunChange) -> dict[str, Any]:
     }
 
 
-def record_params(record: Record, record_id: int, position: int | None) -> dict[str, Any]:
+def record_params(record: Record) -> dict[str, Any]:
     return {
         "run_id": record.run_id,
-        "record_id": record_id,
         "event_key": record.event_key,
         "agent_id": record.agent_id,
         "session_id": record.session_id,
@@ -205,7 +204,6 @@ def record_params(record: Record, record_id: int, position: int | None) -> dict[
         "payload": record.payload,
         "payload_size": len(record.payload),
         "timestamp": record.timestamp,
-        "session_position": position,
     }
 
 
@@ -246,6 +244,57 @@ def _record_page(*conditions: Any, order: str = "record_id", extra: Sequence[Any
         .order_by(records.c[order])
     )
     return _bounded_page(page, order)
+
+
+def _record_target(for_update: bool) -> Any:
+    """A run with its session and the record under one key: everything a
+    record write checks, in one statement."""
+    existing = records.alias("existing")
+    joined = runs.outerjoin(sessions, sessions.c.session_id == runs.c.session_id).outerjoin(
+        existing,
+        (existing.c.run_id == runs.c.run_id) & (existing.c.event_key == bindparam("event_key")),
+    )
+    statement = (
+        select(
+            *RUN_COLUMNS,
+            sessions.c.status,
+            sessions.c.created_at,
+            sessions.c.ended_at,
+            *(existing.c[column.name] for column in RECORD_COLUMNS),
+        )
+        .select_from(joined)
+        .where(runs.c.run_id == bindparam("run_id"))
+    )
+    return statement.with_for_update(of=runs) if for_update else statement
+
+
+def _insert_record(in_session: bool) -> Any:
+    """Inserts a record with the next ID of its run and, in a session, the next
+    position of its session (D3: the caller holds the session's lock), and
+    returns the ID. IDs and positions are dense, so the next one is the
+    largest plus one, read through the primary key and the position index."""
+    prior = records.alias("prior")
+    next_id = (
+        select(func.coalesce(func.max(prior.c.record_id), 0) + literal_column("1"))
+        .where(prior.c.run_id == bindparam("run_id"))
+        .scalar_subquery()
+    )
+    values: dict[str, Any] = {
+        column.name: bindparam(column.name)
+        for column in (*RECORD_COLUMNS, records.c.payload_size)
+        if column.name != "record_id"
+    }
+    values["record_id"] = next_id
+    if in_session:
+        values["session_position"] = (
+            select(func.coalesce(func.max(prior.c.session_position), 0) + literal_column("1"))
+            .where(
+                prior.c.session_id == bindparam("session_id"),
+                prior.c.session_position.is_not(None),
+            )
+            .scalar_subquery()
+        )
+    return insert(records).values(values).returning(records.c.record_id)
 
 
 def _run_change() -> Any:
@@ -437,7 +486,6 @@ def _statement_sources() -> dict[str, ClauseElement]:
             status=bindparam("status"),
             created_at=bindparam("created_at"),
             ended_at=None,
-            record_count=0,
         ),
         "end_session": update(sessions)
         .where(sessions.c.session_id == bindparam("session_id"))
@@ -452,23 +500,13 @@ def _statement_sources() -> dict[str, ClauseElement]:
             session_id=bindparam("session_id"), purged_at=bindparam("purged_at")
         ),
         "insert_run": insert(runs).values(
-            {**{column.name: bindparam(column.name) for column in RUN_COLUMNS}, "record_count": 0}
+            {column.name: bindparam(column.name) for column in RUN_COLUMNS}
         ),
         "change_run": _run_change(),
-        "next_record_id": update(runs)
-        .where(runs.c.run_id == bindparam("run_id"))
-        .values(record_count=runs.c.record_count + literal_column("1"))
-        .returning(runs.c.record_count),
-        "next_session_position": update(sessions)
-        .where(sessions.c.session_id == bindparam("session_id"))
-        .values(record_count=sessions.c.record_count + literal_column("1"))
-        .returning(sessions.c.record_count),
-        "insert_record": insert(records).values(
-            {
-                column.name: bindparam(column.name)
-                for column in (*RECORD_COLUMNS, records.c.payload_size, records.c.session_position)
-            }
-        ),
+        "record_target": _record_target(for_update=False),
+        "record_target_for_update": _record_target(for_update=True),
+        "insert_session_record": _insert_record(in_session=True),
+        "insert_sessionless_record": _insert_record(in_session=False),
     }
 
 
@@ -497,9 +535,10 @@ class Statements:
     insert_tombstone: Compiled
     insert_run: Compiled
     change_run: Compiled
-    next_record_id: Compiled
-    next_session_position: Compiled
-    insert_record: Compiled
+    record_target: Compiled
+    record_target_for_update: Compiled
+    insert_session_record: Compiled
+    insert_sessionless_record: Compiled
     memory_event_count: Compiled
     memory_run_create: Compiled
     memory_run_lock: Compiled

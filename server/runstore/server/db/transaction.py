@@ -19,12 +19,15 @@ from runstore.server.core.model import (
     Run,
     RunChange,
     Session,
+    SessionStatus,
     StoredAppend,
     StoredRecord,
 )
-from runstore.server.core.ports import PURGED, SessionLookup, Transaction
+from runstore.server.core.ports import PURGED, RecordTarget, SessionLookup, Transaction
 from runstore.server.db import statements as sql
 from runstore.server.db.statements import Compiled, Statements
+
+_RUN_WIDTH = len(sql.RUN_COLUMNS)
 
 
 class SqlTransaction(Transaction):
@@ -70,6 +73,27 @@ class SqlTransaction(Transaction):
         statement = self._sql.run_for_update if for_update else self._sql.run
         row = await self._one(statement, run_id=run_id)
         return sql.run_from_row(row) if row is not None else None
+
+    async def record_target(
+        self, run_id: str, event_key: str, *, for_update: bool = False
+    ) -> RecordTarget:
+        if for_update and self.row_locks:
+            await self._run(self._sql.session_of_run_for_update, run_id=run_id)
+        statement = self._sql.record_target_for_update if for_update else self._sql.record_target
+        row = await self._one(statement, run_id=run_id, event_key=event_key)
+        if row is None:
+            return RecordTarget(None, None, None)
+        run = sql.run_from_row(row[:_RUN_WIDTH])
+        session: SessionLookup = None
+        if run.session_id:
+            status, created_at, ended_at = row[_RUN_WIDTH : _RUN_WIDTH + 3]
+            if status is not None:
+                session = Session(run.session_id, SessionStatus(status), created_at, ended_at)
+            else:
+                session = await self.session(run.session_id)
+        existing_row = row[_RUN_WIDTH + 3 :]
+        existing = sql.record_from_row(existing_row) if existing_row[0] is not None else None
+        return RecordTarget(run, session, existing)
 
     async def record_by_key(self, run_id: str, event_key: str) -> StoredRecord | None:
         row = await self._one(self._sql.record_by_key, run_id=run_id, event_key=event_key)
@@ -144,13 +168,13 @@ class SqlTransaction(Transaction):
         await self._run(self._sql.change_run, **sql.change_params(run_id, change))
 
     async def append_record(self, record: Record) -> int:
-        record_id = (await self._one(self._sql.next_record_id, run_id=record.run_id))[0]
-        position = None
-        if record.session_id:
-            row = await self._one(self._sql.next_session_position, session_id=record.session_id)
-            position = row[0]
-        await self._run(self._sql.insert_record, **sql.record_params(record, record_id, position))
-        return int(record_id)
+        statement = (
+            self._sql.insert_session_record
+            if record.session_id
+            else self._sql.insert_sessionless_record
+        )
+        row = await self._one(statement, **sql.record_params(record))
+        return int(row[0])
 
     # --- Memory store (§12) ---------------------------------------------------------
 
