@@ -72,7 +72,7 @@ class GatedDatabase:
         self.all_waiting = asyncio.Event()
         self.expected = 0
 
-    async def write(self, fn: Any) -> Any:
+    async def write(self, fn: Any, **options: Any) -> Any:
         self.waiting += 1
         if self.waiting == self.expected:
             self.all_waiting.set()

@@ -338,8 +338,21 @@ class RuntimeStore:
     # --- Records (§9.3) ------------------------------------------------------
 
     async def append_run_record(self, record: Record | None) -> AppendResult:
-        """§9.3: exact retries succeed even after the run stopped."""
+        """§9.3: exact retries succeed even after the run stopped.
+
+        The common case (a new record for a running run of an active session)
+        is one statement; everything else goes through the rules one by one.
+        """
         record = validation.check_ordinary_record(record)
+        checked = record
+
+        async def fast(tx: Transaction) -> int | None:
+            return await tx.append_if_writable(checked)
+
+        record_id = await self._db.write(fast, single_statement=True)
+        if record_id is not None:
+            status = SessionStatus.ACTIVE if record.session_id else None
+            return AppendResult(str(record_id), True, status)
 
         async def tx_fn(tx: Transaction) -> AppendResult:
             target = await tx.record_target(record.run_id, record.event_key, for_update=True)

@@ -89,6 +89,12 @@ class _PostgresTransaction(SqlTransaction):
     async def _run(self, statement: Compiled, **params: Any) -> None:
         await self._conn.execute(statement.sql, *statement.args(params))
 
+    async def _one_unless_conflict(self, statement: Compiled, **params: Any) -> Any:
+        try:
+            return await self._one(statement, **params)
+        except asyncpg.UniqueViolationError:
+            return None
+
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
         await self._conn.executemany(statement.sql, [statement.args(row) for row in rows])
 
@@ -123,6 +129,15 @@ def _translate(exc: BaseException) -> BaseException:
     return InternalError()
 
 
+async def _reset(conn: asyncpg.Connection) -> None:
+    """What a connection needs before it returns to the pool. runstore keeps no
+    session state (no LISTEN, no advisory or prepared cursors), so unlike
+    asyncpg's default this costs a round trip only after an interrupted
+    transaction."""
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
+
+
 class PostgresDatabase:
     """``Database`` over a PostgreSQL pool; safe to share between replicas."""
 
@@ -141,6 +156,7 @@ class PostgresDatabase:
             timeout=options.connect_timeout,
             command_timeout=options.statement_timeout,
             server_settings={"application_name": "runstore"},
+            reset=_reset,
         )
 
     async def close(self) -> None:
@@ -153,8 +169,19 @@ class PostgresDatabase:
             raise UnavailableError("database is not open")
         return self._pool
 
-    async def write(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+    async def write(
+        self,
+        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
+        *,
+        single_statement: bool = False,
+    ) -> T:
         pool = self._require_pool()
+        if single_statement:  # atomic by itself: no BEGIN/COMMIT round trips
+            try:
+                async with pool.acquire(timeout=self.options.acquire_timeout) as conn:
+                    return await fn(_PostgresTransaction(conn, self._statements))
+            except Exception as exc:
+                raise _translate(exc) from exc
         attempts = max(1, self.options.transaction_attempts)
         for attempt in range(1, attempts + 1):
             try:

@@ -182,15 +182,18 @@ class _Worker(threading.Thread):
         if first is None:
             return [], True
         batch = [first]
+        return batch, self._drain(batch)
+
+    def _drain(self, batch: list[_Job]) -> bool:
         while len(batch) < self._batch_limit:
             try:
                 job = self._jobs.get_nowait()
             except queue.Empty:
-                break
+                return False
             if job is None:
-                return batch, True
+                return True
             batch.append(job)
-        return batch, False
+        return False
 
     def _run_batch(
         self, conn: sqlite3.Connection, tx: _SqliteTransaction, batch: list[_Job]
@@ -269,7 +272,7 @@ class SqliteDatabase:
             )
         self.path = path
         self.options = options
-        self._statements = Statements.compile(sqlite_dialect.dialect())
+        self._statements = Statements.compile(sqlite_dialect.dialect(paramstyle="named"))
         self._writes: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._workers: list[_Worker] = []
@@ -327,7 +330,12 @@ class SqliteDatabase:
             await asyncio.to_thread(worker.join)
         self._workers.clear()
 
-    async def write(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+    async def write(
+        self,
+        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
+        *,
+        single_statement: bool = False,
+    ) -> T:
         return await self._submit(self._writes, fn)
 
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:

@@ -8,20 +8,27 @@ Row decoding into core values lives here too, so both backends share it.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
+    Integer,
+    LargeBinary,
     Select,
+    Text,
     bindparam,
     delete,
     exists,
     func,
     insert,
     literal_column,
+    null,
     or_,
     select,
     update,
@@ -62,26 +69,39 @@ from runstore.server.db.schema import (
 
 @dataclass(frozen=True, slots=True)
 class Compiled:
-    """A statement compiled for one dialect: SQL text and positional arguments."""
+    """A statement compiled for one dialect: SQL text and how to bind it.
+
+    Named-parameter dialects (sqlite3) take the parameter mapping as it is;
+    positional ones (asyncpg) take a tuple in ``names`` order.
+    """
 
     sql: str
     names: tuple[str, ...]
+    """Parameter order for positional dialects; empty for named ones."""
     defaults: Mapping[str, Any]
+    """Values of the statement's constants (binds that are not parameters)."""
+    _getter: Callable[[Mapping[str, Any]], Any] | None = None
 
-    def args(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
-        """Positional arguments for ``params`` (constants keep their defaults)."""
-        return tuple(params[name] if name in params else self.defaults[name] for name in self.names)
+    def args(self, params: Mapping[str, Any]) -> Any:
+        """The driver's arguments for ``params``: a mapping or a tuple."""
+        merged = {**self.defaults, **params} if self.defaults else params
+        if self._getter is None:
+            return merged
+        values = self._getter(merged)
+        return values if len(self.names) > 1 else (values,)
 
 
 def compile_for(statement: ClauseElement, dialect: Dialect) -> Compiled:
-    """Compiles ``statement``; constants (binds that are not required) keep
-    their values as defaults."""
+    """Compiles ``statement``; constants keep their values as defaults."""
     compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
     names = tuple(compiled.positiontup or ())
     defaults = {
-        name: bind.effective_value for name, bind in compiled.binds.items() if not bind.required
+        compiled.bind_names[bind]: bind.effective_value
+        for bind in compiled.binds.values()
+        if not bind.required
     }
-    return Compiled(str(compiled), names, defaults)
+    getter = operator.itemgetter(*names) if names else None
+    return Compiled(str(compiled), names, defaults, getter)
 
 
 # --- Columns read back into core values --------------------------------------
@@ -124,24 +144,35 @@ RECORD_COLUMNS = (
 )
 
 
+_SESSION_STATUS: Mapping[str, SessionStatus] = {status.value: status for status in SessionStatus}
+_RUN_STATUS: Mapping[str, RunStatus] = {status.value: status for status in RunStatus}
+_START_OUTCOME: Mapping[str, StartOutcome] = {outcome.value: outcome for outcome in StartOutcome}
+
+
+@functools.lru_cache(maxsize=4096)
+def labels_from_text(text: str) -> Mapping[str, str]:
+    """Labels decoded once per distinct text; read-only, so sharing is safe."""
+    return MappingProxyType(json.loads(text))
+
+
 def session_from_row(row: Sequence[Any]) -> Session:
-    return Session(row[0], SessionStatus(row[1]), row[2], row[3])
+    return Session(row[0], _SESSION_STATUS[row[1]], row[2], row[3])
 
 
 def run_from_row(row: Sequence[Any]) -> Run:
     return Run(
-        run_id=row[0],
-        agent_id=row[1],
-        session_id=row[2],
-        parent_run_id=row[3],
-        started_at=row[4],
-        labels=json.loads(row[5]),
-        start_outcome=StartOutcome(row[6]),
-        status=RunStatus(row[7]),
-        cancellation_reason=row[8],
-        updated_at=row[9],
-        keys=LifecycleKeys(row[10], row[11], row[12], row[13], row[14]),
-        checkpoint=Checkpoint(row[15], bytes(row[16])) if row[15] is not None else None,
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        labels_from_text(row[5]),
+        _START_OUTCOME[row[6]],
+        _RUN_STATUS[row[7]],
+        row[8],
+        row[9],
+        LifecycleKeys(row[10], row[11], row[12], row[13], row[14]),
+        Checkpoint(row[15], bytes(row[16])) if row[15] is not None else None,
     )
 
 
@@ -248,7 +279,12 @@ def _record_page(*conditions: Any, order: str = "record_id", extra: Sequence[Any
 
 def _record_target(for_update: bool) -> Any:
     """A run with its session and the record under one key: everything a
-    record write checks, in one statement."""
+    record write checks, in one statement.
+
+    ``for_update`` also locks, in the store's lock order: first the run's
+    session (a sub-select evaluated before any row of the main query is
+    locked), then the run (``FOR UPDATE OF runs``). Dialects without row
+    locks (SQLite) compile the locking away."""
     existing = records.alias("existing")
     joined = runs.outerjoin(sessions, sessions.c.session_id == runs.c.session_id).outerjoin(
         existing,
@@ -265,7 +301,19 @@ def _record_target(for_update: bool) -> Any:
         .select_from(joined)
         .where(runs.c.run_id == bindparam("run_id"))
     )
-    return statement.with_for_update(of=runs) if for_update else statement
+    if not for_update:
+        return statement
+    session_of_run = (
+        select(runs.c.session_id).where(runs.c.run_id == bindparam("run_id")).scalar_subquery()
+    )
+    locked_session = (
+        select(sessions.c.session_id)
+        .where(sessions.c.session_id == session_of_run)
+        .with_for_update()
+        .subquery("locked_session")
+    )
+    session_locked = select(func.count()).select_from(locked_session).scalar_subquery() >= 0
+    return statement.where(session_locked).with_for_update(of=runs)
 
 
 def _insert_record(in_session: bool) -> Any:
@@ -297,6 +345,83 @@ def _insert_record(in_session: bool) -> Any:
     return insert(records).values(values).returning(records.c.record_id)
 
 
+def _append_if_writable(in_session: bool, row_locks: bool) -> Any:
+    """The common case of AppendRunRecord (§9.3) in one statement: inserts the
+    record only when every check would pass (the run exists and is running,
+    the record's agent and session are the run's, the session is active, the
+    key is unused) and returns its ID; otherwise inserts nothing and returns
+    no row, and the caller runs the full rules.
+
+    With row locks it takes the session's lock, then the run's, like every
+    writer. Its ID and position are read in the statement's snapshot: if a
+    concurrent writer of the run or session committed while this statement
+    waited for a lock, they collide with that writer's and the statement fails
+    with a unique violation, which the caller also answers with the full rules.
+    """
+    prior = records.alias("prior")
+    run_id, session_id = bindparam("run_id", type_=Text), bindparam("session_id", type_=Text)
+    conditions = [
+        runs.c.run_id == run_id,
+        runs.c.agent_id == bindparam("agent_id"),
+        runs.c.session_id == session_id,
+        runs.c.status == RunStatus.RUNNING.value,
+        ~exists().where(prior.c.run_id == run_id, prior.c.event_key == bindparam("event_key")),
+    ]
+    if in_session:
+        active: Select[Any] = select(literal_column("1")).where(
+            sessions.c.session_id == session_id,
+            sessions.c.status == SessionStatus.ACTIVE.value,
+        )
+        conditions.append(exists(active.with_for_update() if row_locks else active))
+    target = select(runs.c.run_id).where(*conditions)
+    if row_locks:
+        target = target.with_for_update()
+    target_rows = target.subquery("target")
+    next_id = (
+        select(func.coalesce(func.max(prior.c.record_id), 0) + literal_column("1"))
+        .where(prior.c.run_id == run_id)
+        .scalar_subquery()
+    )
+    position: Any = null()
+    if in_session:
+        position = (
+            select(func.coalesce(func.max(prior.c.session_position), 0) + literal_column("1"))
+            .where(prior.c.session_id == session_id, prior.c.session_position.is_not(None))
+            .scalar_subquery()
+        )
+    values = [
+        target_rows.c.run_id,
+        next_id,
+        bindparam("event_key", type_=Text),
+        bindparam("agent_id", type_=Text),
+        session_id,
+        bindparam("turn_id", type_=Text),
+        bindparam("type", type_=Text),
+        bindparam("payload", type_=LargeBinary),
+        bindparam("payload_size", type_=Integer),
+        bindparam("timestamp", type_=BigInteger),
+        position,
+    ]
+    columns = [
+        "run_id",
+        "record_id",
+        "event_key",
+        "agent_id",
+        "session_id",
+        "turn_id",
+        "type",
+        "payload",
+        "payload_size",
+        "timestamp",
+        "session_position",
+    ]
+    return (
+        insert(records)
+        .from_select(columns, select(*values).select_from(target_rows))
+        .returning(records.c.record_id)
+    )
+
+
 def _run_change() -> Any:
     def keep(column: str) -> Any:
         return func.coalesce(bindparam(column, type_=runs.c[column].type), runs.c[column])
@@ -322,6 +447,14 @@ def _insert_if_missing(dialect: Dialect, table: Any, **values: Any) -> Any:
     if dialect.name == "postgresql":
         return postgresql_insert(table).values(**values).on_conflict_do_nothing()
     return sqlite_insert(table).values(**values).on_conflict_do_nothing()
+
+
+def _fast_path_sources(dialect: Dialect) -> dict[str, ClauseElement]:
+    row_locks = dialect.name == "postgresql"
+    return {
+        "append_if_writable_in_session": _append_if_writable(True, row_locks),
+        "append_if_writable_sessionless": _append_if_writable(False, row_locks),
+    }
 
 
 def _product_memory_sources(dialect: Dialect) -> dict[str, ClauseElement]:
@@ -539,6 +672,8 @@ class Statements:
     record_target_for_update: Compiled
     insert_session_record: Compiled
     insert_sessionless_record: Compiled
+    append_if_writable_in_session: Compiled
+    append_if_writable_sessionless: Compiled
     memory_event_count: Compiled
     memory_run_create: Compiled
     memory_run_lock: Compiled
@@ -566,5 +701,9 @@ class Statements:
 
     @classmethod
     def compile(cls, dialect: Dialect) -> Statements:
-        sources = {**_statement_sources(), **_product_memory_sources(dialect)}
+        sources = {
+            **_statement_sources(),
+            **_fast_path_sources(dialect),
+            **_product_memory_sources(dialect),
+        }
         return cls(**{name: compile_for(stmt, dialect) for name, stmt in sources.items()})

@@ -77,9 +77,8 @@ class SqlTransaction(Transaction):
     async def record_target(
         self, run_id: str, event_key: str, *, for_update: bool = False
     ) -> RecordTarget:
-        if for_update and self.row_locks:
-            await self._run(self._sql.session_of_run_for_update, run_id=run_id)
-        statement = self._sql.record_target_for_update if for_update else self._sql.record_target
+        locking = for_update and self.row_locks
+        statement = self._sql.record_target_for_update if locking else self._sql.record_target
         row = await self._one(statement, run_id=run_id, event_key=event_key)
         if row is None:
             return RecordTarget(None, None, None)
@@ -166,6 +165,19 @@ class SqlTransaction(Transaction):
 
     async def change_run(self, run_id: str, change: RunChange) -> None:
         await self._run(self._sql.change_run, **sql.change_params(run_id, change))
+
+    async def _one_unless_conflict(self, statement: Compiled, **params: Any) -> Any:
+        """``_one``, or None when the statement hit a unique constraint."""
+        return await self._one(statement, **params)
+
+    async def append_if_writable(self, record: Record) -> int | None:
+        statement = (
+            self._sql.append_if_writable_in_session
+            if record.session_id
+            else self._sql.append_if_writable_sessionless
+        )
+        row = await self._one_unless_conflict(statement, **sql.record_params(record))
+        return int(row[0]) if row is not None else None
 
     async def append_record(self, record: Record) -> int:
         statement = (
