@@ -187,17 +187,21 @@ def plan_for(args: argparse.Namespace) -> list[dict[str, Any]]:
     measurements = []
     for concurrency in args.concurrency:
         base = {"concurrency": concurrency, "duration": args.duration, "warmup": args.warmup}
-        cases: list[dict[str, Any]] = [{"workload": "ceiling"}]
-        cases += [{"workload": name} for name in WRITE_WORKLOADS]
+        cases: list[dict[str, Any]] = [{"workload": name} for name in WRITE_WORKLOADS]
         for size in (small, large):
             session_id, run_id = _history_ids(size)
             page = {"history": size, "cursor": str(size - 100)}
             cases.append({"workload": "list_run", "run_id": run_id, **page})
             cases.append({"workload": "list_session", "session_id": session_id, **page})
-        cases = [c for c in cases if c["workload"] == "ceiling" or c["workload"] in args.workloads]
-        for case in cases:
-            for repetition in range(args.repeat):
-                measurements.append({**base, **case, "repetition": repetition})
+        cases = [c for c in cases if c["workload"] in args.workloads]
+        # Each store measurement comes right after a ceiling measurement of its
+        # own, so a ratio compares two figures taken seconds apart on a noisy
+        # machine; repetitions interleave instead of running back to back.
+        for repetition in range(args.repeat):
+            for index, case in enumerate(c for c in cases if c["workload"] != "ceiling"):
+                pair = f"{repetition}-{index}"
+                measurements.append({**base, "workload": "ceiling", "pair": pair})
+                measurements.append({**base, **case, "repetition": repetition, "pair": pair})
     return measurements
 
 
@@ -208,17 +212,20 @@ def _label(row: dict[str, Any]) -> str:
 
 
 def summarise(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Medians per (workload, in flight); a store figure's ratio is the median
+    of its ratios to the ceiling measured just before it."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    ceiling_of: dict[tuple[str, int], float] = {}
     for row in raw:
         groups.setdefault((_label(row), row["concurrency"]), []).append(row)
-    ceilings = {
-        concurrency: statistics.median(r["ops_per_s"] for r in rows)
-        for (label, concurrency), rows in groups.items()
-        if label == "ceiling"
-    }
+        if row["workload"] == "ceiling":
+            ceiling_of[(row["pair"], row["concurrency"])] = row["ops_per_s"]
     summary = []
     for (label, concurrency), rows in groups.items():
         throughput = statistics.median(r["ops_per_s"] for r in rows)
+        ratio = statistics.median(
+            r["ops_per_s"] / ceiling_of[(r["pair"], concurrency)] for r in rows
+        )
         summary.append(
             {
                 "backend": backend,
@@ -227,7 +234,7 @@ def summarise(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "ops_per_s": round(throughput, 1),
                 "p50_ms": round(statistics.median(r["p50_ms"] for r in rows), 3),
                 "p99_ms": round(statistics.median(r["p99_ms"] for r in rows), 3),
-                "ratio_to_ceiling": round(throughput / ceilings[concurrency], 3),
+                "ratio_to_ceiling": round(ratio, 3),
                 "repetitions": len(rows),
             }
         )
@@ -326,8 +333,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.backend = [b.strip() for b in args.backend.split(",") if b.strip()]
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.workloads = {w.strip() for w in args.workloads.split(",") if w.strip()}
+    if not args.workloads:
+        parser.error("--workloads names at least one workload")
     if args.duration is None:
-        args.duration = 0.3 if args.quick else 3.0
+        args.duration = 0.25 if args.quick else 3.0
     if args.warmup is None:
         args.warmup = 0.1 if args.quick else 0.5
     history = args.history or ("10000,100000" if args.quick else "10000,1000000")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -130,6 +131,72 @@ def _rollback(conn: sqlite3.Connection) -> None:
             log.exception("sqlite rollback failed")
 
 
+_Resolved = list[tuple[asyncio.Future[Any], Any, BaseException | None]]
+
+
+class _WalSyncer(threading.Thread):
+    """Makes committed batches durable with one ``fdatasync`` of the WAL for
+    every batch committed meanwhile, then answers their callers.
+
+    The writer commits with ``synchronous=NORMAL`` (no fsync inside SQLite) and
+    goes on with the next batch while this thread syncs the previous ones, so
+    the fsync no longer stalls the writer. A caller is answered only after a
+    sync that began after its commit: its write survives power loss, exactly
+    as with ``synchronous=FULL``. (Another caller may read it a moment before
+    it is durable.)
+    """
+
+    def __init__(self, wal_path: Path) -> None:
+        super().__init__(name="runstore-sqlite-wal-sync", daemon=True)
+        self._wal_path = wal_path
+        self._pending: queue.SimpleQueue[dict[asyncio.AbstractEventLoop, _Resolved] | None] = (
+            queue.SimpleQueue()
+        )
+
+    def submit(self, resolved: dict[asyncio.AbstractEventLoop, _Resolved]) -> None:
+        self._pending.put(resolved)
+
+    def stop(self) -> None:
+        self._pending.put(None)
+        self.join()
+
+    def run(self) -> None:
+        fd = -1
+        try:
+            while True:
+                first = self._pending.get()
+                if first is None:
+                    return
+                groups, stop = [first], False
+                while True:
+                    try:
+                        item = self._pending.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        stop = True
+                        break
+                    groups.append(item)
+                error: BaseException | None = None
+                try:
+                    if fd < 0:
+                        fd = os.open(self._wal_path, os.O_RDWR)
+                    os.fdatasync(fd)
+                except OSError as exc:
+                    log.error("syncing the SQLite WAL failed: %s", exc)
+                    error = UnavailableError(f"database sync failed: {exc}")
+                for resolved in groups:
+                    for loop, outcomes in resolved.items():
+                        if error is not None:
+                            outcomes = [(future, None, error) for future, _, _ in outcomes]
+                        loop.call_soon_threadsafe(_resolve_all, outcomes)
+                if stop:
+                    return
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+
 class _Worker(threading.Thread):
     """Owns one connection and runs queued transaction functions in batches.
 
@@ -147,8 +214,10 @@ class _Worker(threading.Thread):
         statements: Statements,
         *,
         batch_limit: int,
+        syncer: _WalSyncer | None = None,
     ) -> None:
         super().__init__(name=name, daemon=True)
+        self._syncer = syncer
         self._connect = connect
         self._jobs = jobs
         self._begin = begin
@@ -199,9 +268,12 @@ class _Worker(threading.Thread):
         self, conn: sqlite3.Connection, tx: _SqliteTransaction, batch: list[_Job]
     ) -> None:
         outcomes = run_batch(conn, tx, [fn for fn, _, _ in batch], self._begin)
-        loops: dict[asyncio.AbstractEventLoop, list[Any]] = {}
+        loops: dict[asyncio.AbstractEventLoop, _Resolved] = {}
         for (_, future, loop), (result, error) in zip(batch, outcomes, strict=True):
             loops.setdefault(loop, []).append((future, result, error))
+        if self._syncer is not None:
+            self._syncer.submit(loops)
+            return
         for loop, resolved in loops.items():
             loop.call_soon_threadsafe(_resolve_all, resolved)
 
@@ -276,12 +348,19 @@ class SqliteDatabase:
         self._writes: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._workers: list[_Worker] = []
+        self._syncer: _WalSyncer | None = None
+
+    @property
+    def _syncs_itself(self) -> bool:
+        """FULL durability by our own WAL sync (``_WalSyncer``) instead of SQLite's."""
+        return self.options.synchronous.upper() in ("FULL", "EXTRA")
 
     def _connect(self, *, read_only: bool) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout_ms)}")
         conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {self.options.synchronous.upper()}")
+        synchronous = "NORMAL" if self._syncs_itself else self.options.synchronous.upper()
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
         if read_only:
             conn.execute("PRAGMA query_only = ON")
         return conn
@@ -292,6 +371,9 @@ class SqliteDatabase:
         # WAL is a property of the file: switch it once, before several
         # connections race to do it.
         await asyncio.to_thread(lambda: self._connect(read_only=False).close())
+        if self._syncs_itself:
+            self._syncer = _WalSyncer(Path(f"{self.path}-wal"))
+            self._syncer.start()
         self._workers.append(
             _Worker(
                 "runstore-sqlite-writer",
@@ -300,6 +382,7 @@ class SqliteDatabase:
                 "BEGIN IMMEDIATE",
                 self._statements,
                 batch_limit=self.options.write_batch,
+                syncer=self._syncer,
             )
         )
         for index in range(max(1, self.options.readers)):
@@ -329,6 +412,9 @@ class SqliteDatabase:
         for worker in self._workers:
             await asyncio.to_thread(worker.join)
         self._workers.clear()
+        if self._syncer is not None:
+            await asyncio.to_thread(self._syncer.stop)
+            self._syncer = None
 
     async def write(
         self,
