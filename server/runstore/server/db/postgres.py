@@ -154,8 +154,11 @@ class PostgresDatabase:
             min_size=min(options.pool_min, options.pool_max),
             max_size=options.pool_max,
             timeout=options.connect_timeout,
-            command_timeout=options.statement_timeout,
-            server_settings={"application_name": "runstore"},
+            # Enforced by PostgreSQL itself rather than a client-side timer per query.
+            server_settings={
+                "application_name": "runstore",
+                "statement_timeout": str(int(options.statement_timeout * 1000)),
+            },
             reset=_reset,
         )
 
@@ -163,6 +166,13 @@ class PostgresDatabase:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+    def _acquire(self, pool: asyncpg.Pool) -> Any:
+        """A pooled connection; the acquire timeout (a timer per call) is paid
+        only when no connection is idle."""
+        if pool.get_idle_size() > 0:
+            return pool.acquire()
+        return pool.acquire(timeout=self.options.acquire_timeout)
 
     def _require_pool(self) -> asyncpg.Pool:
         if self._pool is None:
@@ -178,7 +188,7 @@ class PostgresDatabase:
         pool = self._require_pool()
         if single_statement:  # atomic by itself: no BEGIN/COMMIT round trips
             try:
-                async with pool.acquire(timeout=self.options.acquire_timeout) as conn:
+                async with self._acquire(pool) as conn:
                     return await fn(_PostgresTransaction(conn, self._statements))
             except Exception as exc:
                 raise _translate(exc) from exc
@@ -186,7 +196,7 @@ class PostgresDatabase:
         for attempt in range(1, attempts + 1):
             try:
                 async with (
-                    pool.acquire(timeout=self.options.acquire_timeout) as conn,
+                    self._acquire(pool) as conn,
                     conn.transaction(),
                 ):
                     return await fn(_PostgresTransaction(conn, self._statements))
@@ -201,7 +211,7 @@ class PostgresDatabase:
         pool = self._require_pool()
         try:
             async with (
-                pool.acquire(timeout=self.options.acquire_timeout) as conn,
+                self._acquire(pool) as conn,
                 conn.transaction(isolation="repeatable_read", readonly=True),
             ):
                 return await fn(_PostgresTransaction(conn, self._statements))
