@@ -112,6 +112,15 @@ class Client:
         )
 
 
+def _check_last_page(page: Any, spec: dict[str, Any]) -> None:
+    """A read benchmark must read what it claims: a full last page of the history."""
+    if len(page.events) != 100 or page.next_cursor:
+        raise RuntimeError(
+            f"{spec['workload']} of history {spec['history']}: expected the last 100 records, "
+            f"got {len(page.events)} (next cursor {page.next_cursor!r}); was the history seeded?"
+        )
+
+
 async def _make_op(client: Client, workload: str, spec: dict[str, Any]) -> Op:
     """Sets up one in-flight worker (untimed) and returns its timed operation."""
     keys = itertools.count()
@@ -153,11 +162,13 @@ async def _make_op(client: Client, workload: str, spec: dict[str, Any]) -> Op:
         request = rs.ListRunRecordsRequest(
             run_id=spec["run_id"], cursor=spec.get("cursor", ""), limit=100
         )
+        _check_last_page(await client.runtime.ListRunRecords(request), spec)
         return lambda: client.runtime.ListRunRecords(request)
     if workload == "list_session":
         session_request = rs.ListSessionRunRecordsRequest(
             session_id=spec["session_id"], cursor=spec.get("cursor", ""), limit=100
         )
+        _check_last_page(await client.runtime.ListSessionRunRecords(session_request), spec)
         return lambda: client.runtime.ListSessionRunRecords(session_request)
     raise ValueError(f"unknown workload {workload!r}")
 

@@ -69,15 +69,15 @@ def _history_ids(size: int) -> tuple[str, str]:
 
 
 _SEED_SESSION = (
-    "INSERT INTO sessions (session_id, status, created_at, ended_at, record_count) "
-    "VALUES ({p1}, 'active', 0, NULL, {p2})"
+    "INSERT INTO sessions (session_id, status, created_at, ended_at) "
+    "VALUES ({p1}, 'active', 0, NULL)"
 )
 _SEED_RUN = (
     "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at, labels, "
     "start_outcome, status, cancellation_reason, updated_at, start_key, parent_link_key, "
-    "cancellation_key, suspension_key, terminal_key, checkpoint_id, checkpoint_data, "
-    "record_count) VALUES ({p1}, 'bench-agent', {p2}, '', 0, '{{}}', 'proceed', 'running', '', "
-    "0, 'k1', '', '', '', '', NULL, NULL, {p3})"
+    "cancellation_key, suspension_key, terminal_key, checkpoint_id, checkpoint_data) "
+    "VALUES ({p1}, 'bench-agent', {p2}, '', 0, '{{}}', 'proceed', 'running', '', "
+    "0, 'k1', '', '', '', '', NULL, NULL)"
 )
 _SEED_RECORDS_TAIL = (
     "INSERT INTO records (run_id, record_id, event_key, agent_id, session_id, turn_id, type, "
@@ -90,8 +90,8 @@ def seed_sqlite(url: str, size: int) -> None:
     session_id, run_id = _history_ids(size)
     conn = sqlite3.connect(make_url(url).database or "")
     with conn:
-        conn.execute(_SEED_SESSION.format(p1="?", p2="?"), (session_id, size))
-        conn.execute(_SEED_RUN.format(p1="?", p2="?", p3="?"), (run_id, session_id, size))
+        conn.execute(_SEED_SESSION.format(p1="?"), (session_id,))
+        conn.execute(_SEED_RUN.format(p1="?", p2="?"), (run_id, session_id))
         source = (
             "(WITH RECURSIVE seq(g) AS "
             "(SELECT 1 UNION ALL SELECT g + 1 FROM seq WHERE g < ?) SELECT g FROM seq)"
@@ -108,10 +108,8 @@ async def seed_postgres(url: str, size: int) -> None:
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         async with conn.transaction():
-            await conn.execute(_SEED_SESSION.format(p1="$1", p2="$2"), session_id, size)
-            await conn.execute(
-                _SEED_RUN.format(p1="$1", p2="$2", p3="$3"), run_id, session_id, size
-            )
+            await conn.execute(_SEED_SESSION.format(p1="$1"), session_id)
+            await conn.execute(_SEED_RUN.format(p1="$1", p2="$2"), run_id, session_id)
             await conn.execute(
                 _SEED_RECORDS_TAIL.format(
                     p1="$1", p2="$2", p3="$3", p4="$4", source="generate_series(1, $5) AS g"
@@ -336,9 +334,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not args.workloads:
         parser.error("--workloads names at least one workload")
     if args.duration is None:
-        args.duration = 0.25 if args.quick else 3.0
+        args.duration = 0.2 if args.quick else 3.0
     if args.warmup is None:
-        args.warmup = 0.1 if args.quick else 0.5
+        args.warmup = 0.05 if args.quick else 0.5
     history = args.history or ("10000,100000" if args.quick else "10000,1000000")
     args.history = [int(h) for h in history.split(",")]
     if len(args.history) != 2:

@@ -1,0 +1,83 @@
+"""The benchmark harness end to end, at toy sizes: seeds, server, driver, report.
+
+Not a timing test: it checks that ``make bench`` still runs against the current
+schema and reads the pages it claims to read (the driver refuses a page that is
+not the full last page of the seeded history).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import postgres
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run_bench(tmp_path: Path, *args: str) -> dict:
+    output = tmp_path / "report.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--duration",
+            "0.05",
+            "--warmup",
+            "0",
+            "--repeat",
+            "1",
+            "--concurrency",
+            "1,2",
+            "--history",
+            "150,400",
+            "--output",
+            str(output),
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "× ceiling" in completed.stdout
+    return json.loads(output.read_text())
+
+
+def _check_report(report: dict, backend: str) -> None:
+    rows = {(r["workload"], r["in_flight"]) for r in report["results"]}
+    for in_flight in (1, 2):
+        for workload in (
+            "ceiling",
+            "append",
+            "start_terminal",
+            "turn",
+            "list_run (last page of 150)",
+            "list_run (last page of 400)",
+            "list_session (last page of 150)",
+            "list_session (last page of 400)",
+        ):
+            assert (workload, in_flight) in rows
+    for row in report["results"]:
+        assert row["backend"] == backend
+        assert row["ops_per_s"] > 0
+        assert row["ratio_to_ceiling"] > 0
+
+
+def test_bench_runs_on_sqlite(tmp_path: Path) -> None:
+    report = _run_bench(tmp_path, "--backend", "sqlite")
+    _check_report(report, "sqlite")
+    assert report["settings"]["sqlite_synchronous"] == "FULL"
+
+
+@pytest.mark.postgres
+def test_bench_runs_on_postgres(tmp_path: Path) -> None:
+    url = postgres.require_postgres()
+    report = _run_bench(tmp_path, "--backend", "postgres", "--postgres-url", url)
+    _check_report(report, "postgres")
