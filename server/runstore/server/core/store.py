@@ -431,13 +431,12 @@ class RuntimeStore:
         stored = _same(existing, record)
         if run.keys.suspension and run.keys.suspension != record.event_key:
             raise RunSuspensionConflictError(**_context(record))
-        if stored is not None:
-            return AppendResult(str(stored.id), False, status)
-        if run.status.is_terminal:
-            raise _missing_lifecycle_record(record)
-        result = await _append(tx, record, status)
-        await tx.change_run(
-            run.run_id,
+        return await _close_run(
+            tx,
+            run,
+            status,
+            record,
+            stored,
             RunChange(
                 status=RunStatus.SUSPENDED,
                 updated_at=self._clock(),
@@ -446,7 +445,6 @@ class RuntimeStore:
                 checkpoint=checkpoint,
             ),
         )
-        return result
 
     async def record_run_terminal(self, cmd: RunTerminal) -> AppendResult:
         """§9.4.3: run_completed and the terminal status together."""
@@ -473,16 +471,14 @@ class RuntimeStore:
         stored = _same(existing, record)
         if run.keys.terminal and run.keys.terminal != record.event_key:
             raise RunTerminalConflictError(**_context(record))
-        if stored is not None:
-            return AppendResult(str(stored.id), False, status)
-        if run.status.is_terminal:
-            raise _missing_lifecycle_record(record)
-        result = await _append(tx, record, status)
-        await tx.change_run(
-            run.run_id,
+        return await _close_run(
+            tx,
+            run,
+            status,
+            record,
+            stored,
             RunChange(status=terminal, updated_at=self._clock(), terminal_key=record.event_key),
         )
-        return result
 
     # --- Repairs (§9.5) ------------------------------------------------------
 
@@ -684,6 +680,26 @@ def _missing_lifecycle_record(record: Record) -> CorruptStateError:
     return CorruptStateError(
         "stored run is missing a required lifecycle record", **_context(record)
     )
+
+
+async def _close_run(
+    tx: Transaction,
+    run: Run,
+    status: SessionStatus | None,
+    record: Record,
+    stored: StoredRecord | None,
+    change: RunChange,
+) -> AppendResult:
+    """The last steps shared by suspension and termination (§9.4.2, §9.4.3): an
+    exact retry returns the stored record; a closed run without it is corrupt;
+    otherwise the record and the run's new state are written together."""
+    if stored is not None:
+        return AppendResult(str(stored.id), False, status)
+    if run.status.is_terminal:
+        raise _missing_lifecycle_record(record)
+    result = await _append(tx, record, status)
+    await tx.change_run(run.run_id, change)
+    return result
 
 
 async def _append(tx: Transaction, record: Record, status: SessionStatus | None) -> AppendResult:
