@@ -27,6 +27,7 @@ from runstore.server.core.store import PageLimits, RuntimeStore
 from runstore.server.db import migrate
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
+from runstore.server.interceptors import server_interceptors
 from runstore.server.servicers.context_store import ContextStoreServicer
 from runstore.server.servicers.memory_store import MemoryStoreServicer
 from runstore.server.servicers.runtime_store import RuntimeStoreServicer
@@ -118,7 +119,7 @@ async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
     ]
-    server = grpc.aio.server(options=options)
+    server = grpc.aio.server(options=options, interceptors=server_interceptors(config))
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
         RuntimeStoreServicer(stores.runtime), server
     )

@@ -67,6 +67,12 @@ class ServerConfig:
     )
     log_level: str = field(default="INFO", metadata={"help": "logging level"})
 
+    # --- Hardening: limits, timeouts, connections ---------------------------
+
+    # --- Security: TLS, authentication ---------------------------------------
+
+    # --- Operations: metrics, logs --------------------------------------------
+
 
 def _env_name(name: str) -> str:
     return f"RUNSTORE_{name.upper()}"

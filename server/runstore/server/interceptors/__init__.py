@@ -1,0 +1,29 @@
+"""The server's interceptor chain: every cross-cutting concern, in one order.
+
+Each concern (request ids, access logs and metrics, authentication and roles,
+limits, request parsing) lives in its own module of this package and is added
+here, so servicers stay thin and never see them. The list runs outermost first:
+a concern that must see every call, including ones refused later, sits earlier.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from runstore.server.config import ServerConfig
+
+
+def server_interceptors(config: ServerConfig) -> list[grpc.aio.ServerInterceptor]:
+    """The chain ``build_server`` installs, outermost first."""
+    chain: list[grpc.aio.ServerInterceptor] = []
+    # 1. Request ids: taken from x-request-id or generated (Hardening I).
+
+    # 2. Access log and metrics (Operations).
+
+    # 3. Authentication and roles (Security).
+
+    # 4. Limits on calls and response bytes in flight (Hardening II).
+
+    # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST (Hardening I).
+
+    return chain
