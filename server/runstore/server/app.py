@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from sqlalchemy.engine import make_url
 
@@ -27,6 +27,7 @@ from runstore.server.core.store import PageLimits, RuntimeStore
 from runstore.server.db import migrate
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
+from runstore.server.health import HealthMonitor, HealthServicer, Probe
 from runstore.server.interceptors import server_interceptors
 from runstore.server.servicers.context_store import ContextStoreServicer
 from runstore.server.servicers.memory_store import MemoryStoreServicer
@@ -53,11 +54,33 @@ SERVICE_NAMES = (
 )
 
 
+RESPONSE_ENVELOPE_BYTES = 64 * 1024
+"""Room a response needs beyond the largest request the server accepts: the
+record, event or snapshot that request carried comes back with its ID,
+cursor and counts around it."""
+
+PAGE_RECORD_ENVELOPE_BYTES = 8 * 1024
+"""Room per record of a page for what is not payload (six IDs and keys of at
+most 1 KiB each, the record ID, the timestamp, framing)."""
+
+
+def max_send_bytes(config: ServerConfig) -> int:
+    """The largest response: whatever was accepted must be readable, so a page
+    holding the largest accepted record (or a full page of records whose
+    payloads fill the page budget) always fits."""
+    return (
+        config.max_message_bytes
+        + config.page_limit * PAGE_RECORD_ENVELOPE_BYTES
+        + RESPONSE_ENVELOPE_BYTES
+    )
+
+
 @dataclass
 class RunningServer:
     server: grpc.aio.Server
     port: int
-    health: health.aio.HealthServicer
+    health: HealthServicer
+    monitor: HealthMonitor | None = None
 
 
 @contextlib.asynccontextmanager
@@ -70,7 +93,11 @@ async def open_database(config: ServerConfig) -> AsyncIterator[Database]:
             raise migrate.SchemaError("SQLite needs a file path: sqlite:///path/to/runstore.db")
         db: SqliteDatabase | PostgresDatabase = SqliteDatabase(
             Path(url.database),
-            SqliteOptions(synchronous=config.sqlite_synchronous, readers=config.sqlite_readers),
+            SqliteOptions(
+                synchronous=config.sqlite_synchronous,
+                readers=config.sqlite_readers,
+                operation_timeout=config.db_operation_timeout,
+            ),
         )
     elif url.get_backend_name() in ("postgresql", "postgres"):
         db = PostgresDatabase(
@@ -81,6 +108,7 @@ async def open_database(config: ServerConfig) -> AsyncIterator[Database]:
                 connect_timeout=config.pg_connect_timeout,
                 acquire_timeout=config.pg_acquire_timeout,
                 statement_timeout=config.pg_statement_timeout,
+                operation_timeout=config.db_operation_timeout,
             ),
         )
     else:
@@ -99,12 +127,20 @@ class Stores:
     runtime: RuntimeStore
     memory: MemoryStore
     context: ContextStore
+    probe: Probe | None = None
+    """What the health service checks (the database), if it can be checked."""
 
 
 def create_stores(config: ServerConfig, db: Database) -> Stores:
     return Stores(
+        probe=db if isinstance(db, Probe) else None,
         runtime=RuntimeStore(
-            db, limits=PageLimits(records=config.page_limit, payload_bytes=config.page_bytes)
+            db,
+            limits=PageLimits(
+                records=config.page_limit,
+                # A page never carries more payload than the largest request.
+                payload_bytes=min(config.page_bytes, config.max_message_bytes),
+            ),
         ),
         memory=MemoryStore(db, page_limit=config.page_limit),
         context=ContextStore(
@@ -117,7 +153,7 @@ async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
     """A started server with every service, health and reflection."""
     options = [
         ("grpc.max_receive_message_length", config.max_message_bytes),
-        ("grpc.max_send_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", max_send_bytes(config)),
     ]
     server = grpc.aio.server(options=options, interceptors=server_interceptors(config))
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
@@ -133,7 +169,7 @@ async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
         ContextStoreServicer(stores.context), server
     )
 
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (
@@ -147,9 +183,14 @@ async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
     if port == 0:
         raise OSError(f"cannot listen on {config.listen}")
     await server.start()
-    for name in ("", *SERVICE_NAMES):
+    names = ("", *SERVICE_NAMES)
+    for name in names:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server, port, health_servicer)
+    monitor = None
+    if stores.probe is not None:
+        monitor = HealthMonitor(health_servicer, names, stores.probe, config.health_probe_interval)
+        monitor.start()
+    return RunningServer(server, port, health_servicer, monitor)
 
 
 async def serve(config: ServerConfig) -> None:
@@ -177,5 +218,7 @@ async def shutdown(running: RunningServer, grace: float) -> None:
     """Reports NOT_SERVING, refuses new calls and lets in-flight calls finish
     within ``grace`` seconds; calls still running after that are cancelled."""
     log.info("shutting down: finishing in-flight calls (grace %.1fs)", grace)
+    if running.monitor is not None:
+        await running.monitor.stop()
     await running.health.enter_graceful_shutdown()
     await running.server.stop(grace)

@@ -42,13 +42,24 @@ class ServerConfig:
     pg_pool_min: int = field(default=2, metadata={"help": "PostgreSQL pool: connections kept"})
     pg_pool_max: int = field(default=16, metadata={"help": "PostgreSQL pool: connections at most"})
     pg_connect_timeout: float = field(
-        default=10.0, metadata={"help": "PostgreSQL: seconds to open a connection"}
+        default=2.0,
+        metadata={
+            "help": "PostgreSQL: seconds to open a connection (within --db-operation-timeout)"
+        },
     )
     pg_acquire_timeout: float = field(
-        default=10.0, metadata={"help": "PostgreSQL: seconds to wait for a pooled connection"}
+        default=3.0,
+        metadata={
+            "help": "PostgreSQL: seconds to wait for a pooled connection "
+            "(within --db-operation-timeout)"
+        },
     )
     pg_statement_timeout: float = field(
-        default=30.0, metadata={"help": "PostgreSQL: seconds a statement may run"}
+        default=5.0,
+        metadata={
+            "help": "PostgreSQL: seconds a statement may run, enforced by the server "
+            "(frees the locks of a call runstore already gave up on)"
+        },
     )
     page_limit: int = field(
         default=1000, metadata={"help": "most records in one ListRunRecords/Session page"}
@@ -68,6 +79,17 @@ class ServerConfig:
     log_level: str = field(default="INFO", metadata={"help": "logging level"})
 
     # --- Hardening: limits, timeouts, connections ---------------------------
+    db_operation_timeout: float = field(
+        default=4.0,
+        metadata={
+            "help": "seconds one call may spend on the database (queueing, connecting, "
+            "running, retrying) before it answers UNAVAILABLE"
+        },
+    )
+    health_probe_interval: float = field(
+        default=1.0,
+        metadata={"help": "seconds between the health service's database probes"},
+    )
 
     # --- Security: TLS, authentication ---------------------------------------
 

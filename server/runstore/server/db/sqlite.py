@@ -32,6 +32,7 @@ from runstore.contract.errors import (
     UnavailableError,
 )
 from runstore.server.core.ports import Transaction
+from runstore.server.db import bound
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
 
@@ -58,6 +59,8 @@ class SqliteOptions:
     """Most write transactions committed together (group commit)."""
     read_batch: int = 16
     """Most reads served by one read transaction."""
+    operation_timeout: float = bound.DEFAULT_BOUND
+    """Seconds one call's database work may take in all (``db.bound``)."""
 
 
 def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -250,10 +253,12 @@ class _Worker(threading.Thread):
         first = self._jobs.get()
         if first is None:
             return [], True
-        batch = [first]
+        batch = [first] if not first[1].done() else []
         return batch, self._drain(batch)
 
     def _drain(self, batch: list[_Job]) -> bool:
+        """Adds queued jobs to ``batch``; a job whose caller went away (it
+        cancelled, or its bound passed) is dropped unrun."""
         while len(batch) < self._batch_limit:
             try:
                 job = self._jobs.get_nowait()
@@ -261,7 +266,8 @@ class _Worker(threading.Thread):
                 return False
             if job is None:
                 return True
-            batch.append(job)
+            if not job[1].done():
+                batch.append(job)
         return False
 
     def _run_batch(
@@ -434,7 +440,36 @@ class SqliteDatabase:
     ) -> T:
         if not self._workers:
             raise UnavailableError("database is not open")
+        timeout = self.options.operation_timeout
+        left = bound.remaining(bound.deadline(timeout), timeout)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         jobs.put((fn, future, loop))
-        return await future
+        # A timeout or a cancelled call cancels the future: the worker drops
+        # the job if it has not started it; a running SQLite transaction
+        # cannot be interrupted and finishes (or not) unobserved.
+        try:
+            return await asyncio.wait_for(future, left)
+        except TimeoutError:
+            log.warning("sqlite did not answer within %.1f s", timeout)
+            raise bound.timed_out(timeout) from None
+
+    @property
+    def is_open(self) -> bool:
+        return bool(self._workers)
+
+    async def ping(self, within: float) -> None:
+        """Raises unless a reader and the writer each run a trivial
+        transaction within ``within`` seconds."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + within
+
+        async def probe(tx: Transaction) -> None:
+            await tx.session("")
+
+        for jobs in (self._reads, self._writes):
+            if not self._workers:
+                raise UnavailableError("database is not open")
+            future: asyncio.Future[None] = loop.create_future()
+            jobs.put((probe, future, loop))
+            await asyncio.wait_for(future, max(0.0, until - loop.time()))

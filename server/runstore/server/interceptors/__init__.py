@@ -11,6 +11,7 @@ from __future__ import annotations
 import grpc
 
 from runstore.server.config import ServerConfig
+from runstore.server.interceptors.db_bound import DatabaseBoundInterceptor
 
 
 def server_interceptors(config: ServerConfig) -> list[grpc.aio.ServerInterceptor]:
@@ -25,5 +26,8 @@ def server_interceptors(config: ServerConfig) -> list[grpc.aio.ServerInterceptor
     # 4. Limits on calls and response bytes in flight (Hardening II).
 
     # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST (Hardening I).
+
+    # 6. Database operation bound: marks when each call started (Hardening II).
+    chain.append(DatabaseBoundInterceptor())
 
     return chain
