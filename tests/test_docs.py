@@ -218,3 +218,26 @@ def test_readme_links_the_project_documents() -> None:
         assert f"]({target})" in readme, target
         assert (ROOT / target).is_file(), target
     assert "](CHANGELOG.md)" in readme and (ROOT / "CHANGELOG.md").is_file()
+
+
+_LINK = re.compile(r"\]\((?!https?://)([^)#\s]+)?(?:#([^)\s]+))?\)")
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to '-'."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_relative_links_in_the_docs_resolve() -> None:
+    broken = []
+    for source in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for target, anchor in _LINK.findall(source.read_text(encoding="utf-8")):
+            path = (source.parent / target).resolve() if target else source
+            if not path.exists():
+                broken.append(f"{source.name}: {target}")
+            elif anchor and path.suffix == ".md":
+                headings = re.findall(r"^#{1,6}\s+(.+)$", path.read_text(encoding="utf-8"), re.M)
+                if anchor not in {github_anchor(heading) for heading in headings}:
+                    broken.append(f"{source.name}: {target}#{anchor}")
+    assert not broken, broken
