@@ -21,7 +21,7 @@ from runstore.v1 import memory_store_pb2 as ms
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
-from tests.support import Store, now_ms, run_start, ts, unique
+from tests.support import Run, Store, now_ms, run_start, ts, unique
 
 COPIES = 16
 
@@ -77,22 +77,17 @@ def _flat_inserted(response: Any) -> bool:
     return bool(response.inserted)
 
 
-async def _append(store: Store) -> Command:
-    run = await store.root()
+def _append_to(run: Run) -> Command:
     request = rs.AppendRunRecordRequest(record=run.record("tool-1"))
-    return Command(
-        lambda s: s.runtime.AppendRunRecord(request),
-        _flat_inserted,
-    )
+    return Command(lambda s: s.runtime.AppendRunRecord(request), _flat_inserted)
+
+
+async def _append(store: Store) -> Command:
+    return _append_to(await store.root())
 
 
 async def _sessionless_append(store: Store) -> Command:
-    run = await store.one_shot()
-    request = rs.AppendRunRecordRequest(record=run.record("tool-1"))
-    return Command(
-        lambda s: s.runtime.AppendRunRecord(request),
-        _flat_inserted,
-    )
+    return _append_to(await store.one_shot())
 
 
 async def _cancellation(store: Store) -> Command:
