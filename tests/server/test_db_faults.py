@@ -24,8 +24,9 @@ from runstore.contract.errors import (
     UnavailableError,
     ValidationError,
 )
+from runstore.contract.model import SessionStatus
 from runstore.server.config import ServerConfig
-from runstore.server.core.model import Session, SessionStatus
+from runstore.server.core.model import Session
 from runstore.server.core.ports import Transaction
 from runstore.server.db import migrate
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, _translate, asyncpg_dsn
@@ -326,6 +327,8 @@ async def test_sqlite_health_follows_a_locked_database(tmp_path: Path) -> None:
             assert (result.code, result.reason) == (UNAVAILABLE, "TRANSIENT")
             assert result.seconds < BOUND + 1
             await server.wait_for_status(NOT_SERVING, within=5)
+            listed = await server.health.List(health_pb2.HealthListRequest(), timeout=2)
+            assert {status.status for status in listed.statuses.values()} == {NOT_SERVING}
         finally:
             other.execute("ROLLBACK")
             other.close()

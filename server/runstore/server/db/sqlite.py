@@ -117,12 +117,18 @@ def _translate(exc: BaseException) -> BaseException:
         return exc
     if isinstance(exc, sqlite3.OperationalError):
         log.warning("sqlite operational error: %s", exc)
-        return UnavailableError(f"database unavailable: {exc}")
+        return UnavailableError("database unavailable; retry")
     if isinstance(exc, sqlite3.Error):
         log.error("sqlite error", exc_info=exc)
-        return InternalError(f"database error: {exc}")
+        return InternalError("database error")
     log.error("unexpected error in a transaction", exc_info=exc)
     return InternalError()
+
+
+def _expire(future: asyncio.Future[Any], timeout: float) -> None:
+    if not future.done():
+        log.warning("sqlite did not answer within %.1f s", timeout)
+        future.set_exception(bound.timed_out(timeout))
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
@@ -441,18 +447,19 @@ class SqliteDatabase:
         if not self._workers:
             raise UnavailableError("database is not open")
         timeout = self.options.operation_timeout
-        left = bound.remaining(bound.deadline(timeout), timeout)
+        until = bound.deadline(timeout)
+        bound.remaining(until, timeout)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         jobs.put((fn, future, loop))
-        # A timeout or a cancelled call cancels the future: the worker drops
-        # the job if it has not started it; a running SQLite transaction
-        # cannot be interrupted and finishes (or not) unobserved.
+        # The bound passing or the call being cancelled settles the future:
+        # the worker drops the job if it has not started it; a running SQLite
+        # transaction cannot be interrupted and finishes (or not) unobserved.
+        timer = loop.call_at(until, _expire, future, timeout)
         try:
-            return await asyncio.wait_for(future, left)
-        except TimeoutError:
-            log.warning("sqlite did not answer within %.1f s", timeout)
-            raise bound.timed_out(timeout) from None
+            return await future
+        finally:
+            timer.cancel()
 
     @property
     def is_open(self) -> bool:
