@@ -25,7 +25,7 @@ RUN_STATUS: Final[Mapping[int, model.RunStatus]] = {
     pb.RUN_STATUS_FAILED: model.RunStatus.FAILED,
     pb.RUN_STATUS_CANCELED: model.RunStatus.CANCELED,
 }
-RUN_STATUS_TO_WIRE: Final[Mapping[model.RunStatus, pb.RunStatus]] = {
+RUN_STATUS_TO_WIRE: Final[Mapping[model.RunStatus, pb.RunStatus.ValueType]] = {
     model.RunStatus.RUNNING: pb.RUN_STATUS_RUNNING,
     model.RunStatus.SUSPENDED: pb.RUN_STATUS_SUSPENDED,
     model.RunStatus.COMPLETED: pb.RUN_STATUS_COMPLETED,

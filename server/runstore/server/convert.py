@@ -20,12 +20,12 @@ from runstore.v1 import types_pb2 as pb
 GO_ZERO_TIME_SECONDS: Final = -62135596800
 _NANOS_PER_SECOND: Final = 1_000_000_000
 
-SESSION_STATUS_TO_WIRE: Final[Mapping[model.SessionStatus | None, pb.SessionStatus]] = {
+SESSION_STATUS_TO_WIRE: Final[Mapping[model.SessionStatus | None, pb.SessionStatus.ValueType]] = {
     None: pb.SESSION_STATUS_UNSPECIFIED,
     model.SessionStatus.ACTIVE: pb.SESSION_STATUS_ACTIVE,
     model.SessionStatus.ENDED: pb.SESSION_STATUS_ENDED,
 }
-RUN_STATUS_TO_WIRE: Final[Mapping[model.RunStatus, pb.RunStatus]] = {
+RUN_STATUS_TO_WIRE: Final[Mapping[model.RunStatus, pb.RunStatus.ValueType]] = {
     model.RunStatus.RUNNING: pb.RUN_STATUS_RUNNING,
     model.RunStatus.SUSPENDED: pb.RUN_STATUS_SUSPENDED,
     model.RunStatus.COMPLETED: pb.RUN_STATUS_COMPLETED,
@@ -35,11 +35,11 @@ RUN_STATUS_TO_WIRE: Final[Mapping[model.RunStatus, pb.RunStatus]] = {
 RUN_STATUS_FROM_WIRE: Final[Mapping[int, model.RunStatus]] = {
     wire: status for status, wire in RUN_STATUS_TO_WIRE.items()
 }
-START_OUTCOME_TO_WIRE: Final[Mapping[model.StartOutcome, pb.RunStartOutcome]] = {
+START_OUTCOME_TO_WIRE: Final[Mapping[model.StartOutcome, pb.RunStartOutcome.ValueType]] = {
     model.StartOutcome.PROCEED: pb.RUN_START_OUTCOME_PROCEED,
     model.StartOutcome.STOP: pb.RUN_START_OUTCOME_STOP,
 }
-REPAIR_OUTCOME_TO_WIRE: Final[Mapping[model.RepairOutcome, pb.RunRepairOutcome]] = {
+REPAIR_OUTCOME_TO_WIRE: Final[Mapping[model.RepairOutcome, pb.RunRepairOutcome.ValueType]] = {
     model.RepairOutcome.STORED: pb.RUN_REPAIR_OUTCOME_STORED,
     model.RepairOutcome.ALREADY_STORED: pb.RUN_REPAIR_OUTCOME_ALREADY_STORED,
     model.RepairOutcome.DIFFERENT_TERMINAL: pb.RUN_REPAIR_OUTCOME_DIFFERENT_TERMINAL,
