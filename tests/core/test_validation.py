@@ -2,7 +2,7 @@
 
 These functions run before any transaction, so they are tested alone with core
 model values (times are int nanoseconds). Texts and check order are the upstream
-ones (upstream_facts.md §1.1, §1.3, §3.x); where a record fails two rules the
+ones (V1, V3 and the method sections of §9); where a record fails two rules the
 earlier rule must win.
 """
 
@@ -1510,7 +1510,7 @@ def test_recorded_cancellation_does_not_force_a_canceled_ending(status: RunStatu
 
 
 def test_create_session_needs_id_then_time() -> None:
-    """§2.15 order: id first, then created_at."""
+    """§9.1.1 step 1 order: id first, then created_at."""
     err = raises(lambda: validation.check_session_command("", None, "created_at"), ValidationError)
     assert (err.message, err.field) == ("session id is required", "session_id")
     err = raises(lambda: validation.check_session_command("s", None, "created_at"), ValidationError)
@@ -1519,7 +1519,7 @@ def test_create_session_needs_id_then_time() -> None:
 
 
 def test_end_session_checks_only_the_time() -> None:
-    """§2.16: no empty-ID check (an empty ID is reported as not found later)."""
+    """§9.1.4 step 1: no empty-ID check (an empty ID is reported as not found later)."""
     validation.check_session_command("", T0, "ended_at")
     err = raises(lambda: validation.check_session_command("", None, "ended_at"), ValidationError)
     assert (err.message, err.field) == ("ended_at is required", "ended_at")
@@ -1584,7 +1584,7 @@ def test_record_id_accepts_canonical_ids(text: str, value: int) -> None:
     "text", ["", "0", "01", "00", "+1", "-1", " 1", "1a", "1_0", "²", "٣", "9223372036854775808"]
 )
 def test_record_id_rejects_non_canonical_text(text: str) -> None:
-    """§2.14: IDs compare as exact strings, so "01" names no record."""
+    """§9.6.5 step 4: IDs compare as exact strings, so "01" names no record."""
     assert paging.parse_record_id(text) is None
 
 
@@ -1652,7 +1652,7 @@ def test_cut_page_always_returns_at_least_one_record() -> None:
 
 
 def test_transcript_page_caps_the_record_count() -> None:
-    """§2.14 step 7 / upstream transcript test 3 shape: cursor = ID of the last record."""
+    """§9.6.5 step 6: a full page's cursor is the ID of its last record."""
     rows = [stored(i, 256) for i in range(2, 6)]
     page = paging.cut_transcript_page(rows, 3)
     assert ([r.id for r in page.events], page.next_cursor) == ([2, 3, 4], "4")
@@ -1692,7 +1692,7 @@ def test_transcript_page_rejects_an_oversize_record_when_reached() -> None:
 
 
 def test_transcript_page_oversize_record_beyond_the_page_is_not_an_error() -> None:
-    """upstream_facts §5.17: the error occurs only when iteration reaches the record."""
+    """§9.6.5 step 6: the error occurs only when iteration reaches the record."""
     rows = [stored(2, 10), stored(3, MIB + 1)]
     page = paging.cut_transcript_page(rows, 1)
     assert ([r.id for r in page.events], page.next_cursor) == ([2], "2")

@@ -1,6 +1,6 @@
 """Validation rules V1–V8 and the payload checks of §5.8, as pure functions.
 
-Each function checks one rule of STORE_CONTRACT §4 in the documented order and
+Each function checks one rule of docs/contract.md §4 in the documented order and
 raises the first failure. Nothing here reads the database: these checks run
 before a transaction starts, so a rejected command writes nothing. Messages are
 the upstream texts; ``field`` names the request field that broke the rule.
