@@ -34,16 +34,19 @@ class Probe(Protocol):
         ...
 
 
-class HealthServicer(health.aio.HealthServicer):  # type: ignore[misc]
+_health_messages: Any = health_pb2
+"""``HealthList*`` are newer than the type stubs of ``grpc_health``."""
+
+
+class HealthServicer(health.aio.HealthServicer):
     """grpc's health servicer plus ``List`` (every service and its status)."""
 
-    async def List(
-        self, request: health_pb2.HealthListRequest, context: Any
-    ) -> health_pb2.HealthListResponse:
-        return health_pb2.HealthListResponse(
+    async def List(self, request: Any, context: Any) -> Any:
+        statuses: dict[str, Any] = getattr(self, "_server_status", {})
+        return _health_messages.HealthListResponse(
             statuses={
                 name: health_pb2.HealthCheckResponse(status=status)
-                for name, status in self._server_status.items()
+                for name, status in statuses.items()
             }
         )
 

@@ -37,6 +37,7 @@ from runstore.contract.errors import (
     UnavailableError,
     ValidationError,
 )
+from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
 from runstore.server.db.statements import Compiled, Statements
@@ -325,19 +326,23 @@ class PostgresDatabase:
                 _terminate(conn)
             await pool.release(conn)
 
-    async def write(
-        self,
-        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
-        *,
-        single_statement: bool = False,
-    ) -> T:
+    async def append_if_writable(self, record: RecordDraft) -> int | None:
+        """One statement, atomic by itself: no BEGIN/COMMIT round trips."""
+
+        async def append(tx: Transaction) -> int | None:
+            assert isinstance(tx, _PostgresTransaction)
+            return await tx.append_if_writable(record)
+
         until = bound.deadline(self.options.operation_timeout)
-        if single_statement:  # atomic by itself: no BEGIN/COMMIT round trips
-            try:
-                return await self._on_connection(fn, None, until)
-            except Exception as exc:
-                raise _translate(exc) from exc
-        return await self._transaction(fn, "BEGIN", until)
+        try:
+            return await self._on_connection(append, None, until)
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    async def write(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        return await self._transaction(
+            fn, "BEGIN", until=bound.deadline(self.options.operation_timeout)
+        )
 
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
         return await self._transaction(
