@@ -46,11 +46,11 @@ class DatabaseBoundInterceptor(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
         wrapped = self._wrapped.get(method)
         if wrapped is not None:
-            return cast(grpc.RpcMethodHandler[_Req, _Resp], wrapped)
+            return cast("grpc.RpcMethodHandler[_Req, _Resp]", wrapped)
         handler = await continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler
         # grpc's method handlers are named tuples.
         wrapped = cast(Any, handler)._replace(unary_unary=_bounded(handler.unary_unary))
         self._wrapped[method] = wrapped
-        return cast(grpc.RpcMethodHandler[_Req, _Resp], wrapped)
+        return cast("grpc.RpcMethodHandler[_Req, _Resp]", wrapped)
