@@ -55,14 +55,21 @@ async def _terminate_runstore_backends(url: str) -> int:
     return killed
 
 
-async def test_connection_lost_mid_transaction_is_unavailable_and_writes_nothing(
+async def test_connection_lost_mid_transaction_runs_it_again_on_a_fresh_one(
     db: PostgresDatabase, pg_url: str
 ) -> None:
+    """PostgreSQL rolls back a transaction whose connection died before its
+    COMMIT, so the backend runs the function again on another connection: the
+    caller sees one clean write, not UNAVAILABLE, and nothing of the first
+    attempt stays behind."""
     session_id = unique("lost")
     inside = asyncio.Event()
     resume = asyncio.Event()
+    attempts = 0
 
     async def create_then_continue(tx: Transaction) -> None:
+        nonlocal attempts
+        attempts += 1
         await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, 1))
         inside.set()
         await resume.wait()
@@ -72,14 +79,42 @@ async def test_connection_lost_mid_transaction_is_unavailable_and_writes_nothing
     await inside.wait()
     assert await _terminate_runstore_backends(pg_url) >= 1
     resume.set()
-    with pytest.raises(UnavailableError) as raised:
-        await write
-    assert not raised.value.permanent
+    await write
+    assert attempts == 2
 
     async def look(tx: Transaction) -> object:
         return await tx.session(session_id)
 
-    assert await db.read(look) is None
+    assert await db.read(look) == Session(session_id, SessionStatus.ENDED, 1, 2)
+
+
+async def test_connection_lost_during_commit_is_unavailable(
+    db: PostgresDatabase, pg_url: str
+) -> None:
+    """A connection lost while COMMIT is on its way leaves the outcome unknown:
+    that is UNAVAILABLE (reason TRANSIENT), never a silent second attempt."""
+    session_id = unique("commit")
+    killed = False
+
+    async def create(tx: Transaction) -> None:
+        await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, 1))
+
+    original = asyncpg.Connection.execute
+
+    async def execute(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
+        nonlocal killed
+        if query == "COMMIT" and not killed:
+            killed = True
+            self.terminate()
+        return await original(self, query, *args, **kwargs)
+
+    asyncpg.Connection.execute = execute  # type: ignore[method-assign]
+    try:
+        with pytest.raises(UnavailableError) as raised:
+            await db.write(create)
+    finally:
+        asyncpg.Connection.execute = original  # type: ignore[method-assign]
+    assert killed and not raised.value.permanent
 
 
 async def test_serialisation_failures_are_retried_then_aborted(db: PostgresDatabase) -> None:

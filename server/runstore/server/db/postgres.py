@@ -365,7 +365,7 @@ class PostgresDatabase:
                 stale += 1
                 if stale > self.options.pool_max:
                     raise _translate(exc.__cause__ or exc) from exc
-                log.info("a pooled connection was dead; retrying on another")
+                log.info("a connection died before its commit; retrying on another")
             except Exception as exc:
                 if not _is_retryable(exc) or attempt >= attempts:
                     raise _translate(exc) from exc
@@ -375,12 +375,10 @@ class PostgresDatabase:
 
 
 class _StaleConnection(Exception):
-    """The connection failed before the transaction began (killed while idle
-    in the pool, say): nothing ran, so the operation may run again on another."""
-
-
-def _connection_lost(exc: BaseException) -> bool:
-    return _sqlstate_class(exc) in _BROKEN_CONNECTION_CLASSES
+    """The connection failed before its transaction's COMMIT was sent (killed
+    while idle in the pool, or by an administrator or a failover mid-way):
+    the server rolls such a transaction back, so it may run again on another
+    connection. A failure during COMMIT is never this: its outcome is unknown."""
 
 
 def _terminate(conn: Any) -> None:
@@ -410,15 +408,14 @@ async def _in_transaction(
     answer."""
     try:
         await conn.execute(begin)
-    except Exception as exc:
-        if isinstance(exc, asyncpg.PostgresError) and not _connection_lost(exc):
-            raise
-        raise _StaleConnection() from exc
-    try:
         result = await fn(_PostgresTransaction(conn, statements))
     except Exception as exc:
-        if _connection_survives(exc) and conn.is_in_transaction():
-            await conn.execute("ROLLBACK")
-        raise
+        if _connection_survives(exc):
+            if conn.is_in_transaction():
+                await conn.execute("ROLLBACK")
+            raise
+        # The connection died before COMMIT was sent: PostgreSQL rolls the
+        # transaction back, so nothing of it happened.
+        raise _StaleConnection() from exc
     await conn.execute("COMMIT")
     return result
