@@ -13,12 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from typing import Final
 
 from runstore.contract.errors import UnavailableError
-
-DEFAULT_BOUND: Final = 4.0
-"""Seconds; with the answer's way back, every call ends within 5 s."""
 
 _call_started: contextvars.ContextVar[float | None] = contextvars.ContextVar(
     "runstore_call_started", default=None

@@ -37,6 +37,7 @@ from runstore.contract.errors import (
     UnavailableError,
     ValidationError,
 )
+from runstore.server.config import DEFAULTS
 from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
@@ -60,18 +61,18 @@ _RETRYABLE_SQLSTATES: Final = frozenset(
 class PostgresOptions:
     """Pool and retry settings."""
 
-    pool_min: int = 2
+    pool_min: int = DEFAULTS.pg_pool_min
     """Connections the pool keeps open."""
-    pool_max: int = 16
+    pool_max: int = DEFAULTS.pg_pool_max
     """Connections the pool opens at most."""
-    connect_timeout: float = 2.0
+    connect_timeout: float = DEFAULTS.pg_connect_timeout
     """Seconds to open a connection (and never more than the operation bound)."""
-    acquire_timeout: float = 3.0
+    acquire_timeout: float = DEFAULTS.pg_acquire_timeout
     """Seconds a call waits for a free pooled connection before UNAVAILABLE
     (and never more than what is left of the operation bound)."""
-    statement_timeout: float = 5.0
+    statement_timeout: float = DEFAULTS.pg_statement_timeout
     """Seconds a statement may run on the server before PostgreSQL cancels it."""
-    operation_timeout: float = bound.DEFAULT_BOUND
+    operation_timeout: float = DEFAULTS.db_operation_timeout
     """Seconds one call's database work may take in all (``db.bound``)."""
     transaction_attempts: int = 8
     """How often a write transaction runs before a race becomes ABORTED."""
