@@ -17,9 +17,12 @@ from runstore.server.config import ServerConfig
 from runstore.server.core.model import Session
 from runstore.server.core.ports import Transaction
 from runstore.server.db import migrate
+from runstore.server.db import postgres as postgres_backend
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, asyncpg_dsn
+from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from tests import postgres
+from tests.faults import served
 from tests.support import Store, fails, failure_of, now_ms, ts, unique
 
 pytestmark = pytest.mark.postgres
@@ -178,3 +181,34 @@ async def test_server_recovers_when_its_connections_are_killed(pg_url: str) -> N
     finally:
         await running.server.stop(None)
         await database.close()
+
+
+async def test_an_append_refused_before_it_was_sent_falls_back_to_the_full_rules(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pooled connection that a kill left mid-protocol refuses the fast
+    path's statement before sending it ("cannot switch to state"): nothing ran,
+    so the append goes through the full rules on a fresh connection."""
+    refused = 0
+    original = postgres_backend._PostgresTransaction.append_if_writable
+
+    async def refuse_once(self: Any, record: Any) -> int | None:
+        nonlocal refused
+        if not refused:
+            refused += 1
+            raise asyncpg.InternalClientError(
+                "cannot switch to state 12; another operation (2) is in progress"
+            )
+        return await original(self, record)
+
+    config = ServerConfig(listen="127.0.0.1:0", database_url=pg_url)
+    async with served(config) as server:
+        run = await server.store.root()
+        monkeypatch.setattr(
+            postgres_backend._PostgresTransaction, "append_if_writable", refuse_once
+        )
+        appended = await server.store.runtime.AppendRunRecord(
+            rs.AppendRunRecordRequest(record=run.record("after-refusal"))
+        )
+        assert refused == 1
+        assert (appended.id, appended.inserted) == ("2", True)

@@ -311,7 +311,7 @@ class PostgresDatabase:
         survives = False
         try:
             if begin is None:
-                result = await fn(_PostgresTransaction(conn, self._statements))
+                result = await _single_statement(conn, fn, self._statements)
             else:
                 result = await _in_transaction(conn, begin, fn, self._statements)
             survives = True
@@ -337,6 +337,8 @@ class PostgresDatabase:
         until = bound.deadline(self.options.operation_timeout)
         try:
             return await self._on_connection(append, None, until)
+        except _StaleConnection:
+            return None  # nothing was sent: the full rules run on a fresh connection
         except Exception as exc:
             raise _translate(exc) from exc
 
@@ -394,6 +396,21 @@ def _unavailable(exc: BaseException) -> UnavailableError:
     if isinstance(translated, UnavailableError):
         return translated
     return UnavailableError("database unavailable; retry")
+
+
+async def _single_statement(
+    conn: asyncpg.Connection,
+    fn: Callable[[Transaction], Coroutine[Any, Any, T]],
+    statements: Statements,
+) -> T:
+    """``fn``'s one statement on its own. A connection that a kill left
+    mid-protocol refuses the statement before sending it: nothing ran."""
+    try:
+        return await fn(_PostgresTransaction(conn, statements))
+    except asyncpg.InternalClientError as exc:
+        if "cannot switch to state" in str(exc):
+            raise _StaleConnection() from exc
+        raise
 
 
 async def _in_transaction(
