@@ -38,10 +38,11 @@ from grpc_status import rpc_status
 from runstore.contract import lifecycle
 from runstore.server.db import migrate
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
 from tests import pg_cluster
 from tests.processes import server_process
-from tests.support import Run, Store, failure_of, run_start
+from tests.support import Run, Store, failure_of, now_ms, run_start, ts, unique
 
 ROUNDS = int(os.environ.get("RUNSTORE_CRASH_ROUNDS", "2"))
 WRITERS = int(os.environ.get("RUNSTORE_CRASH_WRITERS", "8"))
@@ -178,8 +179,11 @@ def _payload(rng: random.Random) -> bytes:
 async def _writer(harness: Harness, index: int) -> None:
     ledger = harness.ledger
     rng = random.Random(index)
-    assert harness.store is not None
-    session = await harness.store.session()
+    session = unique("crash-session")
+    create = sa.CreateSessionRequest(session_id=session, created_at=ts(now_ms()))
+    await harness.call(
+        lambda s: s.admin.CreateSession(create), lambda r: r.session.id, lambda r: False
+    )
     while not harness.stopping:
         run = run_start(session_id=session)
         start = run.root_request()
