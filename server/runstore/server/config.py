@@ -25,7 +25,11 @@ class ServerConfig:
     )
     database_url: str = field(
         default=DEFAULT_DATABASE_URL,
-        metadata={"help": "sqlite:///path/to/file.db or postgresql://user@host/db"},
+        repr=False,  # may carry a password: never printed with the settings
+        metadata={
+            "help": "sqlite:///path/to/file.db or postgresql://user@host/db (keep a password "
+            "out of it: use RUNSTORE_DATABASE_URL, --database-url-file or PGPASSFILE)"
+        },
     )
     migrate: bool = field(
         default=False,
@@ -70,6 +74,28 @@ class ServerConfig:
     # --- Hardening: limits, timeouts, connections ---------------------------
 
     # --- Security: TLS, authentication ---------------------------------------
+    tls_cert: str = field(
+        default="", metadata={"help": "PEM certificate chain to serve TLS with (re-read on SIGHUP)"}
+    )
+    tls_key: str = field(
+        default="", metadata={"help": "PEM private key of --tls-cert (re-read on SIGHUP)"}
+    )
+    tls_client_ca: str = field(
+        default="",
+        metadata={"help": "PEM CA that must have signed every client's certificate (mTLS)"},
+    )
+    auth_file: str = field(
+        default="",
+        metadata={"help": "TOML file of principals and roles; turns authentication on"},
+    )
+    insecure: bool = field(
+        default=False,
+        metadata={"help": "serve a non-loopback address without TLS or an auth file"},
+    )
+    database_url_file: str = field(
+        default="",
+        metadata={"help": "file holding the database URL (keeps its password out of argv)"},
+    )
 
     # --- Operations: metrics, logs --------------------------------------------
 
