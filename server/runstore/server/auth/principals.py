@@ -216,9 +216,12 @@ def add_token(path: Path, name: str, role: str) -> str:
     token = secrets.token_urlsafe(32)
     entry: Mapping[str, Any] = {"name": name, "role": role, "token_sha256": hash_token(token)}
     addition = tomli_w.dumps({"principal": [entry]})
-    updated = text + ("\n" if text and not text.endswith("\n") else "") + (
-        "\n" if text else ""
-    ) + addition
+    updated = (
+        text
+        + ("\n" if text and not text.endswith("\n") else "")
+        + ("\n" if text else "")
+        + addition
+    )
     parse_principals(updated, str(path))
     _write_private(path, updated)
     return token

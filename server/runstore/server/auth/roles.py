@@ -34,9 +34,7 @@ _SESSIONS: Final = "/runstore.v1.SessionAdmin/"
 _MEMORY: Final = "/runstore.v1.MemoryStore/"
 _CONTEXT: Final = "/runstore.v1.ContextStore/"
 
-OPEN_METHODS: Final = frozenset(
-    {"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"}
-)
+OPEN_METHODS: Final = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
 """Methods anyone may call, with or without credentials."""
 
 METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {

@@ -190,7 +190,7 @@ def _behavior(handler: grpc.RpcMethodHandler) -> Behavior:
 def _with_behavior(
     handler: grpc.RpcMethodHandler,
     behavior: Behavior,
-    deserializer: Callable[[bytes], Any] | None | bool = True,
+    deserializer: Callable[[bytes], Any] | bool | None = True,
 ) -> grpc.RpcMethodHandler:
     """A handler of the same kind as ``handler`` running ``behavior``."""
     request_deserializer = handler.request_deserializer if deserializer is True else deserializer
