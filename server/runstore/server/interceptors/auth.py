@@ -95,6 +95,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             principal = principals.by_token(token) if token is not None else None
             refusal = _refusal(method, principal, token is not None)
             if refusal is not None:
+                if principal is not None and method in roles.AUDITED_METHODS:
+                    _log_refused(method, principal)
                 return _refusing(handler, refusal)
             assert principal is not None
             if method in roles.AUDITED_METHODS:
@@ -112,6 +114,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             principal = principals.by_certificate(certificate_identities(context))
             refusal = _refusal(method, principal, token_sent=False)
             if refusal is not None:
+                if principal is not None and method in roles.AUDITED_METHODS:
+                    _log_refused(method, principal)
                 await _abort(context, refusal)
             assert principal is not None
             return principal
@@ -153,6 +157,15 @@ def _refusal(method: str, principal: Principal | None, token_sent: bool) -> Runs
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: RunstoreError) -> None:
     status = to_status(error)
     await context.abort(status.code, status.details, status.trailing_metadata)
+
+
+def _log_refused(method: str, principal: Principal) -> None:
+    log.warning(
+        "%s by principal %r (role %s): refused (PERMISSION_DENIED)",
+        method.rsplit("/", 1)[-1],
+        principal.name,
+        principal.role,
+    )
 
 
 def _audited(method: str, inner: Behavior, principal: Principal) -> Behavior:
