@@ -8,6 +8,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 from runstore.server import app, config
@@ -20,6 +21,9 @@ from runstore.server.db import migrate
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runstore", description="The Goa-AI runtime store.")
+    parser.add_argument(
+        "--version", action="version", version=f"runstore {metadata.version('runstore-server')}"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve gRPC")
     config.add_arguments(serve)

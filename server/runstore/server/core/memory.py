@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from runstore.contract.errors import IdempotencyConflictError, ReadArgumentError, ValidationError
+from runstore.contract.model import AppendOutcome
 from runstore.server.core import paging
-from runstore.server.core.model import AppendOutcome, MemoryEvent, StoredAppend
+from runstore.server.core.model import MemoryEvent, StoredAppend
 from runstore.server.core.ports import Database, Transaction
 
 DEFAULT_MEMORY_PAGE: Final = 1000
