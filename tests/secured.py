@@ -6,6 +6,7 @@ with ``bearer(token)`` metadata and compare refusals exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -57,7 +58,8 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 @asynccontextmanager
 async def running_server(config: ServerConfig) -> AsyncIterator[RunningServer]:
-    """``build_server`` over ``config``'s database, stopped afterwards."""
+    """``build_server`` over ``config``'s database (migrated first), stopped afterwards."""
+    config = dataclasses.replace(config, migrate=True)
     async with AsyncExitStack() as stack:
         db = await stack.enter_async_context(open_database(config))
         running = await build_server(config, create_stores(config, db))
@@ -105,3 +107,15 @@ class _WithToken(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
 def channel_with_token(target: str, token: str) -> grpc.aio.Channel:
     """A plaintext channel whose unary calls all carry ``token``."""
     return grpc.aio.insecure_channel(target, interceptors=[_WithToken(token)])
+
+
+async def handshake_fails(target: str, tls: Any, token: str | None = None) -> None:
+    """A call over ``tls`` (a ``TLSConfig``) that the TLS handshake must refuse."""
+    from runstore.client import NO_RETRY, RemoteSessionAdmin, UnavailableError
+
+    async with RemoteSessionAdmin(target, tls=tls, token=token, retry=NO_RETRY, timeout=5) as admin:
+        try:
+            await admin.load_session("x")
+        except UnavailableError:
+            return
+    raise AssertionError("the handshake was accepted")

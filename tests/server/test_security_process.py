@@ -10,20 +10,21 @@ The database password never shows in the log.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
 
 import grpc
-import pytest
 
-from runstore.client import NO_RETRY, RemoteSessionAdmin, TLSConfig, UnavailableError, records
+from runstore.client import RemoteSessionAdmin, TLSConfig, records
 from runstore.server.auth.principals import hash_token
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import session_admin_pb2_grpc as sa_grpc
 from tests.certs import Authority
+from tests.pg_cluster import password_cluster, pgpass_line, private_file
 from tests.processes import ServerProcess, server_process
-from tests.secured import Entry, bearer, refusal, write_auth_file
+from tests.secured import Entry, bearer, handshake_fails, refusal, write_auth_file
 from tests.support import unique
 
 LOAD_SESSION = "/runstore.v1.SessionAdmin/LoadSession"
@@ -137,15 +138,7 @@ async def test_certificates_rotate_on_sighup_without_dropping_connections(
             server.target, tls=TLSConfig(ca=new_ca.pem), token=host.token
         ) as after:
             await after.create_session(unique("after"), records.now())
-        async with RemoteSessionAdmin(
-            server.target,
-            tls=TLSConfig(ca=old_ca.pem),
-            token=host.token,
-            retry=NO_RETRY,
-            timeout=5,
-        ) as stale:
-            with pytest.raises(UnavailableError):
-                await stale.load_session("x")
+        await handshake_fails(server.target, TLSConfig(ca=old_ca.pem), host.token)
         await before.create_session(unique("still-open"), records.now())
 
 
@@ -154,7 +147,7 @@ def _command_line(pid: int) -> bytes:
     return Path(f"/proc/{pid}/cmdline").read_bytes()
 
 
-async def _serve_exit(*args: str) -> tuple[int, str]:
+async def _serve_exit(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """Runs ``runstore serve`` expecting it to exit on its own; (code, stderr)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -164,6 +157,7 @@ async def _serve_exit(*args: str) -> tuple[int, str]:
         *args,
         stderr=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.DEVNULL,
+        env=env,
     )
     _, err = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode is not None
@@ -232,3 +226,32 @@ async def test_a_database_url_file_keeps_the_password_out_of_argv_and_logs(
     async with server_process("--database-url-file", str(url_file)) as server:
         assert b"from-file.db" in server.log
         assert b"from-file.db" not in _command_line(server.process.pid)
+
+
+async def test_pgpassword_and_pgpassfile_supply_the_password(tmp_path: Path) -> None:
+    """On a cluster that demands a password, the URL carries none: PGPASSWORD
+    or PGPASSFILE supplies it, and without either the server exits without
+    printing any secret."""
+    async with password_cluster(PASSWORD) as port:
+        url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        clean["PGPASSFILE"] = str(tmp_path / "no-such-pgpass")
+        code, err = await _serve_exit("--database-url", url, env=clean)
+        assert code != 0
+        assert "password" in err.lower() and PASSWORD not in err
+
+        with_password = {**clean, "PGPASSWORD": PASSWORD}
+        async with (
+            server_process("--database-url", url, "--migrate", env=with_password) as s,
+            RemoteSessionAdmin(s.target) as admin,
+        ):
+            assert PASSWORD.encode() not in s.log
+            await admin.create_session(unique("pgpassword"), records.now())
+
+        pgpass = private_file(tmp_path / "pgpass", pgpass_line(port, PASSWORD))
+        with_file = {**clean, "PGPASSFILE": str(pgpass)}
+        async with (
+            server_process("--database-url", url, env=with_file) as s,
+            RemoteSessionAdmin(s.target) as admin,
+        ):
+            await admin.create_session(unique("pgpassfile"), records.now())

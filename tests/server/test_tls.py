@@ -9,6 +9,7 @@ decides alone.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from runstore.client import (
 from runstore.server.app import RunningServer
 from runstore.server.config import ServerConfig
 from tests.certs import Authority, Pair
-from tests.secured import Entry, running_server, write_auth_file
+from tests.secured import Entry, handshake_fails, running_server, write_auth_file
 from tests.support import unique
 
 
@@ -55,11 +56,8 @@ ENTRIES = {
 }
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["tls", "mtls"])
-async def tls_server(
-    request: pytest.FixtureRequest, database_url: str, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[TLSServer]:
-    directory = tmp_path_factory.mktemp("tls")
+@asynccontextmanager
+async def _serve(database_url: str, directory: Path, mutual: bool) -> AsyncIterator[TLSServer]:
     ca = Authority()
     cert, key = ca.server().write(directory, "server")
     (directory / "ca.crt").write_bytes(ca.pem)
@@ -69,11 +67,28 @@ async def tls_server(
         database_url=database_url,
         tls_cert=str(cert),
         tls_key=str(key),
-        tls_client_ca=str(directory / "ca.crt") if request.param else "",
+        tls_client_ca=str(directory / "ca.crt") if mutual else "",
         auth_file=str(auth_file),
     )
     async with running_server(config) as running:
         yield TLSServer(running, f"127.0.0.1:{running.port}", ca, directory, ENTRIES)
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["tls", "mtls"])
+async def tls_server(
+    request: pytest.FixtureRequest, database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[TLSServer]:
+    """TLS with tokens, and mTLS: what holds for both."""
+    async with _serve(database_url, tmp_path_factory.mktemp("tls"), request.param) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+async def mtls_server(
+    database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[TLSServer]:
+    async with _serve(database_url, tmp_path_factory.mktemp("mtls"), True) as server:
+        yield server
 
 
 async def _start_one_shot(store: RemoteStore) -> bool:
@@ -123,40 +138,19 @@ async def test_a_token_over_tls_decides_the_role(tls_server: TLSServer) -> None:
 
 async def test_a_server_certificate_from_another_ca_is_refused(tls_server: TLSServer) -> None:
     stranger = Authority("someone else")
-    async with RemoteSessionAdmin(
-        tls_server.target,
-        tls=TLSConfig(ca=stranger.pem),
-        token=ENTRIES["chat-host"].token,
-        retry=NO_RETRY,
-        timeout=5,
-    ) as admin:
-        with pytest.raises(UnavailableError):
-            await admin.load_session("x")
+    pair = tls_server.ca.client("anyone") if _mutual(tls_server) else None
+    await handshake_fails(
+        tls_server.target, tls_server.client_tls(pair, ca=stranger.pem), ENTRIES["chat-host"].token
+    )
 
 
-async def test_mtls_without_a_client_certificate_fails(tls_server: TLSServer) -> None:
-    if not _mutual(tls_server):
-        pytest.skip("the server does not ask for client certificates")
-    async with RemoteSessionAdmin(
-        tls_server.target,
-        tls=tls_server.client_tls(),
-        token=ENTRIES["chat-host"].token,
-        retry=NO_RETRY,
-        timeout=5,
-    ) as admin:
-        with pytest.raises(UnavailableError):
-            await admin.load_session("x")
+async def test_mtls_without_a_client_certificate_fails(mtls_server: TLSServer) -> None:
+    await handshake_fails(mtls_server.target, mtls_server.client_tls(), ENTRIES["chat-host"].token)
 
 
-async def test_mtls_with_a_certificate_from_another_ca_fails(tls_server: TLSServer) -> None:
-    if not _mutual(tls_server):
-        pytest.skip("the server does not ask for client certificates")
+async def test_mtls_with_a_certificate_from_another_ca_fails(mtls_server: TLSServer) -> None:
     forged = Authority("runstore test CA").client("ops", uri="spiffe://runstore.test/ops")
-    async with RemoteSessionAdmin(
-        tls_server.target, tls=tls_server.client_tls(forged), retry=NO_RETRY, timeout=5
-    ) as admin:
-        with pytest.raises(UnavailableError):
-            await admin.load_session("x")
+    await handshake_fails(mtls_server.target, mtls_server.client_tls(forged))
 
 
 @pytest.mark.parametrize(
@@ -169,15 +163,13 @@ async def test_mtls_with_a_certificate_from_another_ca_fails(tls_server: TLSServ
     ids=["san-uri", "san-dns", "subject-cn"],
 )
 async def test_a_mapped_client_certificate_decides_the_role(
-    tls_server: TLSServer, common_name: str, uri: str, dns: str, principal: str
+    mtls_server: TLSServer, common_name: str, uri: str, dns: str, principal: str
 ) -> None:
-    if not _mutual(tls_server):
-        pytest.skip("the server does not ask for client certificates")
     role = ENTRIES[principal].role
-    tls = tls_server.client_tls(tls_server.ca.client(common_name, uri=uri, dns=dns))
+    tls = mtls_server.client_tls(mtls_server.ca.client(common_name, uri=uri, dns=dns))
     async with (
-        RemoteSessionAdmin(tls_server.target, tls=tls) as admin,
-        RemoteStore(tls_server.target, tls=tls) as store,
+        RemoteSessionAdmin(mtls_server.target, tls=tls) as admin,
+        RemoteStore(mtls_server.target, tls=tls) as store,
     ):
         session_id = unique("mtls")
         if role == "admin":
@@ -195,32 +187,28 @@ async def test_a_mapped_client_certificate_decides_the_role(
                 await _start_one_shot(store)
 
 
-async def test_an_unmapped_client_certificate_is_unauthenticated(tls_server: TLSServer) -> None:
-    if not _mutual(tls_server):
-        pytest.skip("the server does not ask for client certificates")
-    tls = tls_server.client_tls(tls_server.ca.client("nobody", dns="nobody.runstore.test"))
-    async with RemoteSessionAdmin(tls_server.target, tls=tls, retry=NO_RETRY) as admin:
+async def test_an_unmapped_client_certificate_is_unauthenticated(mtls_server: TLSServer) -> None:
+    tls = mtls_server.client_tls(mtls_server.ca.client("nobody", dns="nobody.runstore.test"))
+    async with RemoteSessionAdmin(mtls_server.target, tls=tls, retry=NO_RETRY) as admin:
         with pytest.raises(UnauthenticatedError) as refused:
             await admin.load_session("x")
     assert refused.value.method == "/runstore.v1.SessionAdmin/LoadSession"
 
 
-async def test_a_token_beats_the_certificate(tls_server: TLSServer) -> None:
-    if not _mutual(tls_server):
-        pytest.skip("the server does not ask for client certificates")
-    ops = tls_server.client_tls(tls_server.ca.client("x", uri="spiffe://runstore.test/ops"))
+async def test_a_token_beats_the_certificate(mtls_server: TLSServer) -> None:
+    ops = mtls_server.client_tls(mtls_server.ca.client("x", uri="spiffe://runstore.test/ops"))
     async with RemoteSessionAdmin(
-        tls_server.target, tls=ops, token=ENTRIES["chat-host"].token
+        mtls_server.target, tls=ops, token=ENTRIES["chat-host"].token
     ) as as_host:
         # The certificate alone would be admin; the host token makes it a host,
         # which may administer sessions but not start runs.
         session = await as_host.create_session(unique("both"), records.now())
-        async with RemoteStore(tls_server.target, tls=ops, token=ENTRIES["chat-host"].token) as s:
+        async with RemoteStore(mtls_server.target, tls=ops, token=ENTRIES["chat-host"].token) as s:
             with pytest.raises(PermissionDeniedError):
                 await _start_one_shot(s)
         assert session.id
     async with RemoteSessionAdmin(
-        tls_server.target, tls=ops, token="not-a-token", retry=NO_RETRY
+        mtls_server.target, tls=ops, token="not-a-token", retry=NO_RETRY
     ) as bogus:
         with pytest.raises(UnauthenticatedError):
             await bogus.load_session("x")
@@ -246,15 +234,7 @@ async def test_new_certificates_apply_to_new_connections_only(tls_server: TLSSer
                 token=token,
             ) as after:
                 await after.create_session(unique("after"), records.now())
-            async with RemoteSessionAdmin(
-                tls_server.target,
-                tls=tls_server.client_tls(pair),
-                token=token,
-                retry=NO_RETRY,
-                timeout=5,
-            ) as stale:
-                with pytest.raises(UnavailableError):
-                    await stale.load_session("x")
+            await handshake_fails(tls_server.target, tls_server.client_tls(pair), token)
             # The connection opened before the rotation still works.
             await before.create_session(unique("still"), records.now())
         finally:

@@ -377,6 +377,11 @@ class AccessError(ContractError):
     whether the session or run asked about exists.
     """
 
+    @property
+    def method(self) -> str:
+        """The refused gRPC method, e.g. ``/runstore.v1.SessionAdmin/EndSession``."""
+        return self.details.get("method", "")
+
 
 class UnauthenticatedError(AccessError):
     """No credential, or one the server does not know (a wrong or revoked token)."""
@@ -385,10 +390,6 @@ class UnauthenticatedError(AccessError):
     code = "UNAUTHENTICATED"
     default_message = "authentication required"
 
-    @property
-    def method(self) -> str:
-        return self.details.get("method", "")
-
 
 class PermissionDeniedError(AccessError):
     """The caller is known, but its role may not call the method."""
@@ -396,10 +397,6 @@ class PermissionDeniedError(AccessError):
     reason = "PERMISSION_DENIED"
     code = "PERMISSION_DENIED"
     default_message = "permission denied"
-
-    @property
-    def method(self) -> str:
-        return self.details.get("method", "")
 
 
 # --- Product memory (D5) ----------------------------------------------------------
