@@ -222,6 +222,11 @@ async def test_a_database_url_file_keeps_the_password_out_of_argv_and_logs(
     assert "visible in the process arguments" not in err
     assert PASSWORD not in err
 
+    url_file.write_text(f"postgresql//runstore:{PASSWORD}@127.0.0.1:1/runstore\n")  # no ':'
+    code, err = await _serve_exit("--database-url-file", str(url_file))
+    assert code == 2 and "does not parse" in err
+    assert PASSWORD not in err
+
     url_file.write_text(f"sqlite:///{tmp_path / 'from-file.db'}\n")
     async with server_process("--database-url-file", str(url_file)) as server:
         assert b"from-file.db" in server.log

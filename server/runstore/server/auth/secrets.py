@@ -39,20 +39,21 @@ def resolve_database_url(config: ServerConfig, command_line_url: str | None) -> 
             raise DatabaseURLError(f"cannot read --database-url-file {path}: {exc}") from None
         if not url:
             raise DatabaseURLError(f"--database-url-file {path} is empty")
-        return dataclasses.replace(config, database_url=url)
-    if command_line_url is not None and _has_password(command_line_url):
+        config = dataclasses.replace(config, database_url=url)
+    try:
+        parsed = make_url(config.database_url)
+    except ArgumentError:
+        # SQLAlchemy's own message quotes the whole URL, password included.
+        raise DatabaseURLError(
+            "the database URL does not parse (it is not shown: it may hold a password); "
+            "expected sqlite:///path or postgresql://user@host/db"
+        ) from None
+    if command_line_url is not None and parsed.password:
         log.warning(
             "the database password given with --database-url is visible in the process "
             "arguments; use RUNSTORE_DATABASE_URL, --database-url-file or PGPASSFILE instead"
         )
     return config
-
-
-def _has_password(url: str) -> bool:
-    try:
-        return bool(make_url(url).password)
-    except ArgumentError:
-        return False
 
 
 def redacted(url: str) -> str:
