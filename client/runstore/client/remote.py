@@ -59,6 +59,8 @@ from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import session_admin_pb2_grpc as sa_grpc
 
 T = TypeVar("T")
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -198,8 +200,10 @@ class _Client:
             token = await token
         return (*self.metadata, ("authorization", f"Bearer {token}"))
 
-    async def _call(self, method: Any, request: Any) -> Any:
-        async def attempt(seconds: float | None) -> Any:
+    async def _call(
+        self, method: grpc.aio.UnaryUnaryMultiCallable[Req, Resp], request: Req
+    ) -> Resp:
+        async def attempt(seconds: float | None) -> Resp:
             metadata = await self._call_metadata()
             try:
                 return await method(request, timeout=seconds, metadata=metadata or None)

@@ -63,7 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "auth":
         return _auth_command(args)
-    settings = config.load(args)
+    try:
+        settings = config.load(args)
+    except config.ConfigError as exc:
+        print(f"runstore: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -32,6 +32,7 @@ _BEARER = "bearer "
 _CERTIFICATE_PROPERTIES = ("peer_uri", "peer_dns", "x509_common_name")
 
 Behavior = Callable[..., Any]
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 
 class _MalformedAuthorization(Exception):
@@ -61,7 +62,7 @@ def certificate_identities(context: grpc.aio.ServicerContext[Any, Any]) -> list[
     ]
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Enforces ``METHOD_ROLES``; with ``principals`` None only audits.
 
     Args:
@@ -75,16 +76,16 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    ) -> Handler | None:
         handler = await continuation(details)
         method: str = details.method
         if handler is None or method in roles.OPEN_METHODS:
             return handler
         if self._principals is None:
             if method in roles.AUDITED_METHODS:
-                return _with_behavior(handler, _audited(method, handler.unary_unary, ANONYMOUS))
+                return _with_behavior(handler, _audited(method, _behavior(handler), ANONYMOUS))
             return handler
         principals = self._principals.current
         try:
@@ -100,13 +101,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 return _refusing(handler, refusal)
             assert principal is not None
             if method in roles.AUDITED_METHODS:
-                return _with_behavior(handler, _audited(method, handler.unary_unary, principal))
+                return _with_behavior(handler, _audited(method, _behavior(handler), principal))
             return handler
         return _with_behavior(handler, self._checking(method, handler, principals))
 
-    def _checking(
-        self, method: str, handler: grpc.RpcMethodHandler, principals: Principals
-    ) -> Behavior:
+    def _checking(self, method: str, handler: Handler, principals: Principals) -> Behavior:
         """The handler's behaviour behind a check of the peer's certificate."""
         inner = _behavior(handler)
 
@@ -192,40 +191,36 @@ def _audited(method: str, inner: Behavior, principal: Principal) -> Behavior:
     return behavior
 
 
-def _behavior(handler: grpc.RpcMethodHandler) -> Behavior:
-    for kind in ("unary_unary", "unary_stream", "stream_unary", "stream_stream"):
-        behavior = getattr(handler, kind)
-        if behavior is not None:
-            return behavior  # type: ignore[no-any-return]
+_KINDS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+
+
+def _kind(handler: Handler) -> str:
+    """Which of the four call shapes ``handler`` serves."""
+    for kind in _KINDS:
+        if getattr(handler, kind) is not None:
+            return kind
     raise ValueError("handler without a behaviour")
 
 
-def _with_behavior(
-    handler: grpc.RpcMethodHandler,
-    behavior: Behavior,
-    deserializer: Callable[[bytes], Any] | bool | None = True,
-) -> grpc.RpcMethodHandler:
-    """A handler of the same kind as ``handler`` running ``behavior``."""
-    request_deserializer = handler.request_deserializer if deserializer is True else deserializer
-    if handler.unary_unary is not None:
-        factory = grpc.unary_unary_rpc_method_handler
-    elif handler.unary_stream is not None:
-        factory = grpc.unary_stream_rpc_method_handler
-    elif handler.stream_unary is not None:
-        factory = grpc.stream_unary_rpc_method_handler
-    else:
-        factory = grpc.stream_stream_rpc_method_handler
-    return factory(
-        behavior,
-        request_deserializer=request_deserializer,
-        response_serializer=handler.response_serializer,
-    )
+def _behavior(handler: Handler) -> Behavior:
+    behavior: Behavior = getattr(handler, _kind(handler))
+    return behavior
 
 
-def _refusing(handler: grpc.RpcMethodHandler, error: RunstoreError) -> grpc.RpcMethodHandler:
+def _with_behavior(handler: Handler, behavior: Behavior, *, parse: bool = True) -> Handler:
+    """``handler`` running ``behavior`` instead; without ``parse`` the behaviour
+    gets the raw request bytes."""
+    changes: dict[str, Any] = {_kind(handler): behavior}
+    if not parse:
+        changes["request_deserializer"] = None
+    replaced: Handler = handler._replace(**changes)  # type: ignore[attr-defined]
+    return replaced
+
+
+def _refusing(handler: Handler, error: RunstoreError) -> Handler:
     """A handler that refuses with ``error`` without parsing the request."""
 
     async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         await _abort(context, error)
 
-    return _with_behavior(handler, refuse, deserializer=None)
+    return _with_behavior(handler, refuse, parse=False)
