@@ -1,4 +1,5 @@
-"""A private PostgreSQL cluster for tests that crash, stop or freeze the database.
+"""A private PostgreSQL cluster for tests that crash, stop or freeze the
+database, or that need one demanding a password.
 
 The shared server (RUNSTORE_TEST_POSTGRES_URL) must never be disturbed, so a
 test that kills PostgreSQL starts its own: ``initdb`` and ``pg_ctl`` run as the
@@ -68,13 +69,15 @@ class Cluster:
 
     root: Path
     port: int
+    password: str | None = None
 
     @property
     def data(self) -> Path:
         return self.root / "data"
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql://{OS_USER}@127.0.0.1:{self.port}/{database}"
+        user = OS_USER if self.password is None else f"{OS_USER}:{self.password}"
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
 
     async def _pg_ctl(self, *args: str) -> None:
         command = _as_postgres(str(BIN / "pg_ctl"), "-D", str(self.data), "-w", "-s", *args)
@@ -140,23 +143,30 @@ class Cluster:
         return self.url(name)
 
 
-def _make_root() -> Path:
-    """A fresh directory the ``postgres`` user owns and can enter."""
+def _make_root(password: str | None) -> Path:
+    """A fresh directory the ``postgres`` user owns and can enter (with the
+    superuser's password file when there is one)."""
     root = Path(tempfile.mkdtemp(prefix="runstore-pg-", dir="/tmp"))
     (root / "sock").mkdir()
+    if password is not None:
+        (root / "pwfile").write_text(password + "\n")
     if os.geteuid() == 0:
-        shutil.chown(root, OS_USER)
-        shutil.chown(root / "sock", OS_USER)
+        for path in (root, root / "sock", *([root / "pwfile"] if password is not None else [])):
+            shutil.chown(path, OS_USER)
     root.chmod(0o755)
     return root
 
 
 @contextlib.asynccontextmanager
-async def private_cluster() -> AsyncIterator[Cluster]:
-    """A started private cluster, stopped and deleted afterwards."""
+async def private_cluster(password: str | None = None) -> AsyncIterator[Cluster]:
+    """A started private cluster, stopped and deleted afterwards. With a
+    ``password`` the superuser ``postgres`` must give it (scram-sha-256)."""
     require()
-    root = _make_root()
-    cluster = Cluster(root, _free_port())
+    root = _make_root(password)
+    cluster = Cluster(root, _free_port(), password)
+    auth = ["--auth=trust"]
+    if password is not None:
+        auth = ["--auth=scram-sha-256", f"--pwfile={root / 'pwfile'}"]
     initdb = await asyncio.create_subprocess_exec(
         *_as_postgres(
             str(BIN / "initdb"),
@@ -164,7 +174,7 @@ async def private_cluster() -> AsyncIterator[Cluster]:
             str(cluster.data),
             "-U",
             OS_USER,
-            "--auth=trust",
+            *auth,
             "-E",
             "UTF8",
             "--no-sync",
@@ -185,3 +195,20 @@ async def private_cluster() -> AsyncIterator[Cluster]:
         with contextlib.suppress(RuntimeError):
             await cluster.stop("immediate")
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def password_cluster(password: str) -> AsyncIterator[int]:
+    """A private cluster whose superuser ``postgres`` needs ``password``; yields its port."""
+    async with private_cluster(password) as cluster:
+        yield cluster.port
+
+
+def pgpass_line(port: int, password: str) -> str:
+    return f"127.0.0.1:{port}:*:postgres:{password}\n"
+
+
+def private_file(path: Path, text: str) -> Path:
+    path.write_text(text)
+    os.chmod(path, 0o600)
+    return path
