@@ -37,6 +37,7 @@ from runstore.client.model import (
     RootRunStartResult,
     RunCancellation,
     RunMeta,
+    RunPage,
     RunRecord,
     RunRepairOutcome,
     RunRepairResult,
@@ -46,6 +47,7 @@ from runstore.client.model import (
     RunSuspension,
     RunTerminal,
     Session,
+    SessionPage,
     SessionStatus,
 )
 from runstore.client.protocols import SessionAdmin, Store
@@ -150,6 +152,7 @@ __all__ = [
     "RunMeta",
     "RunNotActiveError",
     "RunNotFoundError",
+    "RunPage",
     "RunRecord",
     "RunRecordOwnerMismatchError",
     "RunRepairOutcome",
@@ -170,6 +173,7 @@ __all__ = [
     "SessionEndedError",
     "SessionHasActiveRunsError",
     "SessionNotFoundError",
+    "SessionPage",
     "SessionPurgedError",
     "SessionStatus",
     "Store",

@@ -26,6 +26,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _print_applied(revision: str, description: str) -> None:
+    print(f"applied {revision}: {description}", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     settings = config.load(args)
@@ -37,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             asyncio.run(app.serve(settings))
         else:
-            before = asyncio.run(migrate.upgrade(settings.database_url))
+            before = asyncio.run(migrate.upgrade(settings.database_url, _print_applied))
             head = migrate.head_revision()
             if before.at_head:
                 print(f"schema already at {head}")

@@ -44,13 +44,17 @@ from runstore.contract.model import (
     NO_RECORD,
     AppendResult,
     Checkpoint,
+    ListPage,
+    RunFilter,
     RunRepairOutcome,
     RunRepairResult,
     RunStartOutcome,
     RunStatus,
+    SessionFilter,
     SessionStatus,
 )
 from runstore.server.core import paging, validation
+from runstore.server.core.listing import RunListing, SessionListing
 from runstore.server.core.model import (
     ChildRunStart,
     LifecycleKeys,
@@ -184,6 +188,34 @@ class RuntimeStore:
             return runs if statuses is None else [run for run in runs if run.status in statuses]
 
         return await self._db.read(tx_fn)
+
+    # --- Listings (§9.8) ----------------------------------------------------
+
+    async def list_sessions(
+        self, query: SessionFilter[Nanos], page_size: int, page_token: str
+    ) -> ListPage[Session]:
+        """§9.8.1: live sessions by created_at, then ID; keyset pages."""
+        listing = SessionListing(query, page_size, page_token)
+        if listing.matches_nothing:
+            return ListPage([])
+
+        async def tx_fn(tx: Transaction) -> list[Session]:
+            return await tx.list_sessions(listing.query, listing.after, listing.size + 1)
+
+        return listing.page(await self._db.read(tx_fn))
+
+    async def list_runs(
+        self, query: RunFilter[Nanos], page_size: int, page_token: str
+    ) -> ListPage[RunState]:
+        """§9.8.2: runs by started_at, then run ID; keyset pages."""
+        listing = RunListing(query, page_size, page_token)
+        if listing.matches_nothing:
+            return ListPage([])
+
+        async def tx_fn(tx: Transaction) -> list[RunState]:
+            return await tx.list_runs(listing.query, listing.after, listing.size + 1)
+
+        return listing.page(await self._db.read(tx_fn))
 
     # --- Starts (§9.2) -------------------------------------------------------
 
