@@ -107,7 +107,9 @@ async def test_runstore_migrate_command(empty_url: str) -> None:
         return out.decode()
 
     head = migrate.head_revision()
-    history = reversed(list(ScriptDirectory.from_config(migrate._alembic_config()).walk_revisions()))
+    history = reversed(
+        list(ScriptDirectory.from_config(migrate._alembic_config()).walk_revisions())
+    )
     applied = "".join(
         f"applied {script.revision}: {script.doc.strip().splitlines()[0]}\n" for script in history
     )

@@ -57,12 +57,12 @@ def _digest(kind: str, filters: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _session_filter_digest(query: SessionFilter[Nanos]) -> str:
+def session_filter_digest(query: SessionFilter[Nanos]) -> str:
     statuses = sorted(s.value for s in query.statuses) if query.statuses is not None else None
     return _digest("sessions", [statuses, query.created_after, query.created_before])
 
 
-def _run_filter_digest(query: RunFilter[Nanos]) -> str:
+def run_filter_digest(query: RunFilter[Nanos]) -> str:
     statuses = sorted(s.value for s in query.statuses) if query.statuses is not None else None
     return _digest(
         "runs",
@@ -117,7 +117,7 @@ class SessionListing:
             query.created_after,
             query.created_before,
         )
-        self._digest = _session_filter_digest(query)
+        self._digest = session_filter_digest(query)
         self.after = decode_token(self._digest, token)
 
     @property
@@ -153,7 +153,7 @@ class RunListing:
             started_before=query.started_before,
             sessionless_only=query.sessionless_only,
         )
-        self._digest = _run_filter_digest(query)
+        self._digest = run_filter_digest(query)
         self.after = decode_token(self._digest, token)
 
     @property
