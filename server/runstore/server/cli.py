@@ -1,4 +1,5 @@
-"""``runstore serve`` and ``runstore migrate``: thin shells over ``app`` and ``migrate``."""
+"""``runstore serve`` and ``runstore migrate``: thin shells over ``app`` and ``migrate``;
+the operator's commands (``sessions``, ``runs``, ``records``, ``health``) are ``admin``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
-from runstore.server import app, config
+from runstore.server import admin, app, config
 from runstore.server.db import migrate
 
 
@@ -23,6 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     config.add_arguments(serve)
     upgrade = commands.add_parser("migrate", help="upgrade the database schema to head")
     config.add_arguments(upgrade, names=("database_url", "log_level"))
+    admin.add_commands(commands)
     return parser
 
 
@@ -32,6 +34,11 @@ def _print_applied(revision: str, description: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in admin.COMMANDS:
+        try:
+            return admin.run(args)
+        except KeyboardInterrupt:
+            return 130
     settings = config.load(args)
     logging.basicConfig(
         level=settings.log_level.upper(),
