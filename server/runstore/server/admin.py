@@ -453,7 +453,7 @@ async def records_list(args: argparse.Namespace, clients: Clients, out: Output) 
 
 
 async def health(args: argparse.Namespace, clients: Clients, out: Output) -> int:
-    stub = health_pb2_grpc.HealthStub(clients.channel)
+    stub: Any = health_pb2_grpc.HealthStub(clients.channel)
     try:
         response = await stub.Check(
             health_pb2.HealthCheckRequest(service=args.service), timeout=clients.timeout

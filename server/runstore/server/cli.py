@@ -39,7 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return admin.run(args)
         except KeyboardInterrupt:
             return 130
-    settings = config.load(args)
+    try:
+        settings = config.load(args)
+    except config.ConfigError as exc:
+        print(f"runstore: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
