@@ -54,30 +54,28 @@ def in_window(base: int, **fields: Any) -> dict[str, Any]:
     return {"created_after": stamp(base), "created_before": stamp(base + 1000), **fields}
 
 
-async def walk_sessions(store: Store, page_size: int, **fields: Any) -> list[pb.Session]:
-    seen: list[pb.Session] = []
+async def walk(
+    call: Any, request_type: Any, items: str, page_size: int, **fields: Any
+) -> list[Any]:
+    """Every row of a listing, page after page."""
+    seen: list[Any] = []
     token = ""
     while True:
-        request = sa.ListSessionsRequest(page_size=page_size, page_token=token, **fields)
-        page = await store.admin.ListSessions(request)
-        assert len(page.sessions) <= page_size
-        seen.extend(page.sessions)
+        page = await call(request_type(page_size=page_size, page_token=token, **fields))
+        rows = getattr(page, items)
+        assert len(rows) <= page_size
+        seen.extend(rows)
         token = page.next_page_token
         if not token:
             return seen
 
 
-async def walk_runs(store: Store, page_size: int, **fields: Any) -> list[pb.RunMeta]:
-    seen: list[pb.RunMeta] = []
-    token = ""
-    while True:
-        request = sa.ListRunsRequest(page_size=page_size, page_token=token, **fields)
-        page = await store.admin.ListRuns(request)
-        assert len(page.runs) <= page_size
-        seen.extend(page.runs)
-        token = page.next_page_token
-        if not token:
-            return seen
+def walk_sessions(store: Store, page_size: int, **fields: Any) -> Any:
+    return walk(store.admin.ListSessions, sa.ListSessionsRequest, "sessions", page_size, **fields)
+
+
+def walk_runs(store: Store, page_size: int, **fields: Any) -> Any:
+    return walk(store.admin.ListRuns, sa.ListRunsRequest, "runs", page_size, **fields)
 
 
 # --- ListSessions ---------------------------------------------------------------

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import json
-from collections.abc import Collection
-from typing import Final, TypeVar
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
 
 from runstore.contract.errors import ReadArgumentError
 from runstore.contract.model import ListPage, RunFilter, RunStatus, SessionFilter, SessionStatus
@@ -33,6 +35,8 @@ PageKey = tuple[Nanos, str]
 """The ordering key of a listed row: its time, then its ID."""
 
 E = TypeVar("E", SessionStatus, RunStatus)
+Row = TypeVar("Row", Session, RunState)
+Query = TypeVar("Query", SessionFilter[Nanos], RunFilter[Nanos])
 
 
 def page_size(requested: int) -> int:
@@ -107,65 +111,61 @@ def _empty_range(after: Nanos | None, before: Nanos | None) -> bool:
     return after is not None and before is not None and after >= before
 
 
-class SessionListing:
-    """The rules of one ListSessions call, before and after the query."""
+@dataclass(frozen=True)
+class Listing(Generic[Query, Row]):
+    """The rules of one listing call, before and after its query."""
 
-    def __init__(self, query: SessionFilter[Nanos], size: int, token: str) -> None:
-        self.size = page_size(size)
-        self.query = SessionFilter(
-            status_filter(query.statuses, list(SessionStatus)),
-            query.created_after,
-            query.created_before,
-        )
-        self._digest = session_filter_digest(query)
-        self.after = decode_token(self._digest, token)
+    query: Query
+    """The filters as the database applies them (statuses normalised)."""
+    size: int
+    after: PageKey | None
+    """The key after which the page starts; None for the first page."""
+    matches_nothing: bool
+    """The filters exclude every row: no query needed."""
+    _digest: str
+    _key: Callable[[Row], PageKey]
 
-    @property
-    def matches_nothing(self) -> bool:
-        """The filters exclude every row: no query needed."""
-        return self.query.statuses == frozenset() or _empty_range(
-            self.query.created_after, self.query.created_before
-        )
-
-    def page(self, rows: list[Session]) -> ListPage[Session]:
+    def page(self, rows: list[Row]) -> ListPage[Row]:
         """``rows`` were fetched with one more than a page, to tell if more follow."""
         if len(rows) <= self.size:
             return ListPage(rows)
-        last = rows[self.size - 1]
-        return ListPage(rows[: self.size], encode_token(self._digest, (last.created_at, last.id)))
-
-
-class RunListing:
-    """The rules of one ListRuns call, before and after the query."""
-
-    def __init__(self, query: RunFilter[Nanos], size: int, token: str) -> None:
-        if query.sessionless_only and query.session_id:
-            raise ReadArgumentError(
-                "sessionless_only lists runs without a session; do not also give session_id",
-                field="sessionless_only",
-            )
-        self.size = page_size(size)
-        self.query = RunFilter(
-            session_id=query.session_id,
-            agent_id=query.agent_id,
-            statuses=status_filter(query.statuses, list(RunStatus)),
-            started_after=query.started_after,
-            started_before=query.started_before,
-            sessionless_only=query.sessionless_only,
-        )
-        self._digest = run_filter_digest(query)
-        self.after = decode_token(self._digest, token)
-
-    @property
-    def matches_nothing(self) -> bool:
-        return self.query.statuses == frozenset() or _empty_range(
-            self.query.started_after, self.query.started_before
-        )
-
-    def page(self, rows: list[RunState]) -> ListPage[RunState]:
-        if len(rows) <= self.size:
-            return ListPage(rows)
-        last = rows[self.size - 1]
         return ListPage(
-            rows[: self.size], encode_token(self._digest, (last.started_at, last.run_id))
+            rows[: self.size], encode_token(self._digest, self._key(rows[self.size - 1]))
         )
+
+
+def session_listing(
+    query: SessionFilter[Nanos], size: int, token: str
+) -> Listing[SessionFilter[Nanos], Session]:
+    """ListSessions (§9.8.1): by created_at, then session ID."""
+    digest = session_filter_digest(query)
+    statuses = status_filter(query.statuses, list(SessionStatus))
+    return Listing(
+        SessionFilter(statuses, query.created_after, query.created_before),
+        page_size(size),
+        decode_token(digest, token),
+        statuses == frozenset() or _empty_range(query.created_after, query.created_before),
+        digest,
+        lambda session: (session.created_at, session.id),
+    )
+
+
+def run_listing(
+    query: RunFilter[Nanos], size: int, token: str
+) -> Listing[RunFilter[Nanos], RunState]:
+    """ListRuns (§9.8.2): by started_at, then run ID."""
+    if query.sessionless_only and query.session_id:
+        raise ReadArgumentError(
+            "sessionless_only lists runs without a session; do not also give session_id",
+            field="sessionless_only",
+        )
+    digest = run_filter_digest(query)
+    statuses = status_filter(query.statuses, list(RunStatus))
+    return Listing(
+        dataclasses.replace(query, statuses=statuses),
+        page_size(size),
+        decode_token(digest, token),
+        statuses == frozenset() or _empty_range(query.started_after, query.started_before),
+        digest,
+        lambda run: (run.started_at, run.run_id),
+    )
