@@ -372,8 +372,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--history takes two sizes")
     tables = args.tables or ("10000,100000" if args.quick else "10000,1000000")
     args.tables = [int(t) for t in tables.split(",")]
-    if len(args.tables) != 2 or min(args.tables) < 2000:
-        parser.error("--tables takes two sizes of at least 2000")
+    if len(args.tables) != 2 or min(args.tables) < 5000:
+        parser.error("--tables takes two sizes of at least 5000 (every timed page must be full)")
     return args
 
 

@@ -73,17 +73,29 @@ def _connection_options() -> argparse.ArgumentParser:
     group = parser.add_argument_group("connection and output")
     group.add_argument(
         "--target",
+        metavar="HOST:PORT",
         default=os.environ.get("RUNSTORE_TARGET", DEFAULT_TARGET),
         help=f"server HOST:PORT (env RUNSTORE_TARGET; default {DEFAULT_TARGET})",
     )
-    group.add_argument("--tls-ca", type=Path, help="CA certificate (PEM) that signed the server's")
-    group.add_argument("--tls-cert", type=Path, help="client certificate (PEM) for mTLS")
-    group.add_argument("--tls-key", type=Path, help="private key (PEM) of --tls-cert")
     group.add_argument(
-        "--token-file", type=Path, help="file holding the bearer token (or env RUNSTORE_TOKEN)"
+        "--tls-ca", type=Path, metavar="PATH", help="CA certificate (PEM) that signed the server's"
     )
     group.add_argument(
-        "--token", help="bearer token on the command line (visible to other users: avoid)"
+        "--tls-cert", type=Path, metavar="PATH", help="client certificate (PEM) for mTLS"
+    )
+    group.add_argument(
+        "--tls-key", type=Path, metavar="PATH", help="private key (PEM) of --tls-cert"
+    )
+    group.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="PATH",
+        help="file holding the bearer token (or env RUNSTORE_TOKEN)",
+    )
+    group.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="bearer token on the command line (visible to other users: avoid)",
     )
     group.add_argument("--timeout", type=float, default=10.0, help="seconds per call (10)")
     group.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -491,14 +503,18 @@ def add_commands(commands: Any) -> None:
     listing.add_argument(
         "--status", action="append", choices=[s.value for s in SessionStatus], help="repeatable"
     )
-    listing.add_argument("--created-after", type=_timestamp, help="inclusive, ISO 8601")
-    listing.add_argument("--created-before", type=_timestamp, help="exclusive, ISO 8601")
+    listing.add_argument(
+        "--created-after", type=_timestamp, metavar="TIME", help="inclusive, ISO 8601"
+    )
+    listing.add_argument(
+        "--created-before", type=_timestamp, metavar="TIME", help="exclusive, ISO 8601"
+    )
     _page_options(listing)
     show = leaf(session_actions, "show", sessions_show, "a session and its runs")
     show.add_argument("session_id", metavar="SESSION_ID")
     end = leaf(session_actions, "end", sessions_end, "end a session (asks first)")
     end.add_argument("session_id", metavar="SESSION_ID")
-    end.add_argument("--at", type=_timestamp, help="ended_at (default: now)")
+    end.add_argument("--at", type=_timestamp, metavar="TIME", help="ended_at (default: now)")
     end.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     purge = leaf(session_actions, "purge", sessions_purge, "delete an ended session (asks first)")
     purge.add_argument("session_id", metavar="SESSION_ID")
@@ -512,8 +528,12 @@ def add_commands(commands: Any) -> None:
     listing.add_argument(
         "--status", action="append", choices=[s.value for s in RunStatus], help="repeatable"
     )
-    listing.add_argument("--started-after", type=_timestamp, help="inclusive, ISO 8601")
-    listing.add_argument("--started-before", type=_timestamp, help="exclusive, ISO 8601")
+    listing.add_argument(
+        "--started-after", type=_timestamp, metavar="TIME", help="inclusive, ISO 8601"
+    )
+    listing.add_argument(
+        "--started-before", type=_timestamp, metavar="TIME", help="exclusive, ISO 8601"
+    )
     listing.add_argument("--sessionless", action="store_true", help="only runs without a session")
     _page_options(listing)
     show = leaf(run_actions, "show", runs_show, "a run's metadata, then its records")
