@@ -4,9 +4,10 @@
 
 Workers use ``RemoteStore`` (the ``Store`` protocol); the host uses
 ``RemoteSessionAdmin``. ``SyncRemoteStore`` / ``SyncRemoteSessionAdmin`` block
-instead. Errors are the classes below, rebuilt from the server's ErrorInfo:
-catch ``ContractError`` for failures a retry cannot fix; ``TransientError`` is
-retried for you per ``RetryPolicy``.
+instead; ``tls=TLSConfig(...)`` and ``token=`` secure any of them. Errors are
+the classes below, rebuilt from the server's ErrorInfo: catch ``ContractError``
+for failures a retry cannot fix; ``TransientError`` is retried for you per
+``RetryPolicy``.
 """
 
 from runstore.client import context as context
@@ -51,7 +52,14 @@ from runstore.client.model import (
     SessionStatus,
 )
 from runstore.client.protocols import SessionAdmin, Store
-from runstore.client.remote import Keepalive, RemoteSessionAdmin, RemoteStore, open_channel
+from runstore.client.remote import (
+    Keepalive,
+    RemoteSessionAdmin,
+    RemoteStore,
+    TLSConfig,
+    TokenSource,
+    open_channel,
+)
 from runstore.client.retry import NO_RETRY, RetryClock, RetryPolicy
 from runstore.client.sync import SyncRemoteSessionAdmin, SyncRemoteStore
 from runstore.contract.errors import (
@@ -75,6 +83,7 @@ from runstore.contract.errors import (
     InvalidTranscriptPositionError,
     NotFoundError,
     ParentRunIDRequiredError,
+    PermissionDeniedError,
     PreconditionError,
     ReadArgumentError,
     RunCancellationConflictError,
@@ -93,6 +102,7 @@ from runstore.contract.errors import (
     SessionNotFoundError,
     SessionPurgedError,
     TransientError,
+    UnauthenticatedError,
     UnavailableError,
     UnexpectedRpcError,
     ValidationError,
@@ -136,6 +146,7 @@ __all__ = [
     "OneShotRunStartResult",
     "Page",
     "ParentRunIDRequiredError",
+    "PermissionDeniedError",
     "PreconditionError",
     "ReadArgumentError",
     "RemoteContextStore",
@@ -179,7 +190,10 @@ __all__ = [
     "Store",
     "SyncRemoteSessionAdmin",
     "SyncRemoteStore",
+    "TLSConfig",
+    "TokenSource",
     "TransientError",
+    "UnauthenticatedError",
     "UnavailableError",
     "UnexpectedRpcError",
     "ValidationError",

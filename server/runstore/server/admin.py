@@ -36,6 +36,7 @@ from runstore.client import (
     RunRecord,
     RunStatus,
     SessionStatus,
+    TLSConfig,
     open_channel,
 )
 from runstore.contract.errors import RunstoreError
@@ -126,25 +127,21 @@ def _token(args: argparse.Namespace, warn: TextIO) -> str | None:
     return os.environ.get("RUNSTORE_TOKEN") or None
 
 
-def _read(path: Path | None, flag: str) -> bytes | None:
-    if path is None:
+def _tls(args: argparse.Namespace) -> TLSConfig | None:
+    """TLS when a CA or a client certificate is given; files are read here, so a
+    missing one is a usage error rather than a failed call."""
+    if args.tls_ca is None and args.tls_cert is None and args.tls_key is None:
         return None
     try:
-        return path.read_bytes()
+        pem = {
+            name: path.read_bytes() if path is not None else None
+            for name, path in (("ca", args.tls_ca), ("cert", args.tls_cert), ("key", args.tls_key))
+        }
+        return TLSConfig(**pem)
     except OSError as exc:
-        raise UsageError(f"cannot read {flag}: {exc.strerror}: {exc.filename}") from None
-
-
-def _credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | None:
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise UsageError("--tls-cert and --tls-key go together")
-    if args.tls_ca is None and args.tls_cert is None:
-        return None
-    return grpc.ssl_channel_credentials(
-        root_certificates=_read(args.tls_ca, "--tls-ca"),
-        private_key=_read(args.tls_key, "--tls-key"),
-        certificate_chain=_read(args.tls_cert, "--tls-cert"),
-    )
+        raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
+    except ValueError:
+        raise UsageError("--tls-cert and --tls-key go together") from None
 
 
 class Clients:
@@ -152,12 +149,18 @@ class Clients:
 
     def __init__(self, args: argparse.Namespace, warn: TextIO) -> None:
         token = _token(args, warn)
-        self.channel = open_channel(args.target, credentials=_credentials(args), keepalive=None)
+        tls = _tls(args)
+        self.channel = open_channel(
+            args.target,
+            credentials=tls.credentials() if tls is not None else None,
+            keepalive=None,
+            options=tls.channel_options() if tls is not None else (),
+        )
         options: dict[str, Any] = {
             "channel": self.channel,
             "timeout": args.timeout,
             "retry": NO_RETRY,
-            "metadata": [("authorization", f"Bearer {token}")] if token else [],
+            "token": token,
         }
         self.admin = RemoteSessionAdmin(**options)
         self.store = RemoteStore(**options)
