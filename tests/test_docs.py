@@ -156,6 +156,15 @@ def test_every_error_reason_has_a_row_in_errors_md(reason: str) -> None:
     assert permanent == ("yes" if cls.permanent else "no"), reason
 
 
+def test_errors_md_has_a_row_for_every_error_reason_value_and_no_other() -> None:
+    """The proto enum is what clients in other languages see: each of its
+    values is explained, and the doc lists no reason the wire does not have."""
+    from runstore.v1 import error_reason_pb2
+
+    values = set(error_reason_pb2.ErrorReason.keys()) - {"ERROR_REASON_UNSPECIFIED"}
+    assert set(error_rows()) == values
+
+
 def test_errors_md_codes_are_grpc_status_codes() -> None:
     import grpc
 
