@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeAlias
 
 from runstore.contract import model as contract
 from runstore.contract.model import (
@@ -47,6 +48,7 @@ __all__ = [
     "RootRunStartResult",
     "RunCancellation",
     "RunMeta",
+    "RunPage",
     "RunRecord",
     "RunRepairOutcome",
     "RunRepairResult",
@@ -56,6 +58,7 @@ __all__ = [
     "RunSuspension",
     "RunTerminal",
     "Session",
+    "SessionPage",
     "SessionStatus",
 ]
 
@@ -105,6 +108,12 @@ class RunMeta(contract.RunMeta[datetime]):
 
 class Page(contract.Page[RunRecord]):
     """One page of records, oldest first; an empty ``next_cursor`` means the end."""
+
+
+SessionPage: TypeAlias = contract.ListPage[Session]
+"""One page of ListSessions: ``items`` and ``next_page_token``."""
+RunPage: TypeAlias = contract.ListPage[RunMeta]
+"""One page of ListRuns: ``items`` and ``next_page_token``."""
 
 
 # --- Commands (§3.10): the shared shapes bound to the client's values ------------
