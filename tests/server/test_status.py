@@ -34,6 +34,7 @@ EXPECTED = {
     "CONTINUATION_MISMATCH": ("FAILED_PRECONDITION", True),
     "CONTRACT_VALIDATION": ("INVALID_ARGUMENT", True),
     "INVALID_ARGUMENT_READ": ("INVALID_ARGUMENT", True),
+    "MALFORMED_REQUEST": ("INVALID_ARGUMENT", True),
     "STORED_STATE_CORRUPT": ("DATA_LOSS", True),
     "TRANSIENT": ("UNAVAILABLE", False),
     # Product memory (D5): a stale context save is ABORTED but permanent, so

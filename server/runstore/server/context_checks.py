@@ -8,11 +8,11 @@ messages byte for byte and never reinterprets them afterwards.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Final
 
 from runstore.contract.errors import ValidationError, quote
+from runstore.server.core.input_rules import decode_json
 from runstore.v1 import context_store_pb2 as ctx
 
 MESSAGE_TYPES: Final = ("system", "user", "assistant")
@@ -31,10 +31,7 @@ LOCATION_KINDS: Final = ("document_char", "document_chunk", "document_page")
 
 
 def _json(raw: bytes, field: str, *, must_be_object: bool) -> None:
-    try:
-        value = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise ValidationError(f"{field} must be JSON", field=field) from None
+    value = decode_json(raw, field)
     if must_be_object and not isinstance(value, dict):
         raise ValidationError(f"{field} must be a JSON object", field=field)
 

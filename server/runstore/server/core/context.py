@@ -25,6 +25,7 @@ from runstore.contract.errors import (
     ValidationError,
 )
 from runstore.server.core import paging
+from runstore.server.core.input_rules import check_ids
 from runstore.server.core.model import AppendOutcome, ContextVersion, Nanos, StoredAppend
 from runstore.server.core.ports import Database, Transaction
 
@@ -141,7 +142,7 @@ class ContextStore:
     ) -> AppendOutcome:
         """Appends messages in order, atomically; a retried idempotent call
         appends nothing (D5)."""
-        _check_key(key)
+        _check_key(key, idempotency_key)
         digest = _digest(messages)
 
         async def tx_fn(tx: Transaction) -> AppendOutcome:
@@ -183,9 +184,10 @@ class ContextStore:
         return await self._db.read(tx_fn)
 
 
-def _check_key(key: str) -> None:
+def _check_key(key: str, idempotency_key: str = "") -> None:
     if not key:
         raise ValidationError("context key is required", field="key")
+    check_ids(key=key, idempotency_key=idempotency_key)
 
 
 def _digest(messages: Sequence[bytes]) -> bytes:

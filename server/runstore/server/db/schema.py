@@ -3,7 +3,13 @@
 Alembic migrations are checked against this metadata (autogenerate must find
 no difference). Types are portable between SQLite and PostgreSQL:
 
-* every time is a BIGINT of UTC nanoseconds since the epoch (D7);
+* times are exact over the whole ``google.protobuf.Timestamp`` range (years
+  1 to 9999, D7): caller times with full precision (session and memory event
+  times) are two columns, ``<name>_seconds`` (BIGINT, UTC seconds since the
+  epoch) and ``<name>_nanos`` (0 to 999,999,999); record and start times are
+  whole milliseconds (V1, V3), one BIGINT ``<name>_ms``; times the server's own
+  clock sets (``updated_at``, ``saved_at``, ``purged_at``) are BIGINT UTC
+  nanoseconds;
 * IDs and keys are text; a sessionless run has ``session_id = ''`` (§3.4);
 * payloads and checkpoints are bytes, stored byte for byte (D2);
 * labels are a JSON object with sorted keys, compared as maps (V7).
@@ -38,8 +44,10 @@ sessions = Table(
     metadata,
     Column("session_id", Text, primary_key=True),
     Column("status", String(16), nullable=False),
-    Column("created_at", BigInteger, nullable=False),
-    Column("ended_at", BigInteger, nullable=True),
+    Column("created_at_seconds", BigInteger, nullable=False),
+    Column("created_at_nanos", Integer, nullable=False),
+    Column("ended_at_seconds", BigInteger, nullable=True),
+    Column("ended_at_nanos", Integer, nullable=True),
 )
 
 session_tombstones = Table(
@@ -56,7 +64,7 @@ runs = Table(
     Column("agent_id", Text, nullable=False),
     Column("session_id", Text, nullable=False),
     Column("parent_run_id", Text, nullable=False),
-    Column("started_at", BigInteger, nullable=False),
+    Column("started_at_ms", BigInteger, nullable=False),
     Column("labels", Text, nullable=False),
     Column("start_outcome", String(16), nullable=False),
     Column("status", String(16), nullable=False),
@@ -72,7 +80,7 @@ runs = Table(
     Column("checkpoint_id", Text, nullable=True),
     Column("checkpoint_data", LargeBinary, nullable=True),
     # ListRunsBySession (ordered, Q10) and PurgeSession's running-run check.
-    Index(None, "session_id", "started_at", "run_id"),
+    Index(None, "session_id", "started_at_ms", "run_id"),
 )
 
 records = Table(
@@ -88,7 +96,7 @@ records = Table(
     Column("payload", LargeBinary, nullable=False),
     # len(payload), so pages can be cut by bytes without reading payloads.
     Column("payload_size", Integer, nullable=False),
-    Column("timestamp", BigInteger, nullable=False),
+    Column("timestamp_ms", BigInteger, nullable=False),
     # Position in session order (D3); NULL for sessionless runs. Taken as the
     # session's largest position plus one under the session's lock, in the
     # record's own transaction: positions become visible in order, so readers
@@ -125,7 +133,8 @@ memory_events = Table(
     Column("run_id", Text, primary_key=True),
     Column("position", BigInteger, primary_key=True),
     Column("type", Text, nullable=False),
-    Column("timestamp", BigInteger, nullable=False),
+    Column("timestamp_seconds", BigInteger, nullable=False),
+    Column("timestamp_nanos", Integer, nullable=False),
     Column("data", LargeBinary, nullable=False),
     Column("labels", Text, nullable=False),
 )
@@ -135,7 +144,10 @@ memory_appends = Table(
     metadata,
     Column("agent_id", Text, primary_key=True),
     Column("run_id", Text, primary_key=True),
-    Column("idempotency_key", Text, primary_key=True),
+    # SHA-256 of the idempotency key: three 1 KiB keys would overflow a
+    # PostgreSQL index entry, two and a digest stay far below it.
+    Column("key_digest", LargeBinary, primary_key=True),
+    Column("idempotency_key", Text, nullable=False),
     Column("digest", LargeBinary, nullable=False),
     Column("first_position", BigInteger, nullable=False),
     Column("count", Integer, nullable=False),

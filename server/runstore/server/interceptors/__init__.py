@@ -11,12 +11,15 @@ from __future__ import annotations
 import grpc
 
 from runstore.server.config import ServerConfig
+from runstore.server.interceptors.parsing import RequestParsingInterceptor
+from runstore.server.interceptors.request_ids import RequestIdInterceptor
 
 
 def server_interceptors(config: ServerConfig) -> list[grpc.aio.ServerInterceptor]:
     """The chain ``build_server`` installs, outermost first."""
     chain: list[grpc.aio.ServerInterceptor] = []
     # 1. Request ids: taken from x-request-id or generated (Hardening I).
+    chain.append(RequestIdInterceptor())
 
     # 2. Access log and metrics (Operations).
 
@@ -25,5 +28,6 @@ def server_interceptors(config: ServerConfig) -> list[grpc.aio.ServerInterceptor
     # 4. Limits on calls and response bytes in flight (Hardening II).
 
     # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST (Hardening I).
+    chain.append(RequestParsingInterceptor())
 
     return chain
