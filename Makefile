@@ -11,6 +11,7 @@ PROTOS := $(wildcard protos/runstore/v1/*.proto)
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
 $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
+	@echo "make install: creating $(VENV) with runstore-client, runstore-server and the dev tools (about a minute the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
 	$(BIN)/python -m pip install --quiet -e ./client -e ./server --group dev
@@ -22,7 +23,8 @@ install: $(STAMP)
 run: install
 	$(BIN)/runstore serve --listen $(LISTEN) --database-url $(DATABASE_URL)
 
-## The whole suite; PostgreSQL tests run when RUNSTORE_TEST_POSTGRES_URL is set.
+## The whole suite; PostgreSQL tests run when RUNSTORE_TEST_POSTGRES_URL is set
+## (the end of the run says how many were skipped otherwise).
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 

@@ -1,10 +1,17 @@
-"""``runstore serve`` as a real process: start-up, and a clean stop on SIGTERM."""
+"""``runstore serve`` as a real process: start-up, and a clean stop on SIGTERM.
+
+The processes run as ``python -m runstore.server``, so that entry point is
+exercised by every test here.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import signal
+import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +123,14 @@ async def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(tmp_path: 
     assert [record.event_key for record in page.events] == ["started"] + [
         f"k{i}" for i in range(20)
     ]
+
+
+def test_version_is_the_installed_distribution_version() -> None:
+    """``runstore --version`` and ``python -m runstore.server --version`` agree
+    with the installed runstore-server."""
+    script = Path(sys.executable).with_name("runstore")
+    for command in ([str(script)], [sys.executable, "-m", "runstore.server"]):
+        done = subprocess.run(
+            [*command, "--version"], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert done.stdout.strip() == f"runstore {metadata.version('runstore-server')}"

@@ -24,9 +24,10 @@ from runstore.contract.errors import (
     ReadArgumentError,
     ValidationError,
 )
+from runstore.contract.model import AppendOutcome
 from runstore.server.core import paging
 from runstore.server.core.input_rules import check_ids
-from runstore.server.core.model import AppendOutcome, ContextVersion, Nanos, StoredAppend
+from runstore.server.core.model import ContextVersion, Nanos, StoredAppend
 from runstore.server.core.ports import Database, Transaction
 
 DEFAULT_VERSIONS_KEPT: Final = 10

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from runstore.contract.errors import ValidationError
-from runstore.server.core.model import Record, RunStart
+from runstore.server.core.model import RecordDraft, RunStart
 
 MAX_ID_BYTES: Final = 1024
 """Longest id or key, in bytes of UTF-8."""
@@ -56,7 +56,7 @@ def check_labels(labels: Mapping[str, str], field: str) -> None:
         check_text(value, f"{field}.value")
 
 
-def check_record(record: Record | None, field: str) -> None:
+def check_record(record: RecordDraft | None, field: str) -> None:
     """The ids and text of a record a command carries (absent: nothing to check)."""
     if record is None:
         return
@@ -68,7 +68,7 @@ def check_record(record: Record | None, field: str) -> None:
     check_text(record.type, f"{field}.type")
 
 
-def check_run_start(run: RunStart, **records: Record | None) -> None:
+def check_run_start(run: RunStart, **records: RecordDraft | None) -> None:
     """A start command: the RunStart's ids and labels, then each record's."""
     check_ids(
         **{

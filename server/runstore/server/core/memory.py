@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from runstore.contract.errors import IdempotencyConflictError, ReadArgumentError, ValidationError
+from runstore.contract.model import AppendOutcome
 from runstore.server.core import paging
 from runstore.server.core.input_rules import check_ids, check_labels, check_text, decode_json
-from runstore.server.core.model import AppendOutcome, MemoryEvent, StoredAppend
+from runstore.server.core.model import MemoryEvent, StoredAppend
 from runstore.server.core.ports import Database, Transaction
 
 DEFAULT_MEMORY_PAGE: Final = 1000

@@ -41,19 +41,16 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from runstore.contract import lifecycle
+from runstore.contract.model import Checkpoint, RunStartOutcome, RunStatus, SessionStatus
 from runstore.server.core.model import (
     NANOS_PER_MILLI,
-    Checkpoint,
     LifecycleKeys,
     Nanos,
-    Record,
-    Run,
+    RecordDraft,
     RunChange,
-    RunStatus,
+    RunRecord,
+    RunState,
     Session,
-    SessionStatus,
-    StartOutcome,
-    StoredRecord,
 )
 from runstore.server.db.schema import (
     context_appends,
@@ -153,7 +150,9 @@ RECORD_COLUMNS = (
 
 _SESSION_STATUS: Mapping[str, SessionStatus] = {status.value: status for status in SessionStatus}
 _RUN_STATUS: Mapping[str, RunStatus] = {status.value: status for status in RunStatus}
-_START_OUTCOME: Mapping[str, StartOutcome] = {outcome.value: outcome for outcome in StartOutcome}
+_START_OUTCOME: Mapping[str, RunStartOutcome] = {
+    outcome.value: outcome for outcome in RunStartOutcome
+}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -190,8 +189,8 @@ def session_from_row(row: Sequence[Any]) -> Session:
     return Session(row[0], _SESSION_STATUS[row[1]], join_nanos(row[2], row[3]), ended)
 
 
-def run_from_row(row: Sequence[Any]) -> Run:
-    return Run(
+def run_from_row(row: Sequence[Any]) -> RunState:
+    return RunState(
         row[0],
         row[1],
         row[2],
@@ -207,8 +206,8 @@ def run_from_row(row: Sequence[Any]) -> Run:
     )
 
 
-def record_from_row(row: Sequence[Any]) -> StoredRecord:
-    return StoredRecord(
+def record_from_row(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(
         row[0],
         row[1],
         row[2],
@@ -225,7 +224,7 @@ def labels_to_text(labels: Mapping[str, str]) -> str:
     return json.dumps(dict(labels), sort_keys=True, ensure_ascii=False)
 
 
-def run_params(run: Run) -> dict[str, Any]:
+def run_params(run: RunState) -> dict[str, Any]:
     checkpoint = run.checkpoint
     return {
         "run_id": run.run_id,
@@ -263,7 +262,7 @@ def change_params(run_id: str, change: RunChange) -> dict[str, Any]:
     }
 
 
-def record_params(record: Record) -> dict[str, Any]:
+def record_params(record: RecordDraft) -> dict[str, Any]:
     return {
         "run_id": record.run_id,
         "event_key": record.event_key,
