@@ -616,19 +616,19 @@ async def _send(served: Served, method: str, body: bytes) -> None:
     served.tally["code:OK"] += 1
 
 
+async def _base(served: Served, method: str) -> Message:
+    """A fresh valid-ish request of ``method`` against the backend's stored world."""
+    assert served.store is not None
+    return await BUILDERS[method](served.store, await _world(served.store, served.backend))
+
+
 @pytest.mark.parametrize("method", METHODS)
 @FUZZ_SETTINGS
 @given(data=st.data())
 def test_mutated_requests_never_fail_outside_the_contract_and_rejections_write_nothing(
     served: Served, method: str, data: st.DataObject
 ) -> None:
-    assert served.store is not None
-    store = served.store
-
-    async def base() -> Message:
-        return await BUILDERS[method](store, await _world(store, served.backend))
-
-    request = served.call(base())
+    request = served.call(_base(served, method))
     steps = data.draw(st.integers(1, 3), label="mutations")
     for _ in range(steps):
         data.draw(_mutation(request), label="mutation")
@@ -641,12 +641,6 @@ def test_mutated_requests_never_fail_outside_the_contract_and_rejections_write_n
 def test_unparsable_bodies_never_fail_outside_the_contract_and_write_nothing(
     served: Served, method: str, data: st.DataObject
 ) -> None:
-    assert served.store is not None
-    store = served.store
-
-    async def base() -> Message:
-        return await BUILDERS[method](store, await _world(store, served.backend))
-
-    valid = served.call(base()).SerializeToString()
+    valid = served.call(_base(served, method)).SerializeToString()
     body = data.draw(_raw_body(valid), label="body")
     served.call(_send(served, method, body))

@@ -131,6 +131,15 @@ _STARTED_MS = 1_764_590_400_123
 _MEMORY_NS = 1_764_590_400_987_654_321
 
 
+_RUN_0003 = (
+    "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at, labels, "
+    "start_outcome, status, cancellation_reason, updated_at, start_key, parent_link_key, "
+    "cancellation_key, suspension_key, terminal_key, checkpoint_id, checkpoint_data) "
+    "VALUES ('r1', 'a', '{session}', '', {started}, '{{}}', 'proceed', 'running', "
+    "'', 5, 'k1', '', '', '', '', NULL, NULL)"
+)
+
+
 def _seed_revision_0003(connection: Connection) -> None:
     """Rows as 0003 stored them: every time a BIGINT of nanoseconds."""
     statements = [
@@ -138,11 +147,7 @@ def _seed_revision_0003(connection: Connection) -> None:
         f"VALUES ('s1', 'ended', {_SESSION_NS}, {_ENDED_NS})",
         "INSERT INTO sessions (session_id, status, created_at, ended_at) "
         f"VALUES ('s2', 'active', {_ENDED_NS}, NULL)",
-        "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at, labels, "
-        "start_outcome, status, cancellation_reason, updated_at, start_key, parent_link_key, "
-        "cancellation_key, suspension_key, terminal_key, checkpoint_id, checkpoint_data) "
-        f"VALUES ('r1', 'a', 's2', '', {_STARTED_MS * 1_000_000}, '{{}}', 'proceed', 'running', "
-        "'', 5, 'k1', '', '', '', '', NULL, NULL)",
+        _RUN_0003.format(session="s2", started=_STARTED_MS * 1_000_000),
         "INSERT INTO records (run_id, record_id, event_key, agent_id, session_id, turn_id, "
         "type, payload, payload_size, timestamp, session_position) VALUES ('r1', 1, 'k1', 'a', "
         f"'s2', '', 'runtime.run_started', :payload, 2, {_STARTED_MS * 1_000_000}, 1)",
@@ -183,15 +188,7 @@ async def test_existing_rows_migrate_to_exact_times_without_losing_nanoseconds(
 
 
 def _sub_millisecond_record(connection: Connection) -> None:
-    connection.execute(
-        text(
-            "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at, labels, "
-            "start_outcome, status, cancellation_reason, updated_at, start_key, "
-            "parent_link_key, cancellation_key, suspension_key, terminal_key, checkpoint_id, "
-            "checkpoint_data) VALUES ('r1', 'a', '', '', 1000001, '{}', 'proceed', 'running', "
-            "'', 5, 'k1', '', '', '', '', NULL, NULL)"
-        )
-    )
+    connection.execute(text(_RUN_0003.format(session="", started=1_000_001)))
     connection.commit()
 
 
