@@ -70,6 +70,9 @@ FUZZ_SETTINGS = settings(
     ],
 )
 
+LONG_RUN_TIMEOUT = pytest.mark.timeout(max(120, EXAMPLES))
+"""A long run may take longer than the suite's per-test timeout."""
+
 ALLOWED_FAILURES = {
     grpc.StatusCode.INVALID_ARGUMENT,
     grpc.StatusCode.NOT_FOUND,
@@ -622,6 +625,7 @@ async def _base(served: Served, method: str) -> Message:
     return await BUILDERS[method](served.store, await _world(served.store, served.backend))
 
 
+@LONG_RUN_TIMEOUT
 @pytest.mark.parametrize("method", METHODS)
 @FUZZ_SETTINGS
 @given(data=st.data())
@@ -635,6 +639,7 @@ def test_mutated_requests_never_fail_outside_the_contract_and_rejections_write_n
     served.call(_send(served, method, request.SerializeToString()))
 
 
+@LONG_RUN_TIMEOUT
 @pytest.mark.parametrize("method", METHODS)
 @FUZZ_SETTINGS
 @given(data=st.data())
