@@ -79,12 +79,19 @@ class GatedDatabase:
         self.all_waiting = asyncio.Event()
         self.expected = 0
 
-    async def write(self, fn: Any, **options: Any) -> Any:
+    async def _pass_gate(self) -> None:
         self.waiting += 1
         if self.waiting == self.expected:
             self.all_waiting.set()
         await self.gate.wait()
+
+    async def write(self, fn: Any) -> Any:
+        await self._pass_gate()
         return await self.inner.write(fn)
+
+    async def append_if_writable(self, record: Any) -> Any:
+        await self._pass_gate()
+        return await self.inner.append_if_writable(record)
 
     async def read(self, fn: Any) -> Any:
         return await self.inner.read(fn)

@@ -31,14 +31,14 @@ def _inverse(table: Mapping[Any, int]) -> dict[int, Any]:
     return {wire: value for value, wire in table.items() if value is not None}
 
 
-SESSION_STATUS_TO_WIRE: Final[Mapping[SessionStatus | None, pb.SessionStatus]] = {
+SESSION_STATUS_TO_WIRE: Final[Mapping[SessionStatus | None, pb.SessionStatus.ValueType]] = {
     None: pb.SESSION_STATUS_UNSPECIFIED,
     SessionStatus.ACTIVE: pb.SESSION_STATUS_ACTIVE,
     SessionStatus.ENDED: pb.SESSION_STATUS_ENDED,
 }
 SESSION_STATUS_FROM_WIRE: Final[Mapping[int, SessionStatus]] = _inverse(SESSION_STATUS_TO_WIRE)
 
-RUN_STATUS_TO_WIRE: Final[Mapping[RunStatus | None, pb.RunStatus]] = {
+RUN_STATUS_TO_WIRE: Final[Mapping[RunStatus | None, pb.RunStatus.ValueType]] = {
     None: pb.RUN_STATUS_UNSPECIFIED,
     RunStatus.RUNNING: pb.RUN_STATUS_RUNNING,
     RunStatus.SUSPENDED: pb.RUN_STATUS_SUSPENDED,
@@ -48,13 +48,13 @@ RUN_STATUS_TO_WIRE: Final[Mapping[RunStatus | None, pb.RunStatus]] = {
 }
 RUN_STATUS_FROM_WIRE: Final[Mapping[int, RunStatus]] = _inverse(RUN_STATUS_TO_WIRE)
 
-START_OUTCOME_TO_WIRE: Final[Mapping[RunStartOutcome, pb.RunStartOutcome]] = {
+START_OUTCOME_TO_WIRE: Final[Mapping[RunStartOutcome, pb.RunStartOutcome.ValueType]] = {
     RunStartOutcome.PROCEED: pb.RUN_START_OUTCOME_PROCEED,
     RunStartOutcome.STOP: pb.RUN_START_OUTCOME_STOP,
 }
 START_OUTCOME_FROM_WIRE: Final[Mapping[int, RunStartOutcome]] = _inverse(START_OUTCOME_TO_WIRE)
 
-REPAIR_OUTCOME_TO_WIRE: Final[Mapping[RunRepairOutcome, pb.RunRepairOutcome]] = {
+REPAIR_OUTCOME_TO_WIRE: Final[Mapping[RunRepairOutcome, pb.RunRepairOutcome.ValueType]] = {
     RunRepairOutcome.STORED: pb.RUN_REPAIR_OUTCOME_STORED,
     RunRepairOutcome.ALREADY_STORED: pb.RUN_REPAIR_OUTCOME_ALREADY_STORED,
     RunRepairOutcome.DIFFERENT_TERMINAL: pb.RUN_REPAIR_OUTCOME_DIFFERENT_TERMINAL,

@@ -84,7 +84,7 @@ def to_status(error: RunstoreError) -> grpc.Status:
 
 class _Status(
     collections.namedtuple("_Status", ("code", "details", "trailing_metadata")),
-    grpc.Status,  # type: ignore[misc]
+    grpc.Status,
 ):
     """A status with trailers of our choosing (grpc.Status is only an interface)."""
 

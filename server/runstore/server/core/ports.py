@@ -128,15 +128,6 @@ class Transaction(Protocol):
 
     async def change_run(self, run_id: str, change: RunChange) -> None: ...
 
-    async def append_if_writable(self, record: RecordDraft) -> int | None:
-        """The common case of AppendRunRecord (§9.3) in one statement: stores
-        ``record`` when its run exists and is running, the record's agent and
-        session are the run's, the session is active and the key is unused,
-        and returns its ID. Returns None, having written nothing, otherwise
-        (including when it lost a race): the caller then applies the full rules.
-        """
-        ...
-
     async def append_record(self, record: RecordDraft) -> int:
         """Stores ``record`` with its run's next ID and, when the record belongs
         to a session, the session's next position (D3). Returns the ID."""
@@ -208,16 +199,19 @@ class Transaction(Protocol):
 class Database(Protocol):
     """Runs transaction functions; the one seam between the core and storage."""
 
-    async def write(
-        self,
-        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
-        *,
-        single_statement: bool = False,
-    ) -> T:
-        """Runs ``fn`` in a read-write transaction and commits it.
+    async def write(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        """Runs ``fn`` in a read-write transaction and commits it."""
+        ...
 
-        ``single_statement`` promises that ``fn`` runs exactly one statement,
-        which is atomic by itself: a backend may skip BEGIN and COMMIT.
+    async def append_if_writable(self, record: RecordDraft) -> int | None:
+        """AppendRunRecord's common case (§9.3) as one atomic write.
+
+        Stores ``record`` and returns its ID exactly when
+        ``runstore.server.core.store.appendable`` holds for the state the write
+        finds (the one list of these preconditions); otherwise writes nothing
+        and returns None, also when it lost a race, and the core applies the
+        full rules. A backend may run it without BEGIN and COMMIT, and needs
+        to take the same locks as ``Transaction.record_target(for_update=True)``.
         """
         ...
 

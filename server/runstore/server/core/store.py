@@ -70,7 +70,13 @@ from runstore.server.core.model import (
     RunTerminal,
     Session,
 )
-from runstore.server.core.ports import PURGED, Database, SessionLookup, Transaction
+from runstore.server.core.ports import (
+    PURGED,
+    Database,
+    RecordTarget,
+    SessionLookup,
+    Transaction,
+)
 
 DEFAULT_PAGE_LIMIT: Final = 1000
 """Largest page ListRunRecords / ListSessionRunRecords return (D3)."""
@@ -359,17 +365,13 @@ class RuntimeStore:
     async def append_run_record(self, record: RecordDraft | None) -> AppendResult:
         """§9.3: exact retries succeed even after the run stopped.
 
-        The common case (a new record for a running run of an active session)
-        is one statement; everything else goes through the rules one by one.
+        The common case (``appendable``) is one write of the database's
+        (``Database.append_if_writable``); everything else, and the common case
+        when that write lost a race, goes through the rules one by one.
         """
         input_rules.check_record(record, "record")
         record = validation.check_ordinary_record(record)
-        checked = record
-
-        async def fast(tx: Transaction) -> int | None:
-            return await tx.append_if_writable(checked)
-
-        record_id = await self._db.write(fast, single_statement=True)
+        record_id = await self._db.append_if_writable(record)
         if record_id is not None:
             status = SessionStatus.ACTIVE if record.session_id else None
             return AppendResult(str(record_id), True, status)
@@ -693,6 +695,33 @@ async def _load_mutable_run(
         raise SessionPurgedError(run_id=run_id, session_id=run.session_id)
     status = target.session.status if isinstance(target.session, Session) else None
     return run, status, target.existing
+
+
+def appendable(target: RecordTarget, record: RecordDraft) -> bool:
+    """The common case of AppendRunRecord (§9.3), in which ``record`` is new
+    and written with no further question. The one list of the preconditions
+    ``Database.append_if_writable`` implements (and that
+    ``tests/core/test_fast_path_equivalence.py`` holds it and
+    ``append_run_record``'s full rules to):
+
+    1. the run exists and is running (not suspended or terminal);
+    2. the record's agent and session are the run's;
+    3. a run in a session: the session exists, is not a tombstone, is active;
+    4. no record of the run has the record's event key.
+
+    When it does not hold the full rules decide: replay, or which error.
+    """
+    run, session = target.run, target.session
+    return (
+        run is not None
+        and run.status is RunStatus.RUNNING
+        and (record.agent_id, record.session_id) == (run.agent_id, run.session_id)
+        and (
+            not run.session_id
+            or (isinstance(session, Session) and session.status is SessionStatus.ACTIVE)
+        )
+        and target.existing is None
+    )
 
 
 def _check_record_owner(record: RecordDraft, run: RunState, field: str) -> None:

@@ -31,6 +31,7 @@ from runstore.contract.errors import (
     RunstoreError,
     UnavailableError,
 )
+from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Transaction
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
@@ -416,12 +417,17 @@ class SqliteDatabase:
             await asyncio.to_thread(self._syncer.stop)
             self._syncer = None
 
-    async def write(
-        self,
-        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
-        *,
-        single_statement: bool = False,
-    ) -> T:
+    async def write(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        return await self._submit(self._writes, fn)
+
+    async def append_if_writable(self, record: RecordDraft) -> int | None:
+        """A write like any other: the writer thread serialises it, and group
+        commit already spares it a transaction of its own."""
+
+        async def fn(tx: Transaction) -> int | None:
+            assert isinstance(tx, SqlTransaction)
+            return await tx.append_if_writable(record)
+
         return await self._submit(self._writes, fn)
 
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:

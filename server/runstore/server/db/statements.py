@@ -382,11 +382,11 @@ def _insert_record(in_session: bool) -> Any:
 
 
 def _append_if_writable(in_session: bool, row_locks: bool) -> Any:
-    """The common case of AppendRunRecord (§9.3) in one statement: inserts the
-    record only when every check would pass (the run exists and is running,
-    the record's agent and session are the run's, the session is active, the
-    key is unused) and returns its ID; otherwise inserts nothing and returns
-    no row, and the caller runs the full rules.
+    """``Database.append_if_writable`` in one statement: inserts the record and
+    returns its ID only when ``core.store.appendable`` holds (each condition
+    below is one of its items; ``tests/core/test_fast_path_equivalence.py``
+    checks they agree); otherwise inserts nothing and returns no row, and the
+    caller runs the full rules.
 
     With row locks it takes the session's lock, then the run's, like every
     writer. Its ID and position are read in the statement's snapshot: if a

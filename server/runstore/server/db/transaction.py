@@ -179,6 +179,7 @@ class SqlTransaction(Transaction):
         return await self._one(statement, **params)
 
     async def append_if_writable(self, record: RecordDraft) -> int | None:
+        """The statement behind ``Database.append_if_writable`` (not a port method)."""
         statement = (
             self._sql.append_if_writable_in_session
             if record.session_id

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import grpc
+
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+"""A method handler of any message types (generic only in the type stubs)."""
 
 Prepare = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 """Runs first in the call: takes the request (or request iterator) and returns
@@ -20,7 +23,7 @@ the one the behaviour gets."""
 _BEHAVIOURS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
 
 
-def behaviour_of(handler: grpc.RpcMethodHandler) -> tuple[str, Callable[..., Any]]:
+def behaviour_of(handler: Handler) -> tuple[str, Callable[..., Any]]:
     """The handler's populated behaviour field and its function."""
     for name in _BEHAVIOURS:
         behaviour = getattr(handler, name)
@@ -47,10 +50,9 @@ def _with_prepare(behaviour: Callable[..., Any], prepare: Prepare) -> Callable[.
     return call
 
 
-def prepared(
-    handler: grpc.RpcMethodHandler, prepare: Prepare, **replace: Any
-) -> grpc.RpcMethodHandler:
+def prepared(handler: Handler, prepare: Prepare, **replace: Any) -> Handler:
     """``handler`` whose behaviour first runs ``prepare``; ``replace`` sets
     other handler fields (e.g. ``request_deserializer=None`` for raw bytes)."""
     name, behaviour = behaviour_of(handler)
-    return handler._replace(**{name: _with_prepare(behaviour, prepare)}, **replace)
+    fields: Any = handler  # a namedtuple at run time
+    return cast(Handler, fields._replace(**{name: _with_prepare(behaviour, prepare)}, **replace))

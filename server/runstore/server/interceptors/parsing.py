@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from runstore.contract.errors import MalformedRequestError
-from runstore.server.interceptors.handlers import prepared
+from runstore.server.interceptors.handlers import Handler, prepared
 from runstore.server.status import abort
 
 
@@ -25,12 +25,12 @@ def _message_name(deserializer: Callable[[bytes], Any]) -> str:
     return str(getattr(descriptor, "full_name", "request"))
 
 
-class RequestParsingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class RequestParsingInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    ) -> Handler | None:
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_deserializer is None:
             return handler

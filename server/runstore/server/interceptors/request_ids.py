@@ -13,15 +13,15 @@ from typing import Any
 import grpc
 
 from runstore.server import request_id
-from runstore.server.interceptors.handlers import prepared
+from runstore.server.interceptors.handlers import Handler, prepared
 
 
-class RequestIdInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class RequestIdInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    ) -> Handler | None:
         current = request_id.from_metadata(handler_call_details.invocation_metadata)
         request_id.set_current(current)
         handler = await continuation(handler_call_details)

@@ -13,8 +13,9 @@ from runstore.server.core.store import RuntimeStore
 from runstore.server.status import maps_errors
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
+from runstore.v1 import types_pb2 as pb
 
-Context: TypeAlias = grpc.aio.ServicerContext
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 def _repair_fields(result: RunRepairResult) -> dict[str, Any]:
@@ -25,7 +26,7 @@ def _repair_fields(result: RunRepairResult) -> dict[str, Any]:
     }
 
 
-class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):  # type: ignore[misc]
+class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
     def __init__(self, store: RuntimeStore) -> None:
         self._store = store
 
@@ -132,7 +133,7 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):  # type: ignore[misc]
     ) -> rs.LoadRunSuspensionResponse:
         checkpoint = await self._store.load_run_suspension(request.run_id)
         return rs.LoadRunSuspensionResponse(
-            suspension={"id": checkpoint.id, "data": checkpoint.data}
+            suspension=pb.Checkpoint(id=checkpoint.id, data=checkpoint.data)
         )
 
     @maps_errors
