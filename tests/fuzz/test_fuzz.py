@@ -117,20 +117,29 @@ class Served:
         await self._stack.aclose()
 
     async def fingerprint(self) -> dict[str, tuple[int, str]]:
-        """Row count and content hash of every table, read straight from the database."""
+        """Row count and content hash of every table, read straight from the database
+        (PostgreSQL hashes on its side; SQLite rows are hashed here, bytes as they are)."""
         prints: dict[str, tuple[int, str]] = {}
         for table in metadata.sorted_tables:
             order = ", ".join(column.name for column in table.primary_key.columns)
-            query = f"SELECT * FROM {table.name} ORDER BY {order}"
             if self._pg is not None:
-                rows = [tuple(row) for row in await self._pg.fetch(query)]
-            else:
-                path = make_url(self.database_url).database or ""
-                with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
-                    rows = conn.execute(query).fetchall()
-                conn.close()
-            digest = hashlib.sha256(repr(rows).encode()).hexdigest()
-            prints[table.name] = (len(rows), digest)
+                count, digest = await self._pg.fetchrow(
+                    f"SELECT count(*), md5(coalesce(string_agg(t::text, ',' ORDER BY {order}), ''))"
+                    f" FROM {table.name} AS t"
+                )
+                prints[table.name] = (count, digest)
+                continue
+            path = make_url(self.database_url).database or ""
+            hashed = hashlib.sha256()
+            count = 0
+            with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+                for row in conn.execute(f"SELECT * FROM {table.name} ORDER BY {order}"):
+                    count += 1
+                    for value in row:
+                        raw = value if isinstance(value, bytes) else repr(value).encode()
+                        hashed.update(len(raw).to_bytes(8, "big") + raw)
+            conn.close()
+            prints[table.name] = (count, hashed.hexdigest())
         return prints
 
 
