@@ -158,11 +158,13 @@ START_FIELDS = [
 ]
 
 
-@pytest.mark.parametrize("field", START_FIELDS)
-@pytest.mark.parametrize("bad", ["nul", "too-long"])
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [(field, "nul") for field in START_FIELDS]
+    # Types are text, not ids: only U+0000 is refused.
+    + [(field, "too-long") for field in START_FIELDS if not field.endswith(".type")],
+)
 async def test_start_ids_follow_the_id_rule(store: Store, field: str, bad: str) -> None:
-    if bad == "too-long" and field.endswith(".type"):
-        pytest.skip("types are text, not ids: only U+0000 is refused")
     session = await store.session()
     run = run_start(session_id=session)
     request = run.root_request()
