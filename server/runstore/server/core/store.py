@@ -50,6 +50,7 @@ from runstore.contract.model import (
     RunStatus,
     SessionStatus,
 )
+from runstore.server.config import DEFAULTS
 from runstore.server.core import input_rules, paging, validation
 from runstore.server.core.model import (
     ChildRunStart,
@@ -78,10 +79,10 @@ from runstore.server.core.ports import (
     Transaction,
 )
 
-DEFAULT_PAGE_LIMIT: Final = 1000
+DEFAULT_PAGE_LIMIT: Final = DEFAULTS.page_limit
 """Largest page ListRunRecords / ListSessionRunRecords return (D3)."""
 
-DEFAULT_PAGE_BYTES: Final = 4 * 1024 * 1024
+DEFAULT_PAGE_BYTES: Final = DEFAULTS.page_bytes
 """Payload budget of one list page, so a page always fits a gRPC message."""
 
 
