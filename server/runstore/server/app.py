@@ -19,6 +19,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from sqlalchemy.engine import make_url
 
+from runstore.server.auth import Security
+from runstore.server.auth.secrets import redacted
 from runstore.server.config import ServerConfig
 from runstore.server.core.context import ContextStore
 from runstore.server.core.memory import MemoryStore
@@ -58,6 +60,7 @@ class RunningServer:
     server: grpc.aio.Server
     port: int
     health: health.aio.HealthServicer
+    security: Security
 
 
 @contextlib.asynccontextmanager
@@ -113,13 +116,20 @@ def create_stores(config: ServerConfig, db: Database) -> Stores:
     )
 
 
-async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
-    """A started server with every service, health and reflection."""
+async def build_server(
+    config: ServerConfig, stores: Stores, security: Security | None = None
+) -> RunningServer:
+    """A started server with every service, health and reflection.
+
+    ``security`` defaults to what ``config`` asks for (TLS files, auth file,
+    the secure-by-default rule); ``SecurityError`` says why it may not start.
+    """
+    security = security if security is not None else Security.from_config(config)
     options = [
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
     ]
-    server = grpc.aio.server(options=options, interceptors=server_interceptors(config))
+    server = grpc.aio.server(options=options, interceptors=server_interceptors(config, security))
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
         RuntimeStoreServicer(stores.runtime), server
     )
@@ -143,28 +153,37 @@ async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
         ),
         server,
     )
-    port = server.add_insecure_port(config.listen)
+    credentials = security.server_credentials()
+    port = (
+        server.add_secure_port(config.listen, credentials)
+        if credentials is not None
+        else server.add_insecure_port(config.listen)
+    )
     if port == 0:
         raise OSError(f"cannot listen on {config.listen}")
     await server.start()
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server, port, health_servicer)
+    return RunningServer(server, port, health_servicer, security)
 
 
 async def serve(config: ServerConfig) -> None:
-    """Serves until SIGTERM or SIGINT, then lets in-flight calls finish."""
+    """Serves until SIGTERM or SIGINT, then lets in-flight calls finish; SIGHUP
+    re-reads the auth file and the TLS files."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    security = Security.from_config(config)  # refuses before touching the database
+    loop.add_signal_handler(signal.SIGHUP, security.reload)
     async with open_database(config) as db:
-        running = await build_server(config, create_stores(config, db))
+        running = await build_server(config, create_stores(config, db), security)
         log.info(
-            "runstore serving on %s (port %d), database %s",
+            "runstore serving on %s (port %d), database %s, %s",
             config.listen,
             running.port,
-            make_url(config.database_url).render_as_string(hide_password=True),
+            redacted(config.database_url),
+            security.describe(),
         )
         try:
             await stop.wait()

@@ -10,6 +10,7 @@ expected message type, and the servicer never runs.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 import grpc
@@ -17,6 +18,16 @@ import grpc
 from runstore.contract.errors import MalformedRequestError
 from runstore.server.interceptors.handlers import Handler, prepared
 from runstore.server.status import abort
+
+_PARSED: ContextVar[Any] = ContextVar("runstore_parsed_request", default=None)
+
+
+def parsed_request(request: Any) -> Any:
+    """What this interceptor parsed ``request`` into during the call, for the
+    interceptors outside it, whose behaviours receive the raw bytes (after the
+    call has run; ``request`` itself if nothing was parsed)."""
+    parsed = _PARSED.get()
+    return parsed if parsed is not None and isinstance(request, bytes) else request
 
 
 def _message_name(deserializer: Callable[[bytes], Any]) -> str:
@@ -39,12 +50,14 @@ class RequestParsingInterceptor(grpc.aio.ServerInterceptor):
 
         async def parse(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             try:
-                return deserialize(raw)
+                message = deserialize(raw)
             except Exception:
                 await abort(
                     context,
                     MalformedRequestError(f"request body is not a valid {name} message"),
                 )
+            _PARSED.set(message)
+            return message
 
         async def parse_each(
             raw_requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
