@@ -5,8 +5,8 @@ no difference). Types are portable between SQLite and PostgreSQL:
 
 * times are exact over the whole ``google.protobuf.Timestamp`` range (years
   1 to 9999, D7): caller times with full precision (session and memory event
-  times) are two columns, ``<name>_seconds`` (BIGINT, UTC seconds since the
-  epoch) and ``<name>_nanos`` (0 to 999,999,999); record and start times are
+  times) are two columns, ``<name>_s`` (BIGINT, UTC seconds since the
+  epoch) and ``<name>_ns`` (0 to 999,999,999); record and start times are
   whole milliseconds (V1, V3), one BIGINT ``<name>_ms``; times the server's own
   clock sets (``updated_at``, ``saved_at``, ``purged_at``) are BIGINT UTC
   nanoseconds;
@@ -44,10 +44,13 @@ sessions = Table(
     metadata,
     Column("session_id", Text, primary_key=True),
     Column("status", String(16), nullable=False),
-    Column("created_at_seconds", BigInteger, nullable=False),
-    Column("created_at_nanos", Integer, nullable=False),
-    Column("ended_at_seconds", BigInteger, nullable=True),
-    Column("ended_at_nanos", Integer, nullable=True),
+    Column("created_at_s", BigInteger, nullable=False),
+    Column("created_at_ns", Integer, nullable=False),
+    Column("ended_at_s", BigInteger, nullable=True),
+    Column("ended_at_ns", Integer, nullable=True),
+    # ListSessions (§9.8.1): the order, alone and after a status.
+    Index(None, "created_at_s", "created_at_ns", "session_id"),
+    Index(None, "status", "created_at_s", "created_at_ns", "session_id"),
 )
 
 session_tombstones = Table(
@@ -79,8 +82,15 @@ runs = Table(
     # The write-once checkpoint (§3.6).
     Column("checkpoint_id", Text, nullable=True),
     Column("checkpoint_data", LargeBinary, nullable=True),
-    # ListRunsBySession (ordered, Q10) and PurgeSession's running-run check.
+    # ListRunsBySession (ordered, Q10) and PurgeSession's running-run check;
+    # ListRuns by session, and sessionless runs (session_id '').
     Index(None, "session_id", "started_at_ms", "run_id"),
+    # ListRuns (§9.8.2): the order alone and after each equality filter.
+    Index(None, "started_at_ms", "run_id"),
+    Index(None, "agent_id", "started_at_ms", "run_id"),
+    Index(None, "status", "started_at_ms", "run_id"),
+    Index(None, "session_id", "status", "started_at_ms", "run_id"),
+    Index(None, "agent_id", "status", "started_at_ms", "run_id"),
 )
 
 records = Table(
@@ -133,8 +143,8 @@ memory_events = Table(
     Column("run_id", Text, primary_key=True),
     Column("position", BigInteger, primary_key=True),
     Column("type", Text, nullable=False),
-    Column("timestamp_seconds", BigInteger, nullable=False),
-    Column("timestamp_nanos", Integer, nullable=False),
+    Column("timestamp_s", BigInteger, nullable=False),
+    Column("timestamp_ns", Integer, nullable=False),
     Column("data", LargeBinary, nullable=False),
     Column("labels", Text, nullable=False),
 )

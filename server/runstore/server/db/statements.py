@@ -15,7 +15,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -66,6 +66,9 @@ from runstore.server.db.schema import (
     sessions,
 )
 
+if TYPE_CHECKING:
+    from runstore.server.db.listings import ListingStatements
+
 
 @dataclass(frozen=True, slots=True)
 class Compiled:
@@ -111,10 +114,10 @@ NANOS_PER_SECOND = 1_000_000_000
 SESSION_COLUMNS = (
     sessions.c.session_id,
     sessions.c.status,
-    sessions.c.created_at_seconds,
-    sessions.c.created_at_nanos,
-    sessions.c.ended_at_seconds,
-    sessions.c.ended_at_nanos,
+    sessions.c.created_at_s,
+    sessions.c.created_at_ns,
+    sessions.c.ended_at_s,
+    sessions.c.ended_at_ns,
 )
 RUN_COLUMNS = (
     runs.c.run_id,
@@ -204,6 +207,11 @@ def run_from_row(row: Sequence[Any]) -> RunState:
         LifecycleKeys(row[10], row[11], row[12], row[13], row[14]),
         Checkpoint(row[15], bytes(row[16])) if row[15] is not None else None,
     )
+
+
+def listed_run_from_row(row: Sequence[Any]) -> RunState:
+    """A run read by a listing: every column but the checkpoint's."""
+    return run_from_row((*row, None, None))
 
 
 def record_from_row(row: Sequence[Any]) -> RunRecord:
@@ -515,8 +523,8 @@ def _product_memory_sources(dialect: Dialect) -> dict[str, ClauseElement]:
         "memory_run_lock": memory_count.with_for_update(),
         "memory_events": select(
             memory_events.c.type,
-            memory_events.c.timestamp_seconds,
-            memory_events.c.timestamp_nanos,
+            memory_events.c.timestamp_s,
+            memory_events.c.timestamp_ns,
             memory_events.c.data,
             memory_events.c.labels,
         )
@@ -654,17 +662,17 @@ def _statement_sources() -> dict[str, ClauseElement]:
         "insert_session": insert(sessions).values(
             session_id=bindparam("session_id"),
             status=bindparam("status"),
-            created_at_seconds=bindparam("created_at_seconds"),
-            created_at_nanos=bindparam("created_at_nanos"),
-            ended_at_seconds=None,
-            ended_at_nanos=None,
+            created_at_s=bindparam("created_at_s"),
+            created_at_ns=bindparam("created_at_ns"),
+            ended_at_s=None,
+            ended_at_ns=None,
         ),
         "end_session": update(sessions)
         .where(sessions.c.session_id == bindparam("session_id"))
         .values(
             status=SessionStatus.ENDED.value,
-            ended_at_seconds=bindparam("ended_at_seconds"),
-            ended_at_nanos=bindparam("ended_at_nanos"),
+            ended_at_s=bindparam("ended_at_s"),
+            ended_at_ns=bindparam("ended_at_ns"),
         ),
         "purge_records": delete(records).where(
             records.c.session_id == bindparam("session_id"),
@@ -741,12 +749,17 @@ class Statements:
     grow_context_transcript: Compiled
     context_append_request: Compiled
     insert_context_append: Compiled
+    listings: ListingStatements
+    """ListSessions and ListRuns, compiled per filter shape on first use."""
 
     @classmethod
     def compile(cls, dialect: Dialect) -> Statements:
+        from runstore.server.db.listings import ListingStatements
+
         sources = {
             **_statement_sources(),
             **_fast_path_sources(dialect),
             **_product_memory_sources(dialect),
         }
-        return cls(**{name: compile_for(stmt, dialect) for name, stmt in sources.items()})
+        compiled = {name: compile_for(stmt, dialect) for name, stmt in sources.items()}
+        return cls(**compiled, listings=ListingStatements(dialect))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runstore.contract.model import RunFilter, SessionFilter
+from runstore.server.core.listing import PageKey
 from runstore.server.core.model import (
     ContextHead,
     ContextVersion,
@@ -139,6 +141,18 @@ class SqlTransaction(Transaction):
         rows = await self._all(self._sql.runs_by_session, session_id=session_id)
         return [sql.run_from_row(row) for row in rows]
 
+    async def list_sessions(
+        self, query: SessionFilter[Nanos], after: PageKey | None, limit: int
+    ) -> list[Session]:
+        statement, params = self._sql.listings.sessions(query, after, limit)
+        return [sql.session_from_row(row) for row in await self._all(statement, **params)]
+
+    async def list_runs(
+        self, query: RunFilter[Nanos], after: PageKey | None, limit: int
+    ) -> list[RunState]:
+        statement, params = self._sql.listings.runs(query, after, limit)
+        return [sql.listed_run_from_row(row) for row in await self._all(statement, **params)]
+
     async def session_has_running_runs(self, session_id: str) -> bool:
         row = await self._one(self._sql.session_has_running_runs, session_id=session_id)
         return bool(row[0])
@@ -149,8 +163,8 @@ class SqlTransaction(Transaction):
             self._sql.insert_session,
             session_id=session.id,
             status=session.status.value,
-            created_at_seconds=seconds,
-            created_at_nanos=nanos,
+            created_at_s=seconds,
+            created_at_ns=nanos,
         )
 
     async def end_session(self, session_id: str, ended_at: Nanos) -> None:
@@ -158,8 +172,8 @@ class SqlTransaction(Transaction):
         await self._run(
             self._sql.end_session,
             session_id=session_id,
-            ended_at_seconds=seconds,
-            ended_at_nanos=nanos,
+            ended_at_s=seconds,
+            ended_at_ns=nanos,
         )
 
     async def purge_session(self, session_id: str, purged_at: Nanos) -> None:
@@ -230,8 +244,8 @@ class SqlTransaction(Transaction):
                     "run_id": run_id,
                     "position": first_position + offset,
                     "type": event.type,
-                    "timestamp_seconds": seconds,
-                    "timestamp_nanos": nanos,
+                    "timestamp_s": seconds,
+                    "timestamp_ns": nanos,
                     "data": event.data,
                     "labels": sql.labels_to_text(event.labels),
                 }

@@ -1,7 +1,7 @@
 """Times exact over years 1 to 9999; memory appends keyed by a digest of the key.
 
 Times were BIGINT nanoseconds, which end at 2262-04-11. Session and memory
-event times (full precision) become ``<name>_seconds`` + ``<name>_nanos``;
+event times (full precision) become ``<name>_s`` + ``<name>_ns``;
 record and start times, whole milliseconds by V1/V3, become ``<name>_ms``.
 Existing rows are converted exactly; a record or start time that is not a
 whole millisecond stops the migration rather than lose its nanoseconds.
@@ -10,8 +10,10 @@ whole millisecond stops the migration rather than lose its nanoseconds.
 its primary key stays far below PostgreSQL's index entry limit when agent,
 run and key are each 1 KiB.
 
-Revision ID: 0004_exact_times
-Revises: 0003_derived_record_ids
+The listing indexes of 0005 on these times are rebuilt on the new columns.
+
+Revision ID: 0006_exact_times
+Revises: 0005_listing_indexes
 Create Date: 2026-12-01
 """
 
@@ -22,8 +24,8 @@ import hashlib
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004_exact_times"
-down_revision = "0003_derived_record_ids"
+revision = "0006_exact_times"
+down_revision = "0005_listing_indexes"
 branch_labels = None
 depends_on = None
 
@@ -40,33 +42,31 @@ def _floor_seconds(column: str) -> str:
 
 
 def _split(table: str, column: str, *, nullable: bool) -> None:
-    """``column`` (nanoseconds) -> ``column_seconds`` + ``column_nanos``."""
+    """``column`` (nanoseconds) -> ``column_s`` + ``column_ns``."""
     with op.batch_alter_table(table) as batch:
-        batch.add_column(sa.Column(f"{column}_seconds", sa.BigInteger(), nullable=True))
-        batch.add_column(sa.Column(f"{column}_nanos", sa.Integer(), nullable=True))
+        batch.add_column(sa.Column(f"{column}_s", sa.BigInteger(), nullable=True))
+        batch.add_column(sa.Column(f"{column}_ns", sa.Integer(), nullable=True))
     seconds = _floor_seconds(column)
     op.execute(
-        f"UPDATE {table} SET {column}_seconds = {seconds}, "
-        f"{column}_nanos = {column} - ({seconds}) * {_NANOS_PER_SECOND}"
+        f"UPDATE {table} SET {column}_s = {seconds}, "
+        f"{column}_ns = {column} - ({seconds}) * {_NANOS_PER_SECOND}"
     )
     with op.batch_alter_table(table) as batch:
         if not nullable:
-            batch.alter_column(f"{column}_seconds", existing_type=sa.BigInteger(), nullable=False)
-            batch.alter_column(f"{column}_nanos", existing_type=sa.Integer(), nullable=False)
+            batch.alter_column(f"{column}_s", existing_type=sa.BigInteger(), nullable=False)
+            batch.alter_column(f"{column}_ns", existing_type=sa.Integer(), nullable=False)
         batch.drop_column(column)
 
 
 def _join(table: str, column: str, *, nullable: bool) -> None:
     with op.batch_alter_table(table) as batch:
         batch.add_column(sa.Column(column, sa.BigInteger(), nullable=True))
-    op.execute(
-        f"UPDATE {table} SET {column} = {column}_seconds * {_NANOS_PER_SECOND} + {column}_nanos"
-    )
+    op.execute(f"UPDATE {table} SET {column} = {column}_s * {_NANOS_PER_SECOND} + {column}_ns")
     with op.batch_alter_table(table) as batch:
         if not nullable:
             batch.alter_column(column, existing_type=sa.BigInteger(), nullable=False)
-        batch.drop_column(f"{column}_seconds")
-        batch.drop_column(f"{column}_nanos")
+        batch.drop_column(f"{column}_s")
+        batch.drop_column(f"{column}_ns")
 
 
 def _to_millis(table: str, column: str, new: str) -> None:
@@ -114,16 +114,52 @@ def _digest_memory_append_keys() -> None:
         batch.create_primary_key("pk_memory_appends", ["agent_id", "run_id", "key_digest"])
 
 
+# Indexes on the times that change: (table, columns before, columns after).
+_TIME_INDEXES = (
+    ("sessions", ("created_at", "session_id"), ("created_at_s", "created_at_ns", "session_id")),
+    (
+        "sessions",
+        ("status", "created_at", "session_id"),
+        ("status", "created_at_s", "created_at_ns", "session_id"),
+    ),
+    *(
+        ("runs", (*lead, "started_at", "run_id"), (*lead, "started_at_ms", "run_id"))
+        for lead in (
+            ("session_id",),
+            (),
+            ("agent_id",),
+            ("status",),
+            ("session_id", "status"),
+            ("agent_id", "status"),
+        )
+    ),
+)
+
+
+def _index_name(table: str, columns: tuple[str, ...]) -> str:
+    return f"ix_{table}_{'_'.join(columns)}"
+
+
+def _drop_indexes(*, upgrading: bool) -> None:
+    for table, before, after in _TIME_INDEXES:
+        columns = before if upgrading else after
+        op.drop_index(_index_name(table, columns), table_name=table)
+
+
+def _create_indexes(*, upgrading: bool) -> None:
+    for table, before, after in _TIME_INDEXES:
+        columns = after if upgrading else before
+        op.create_index(_index_name(table, columns), table, list(columns))
+
+
 def upgrade() -> None:
+    _drop_indexes(upgrading=True)
     _split("sessions", "created_at", nullable=False)
     _split("sessions", "ended_at", nullable=True)
     _split("memory_events", "timestamp", nullable=False)
-    op.drop_index("ix_runs_session_id_started_at_run_id", table_name="runs")
     _to_millis("runs", "started_at", "started_at_ms")
-    op.create_index(
-        "ix_runs_session_id_started_at_ms_run_id", "runs", ["session_id", "started_at_ms", "run_id"]
-    )
     _to_millis("records", "timestamp", "timestamp_ms")
+    _create_indexes(upgrading=True)
     _digest_memory_append_keys()
 
 
@@ -132,12 +168,10 @@ def downgrade() -> None:
         batch.drop_constraint("pk_memory_appends", type_="primary")
         batch.create_primary_key("pk_memory_appends", ["agent_id", "run_id", "idempotency_key"])
         batch.drop_column("key_digest")
+    _drop_indexes(upgrading=False)
     _from_millis("records", "timestamp_ms", "timestamp")
-    op.drop_index("ix_runs_session_id_started_at_ms_run_id", table_name="runs")
     _from_millis("runs", "started_at_ms", "started_at")
-    op.create_index(
-        "ix_runs_session_id_started_at_run_id", "runs", ["session_id", "started_at", "run_id"]
-    )
     _join("memory_events", "timestamp", nullable=False)
     _join("sessions", "ended_at", nullable=True)
     _join("sessions", "created_at", nullable=False)
+    _create_indexes(upgrading=False)
