@@ -369,3 +369,35 @@ async def test_memory_event_times_keep_nanoseconds_over_the_whole_range(store: S
     )
     loaded = await store.memory.LoadRun(ms.MemoryLoadRunRequest(agent_id=agent, run_id=run))
     assert [event.timestamp for event in loaded.events] == stamps
+
+
+@pytest.mark.parametrize(
+    ("at", "last_id"), [(1, "s\x00"), (10**30, "s"), (1, "x" * 1025)], ids=["nul", "time", "long"]
+)
+async def test_a_forged_page_token_is_invalid_not_internal(
+    store: Store, at: int, last_id: str
+) -> None:
+    """A page token names a row by time and id; forged ones never reach the database."""
+    import base64
+    import json
+
+    from runstore.contract.model import RunFilter, SessionFilter
+    from runstore.server.core.listing import run_filter_digest, session_filter_digest
+
+    def token(digest: str) -> str:
+        text = json.dumps({"f": digest, "t": at, "id": last_id})
+        return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+    calls = [
+        store.admin.ListSessions(
+            sa.ListSessionsRequest(page_token=token(session_filter_digest(SessionFilter())))
+        ),
+        store.admin.ListRuns(sa.ListRunsRequest(page_token=token(run_filter_digest(RunFilter())))),
+    ]
+    for call in calls:
+        failure = await fails_with(call, INVALID, "INVALID_ARGUMENT_READ", "invalid page_token")
+        assert failure.metadata["field"] == "page_token"
+    failure = await fails_with(
+        store.admin.ListRuns(sa.ListRunsRequest(agent_id="a\x00")), INVALID, "CONTRACT_VALIDATION"
+    )
+    assert failure.metadata["field"] == "agent_id"

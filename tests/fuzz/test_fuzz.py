@@ -381,6 +381,24 @@ BUILDERS: dict[str, Builder] = {
             session_id=w.session, statuses=[pb.RUN_STATUS_RUNNING]
         )
     ),
+    "/runstore.v1.SessionAdmin/ListSessions": _static(
+        lambda w: sa.ListSessionsRequest(
+            statuses=[pb.SESSION_STATUS_ACTIVE],
+            created_after=ts(1),
+            created_before=ts(now_ms() + 60_000),
+            page_size=2,
+        )
+    ),
+    "/runstore.v1.SessionAdmin/ListRuns": _static(
+        lambda w: sa.ListRunsRequest(
+            session_id=w.session,
+            agent_id=w.root.start.agent_id,
+            statuses=[pb.RUN_STATUS_RUNNING],
+            started_after=ts(1),
+            started_before=ts(now_ms() + 60_000),
+            page_size=2,
+        )
+    ),
     "/runstore.v1.MemoryStore/LoadRun": _static(
         lambda w: ms.MemoryLoadRunRequest(
             agent_id=w.agent, run_id=w.memory_run, cursor="1", limit=5

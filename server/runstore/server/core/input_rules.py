@@ -21,8 +21,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from runstore.contract.errors import ValidationError
+from runstore.contract.errors import ReadArgumentError, ValidationError
 from runstore.server.core.model import RecordDraft, RunStart
+from runstore.server.core.validation import MAX_NANOS, MIN_NANOS
 
 MAX_ID_BYTES: Final = 1024
 """Longest id or key, in bytes of UTF-8."""
@@ -82,6 +83,16 @@ def check_run_start(run: RunStart, **records: RecordDraft | None) -> None:
     check_labels(run.labels, "run.labels")
     for field, record in records.items():
         check_record(record, field)
+
+
+def check_page_key(key: tuple[int, str] | None) -> None:
+    """A listing's page token holds a time and an id: a forged one must be a
+    time of the Timestamp range and an id of this rule, like the rows it names."""
+    if key is None:
+        return
+    at, last_id = key
+    if not MIN_NANOS <= at <= MAX_NANOS or _NUL in last_id or len(last_id.encode()) > MAX_ID_BYTES:
+        raise ReadArgumentError("invalid page_token", field="page_token")
 
 
 def decode_json(raw: bytes, field: str, not_json: str = "") -> Any:

@@ -208,6 +208,7 @@ class RuntimeStore:
     ) -> ListPage[Session]:
         """§9.8.1: live sessions by created_at, then ID; keyset pages."""
         listing = session_listing(query, page_size, page_token)
+        input_rules.check_page_key(listing.after)
 
         async def tx_fn(tx: Transaction) -> list[Session]:
             return await tx.list_sessions(listing.query, listing.after, listing.size + 1)
@@ -218,7 +219,9 @@ class RuntimeStore:
         self, query: RunFilter[Nanos], page_size: int, page_token: str
     ) -> ListPage[RunState]:
         """§9.8.2: runs by started_at, then run ID; keyset pages."""
+        input_rules.check_ids(session_id=query.session_id, agent_id=query.agent_id)
         listing = run_listing(query, page_size, page_token)
+        input_rules.check_page_key(listing.after)
 
         async def tx_fn(tx: Transaction) -> list[RunState]:
             return await tx.list_runs(listing.query, listing.after, listing.size + 1)
