@@ -79,6 +79,7 @@ class HealthMonitor:
             await self._servicer.set(name, status)
 
     async def _run(self) -> None:
+        await asyncio.sleep(self._interval)  # the database just answered at startup
         while self._probe.is_open:
             try:
                 await self._probe.ping(within=self._interval)

@@ -254,9 +254,13 @@ class PostgresDatabase:
         try:
             if self._probe is None or self._probe.is_closed():
                 self._probe = None
-                self._probe = await asyncpg.connect(
+                probe = await asyncpg.connect(
                     self._dsn, timeout=within, server_settings=self._server_settings()
                 )
+                if self._pool is None:  # closed while connecting: nothing may stay open
+                    probe.terminate()
+                    raise UnavailableError("database is not open")
+                self._probe = probe
             probe = self._probe
             timer = loop.call_at(until, probe.terminate)
             try:
