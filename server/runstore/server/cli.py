@@ -9,8 +9,10 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 
-from runstore.server import app, config
+from runstore.server import app, config, logs, tracing
 from runstore.server.db import migrate
+
+log = logging.getLogger("runstore")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve gRPC")
     config.add_arguments(serve)
     upgrade = commands.add_parser("migrate", help="upgrade the database schema to head")
-    config.add_arguments(upgrade, names=("database_url", "log_level"))
+    config.add_arguments(upgrade, names=("database_url", "log_level", "log_format"))
     return parser
 
 
@@ -33,22 +35,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     except config.ConfigError as exc:
         print(f"runstore: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    with logs.configured(settings.log_format, settings.log_level):
+        return _run(args.command, settings)
+
+
+def _run(command: str, settings: config.ServerConfig) -> int:
+    json_lines = settings.log_format.upper() == "JSON"
+
+    def say(text: str) -> None:
+        """A result line: on stdout, or a log line when every line must be JSON."""
+        if json_lines:
+            log.info("%s", text)
+        else:
+            print(text, flush=True)
+
     try:
-        if args.command == "serve":
+        if command == "serve":
             asyncio.run(app.serve(settings))
         else:
             before = asyncio.run(migrate.upgrade(settings.database_url))
             head = migrate.head_revision()
             if before.at_head:
-                print(f"schema already at {head}")
+                say(f"schema already at {head}")
             else:
-                print(f"schema upgraded from {before.current or 'empty'} to {head}")
-    except migrate.SchemaError as exc:
-        print(f"runstore: {exc}", file=sys.stderr)
+                say(f"schema upgraded from {before.current or 'empty'} to {head}")
+    except (migrate.SchemaError, tracing.TracingUnavailable) as exc:
+        if json_lines:
+            log.error("%s", exc)
+        else:
+            print(f"runstore: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
