@@ -81,3 +81,54 @@ def test_bench_runs_on_postgres(tmp_path: Path) -> None:
     url = postgres.require_postgres()
     report = _run_bench(tmp_path, "--backend", "postgres", "--postgres-url", url)
     _check_report(report, "postgres")
+
+
+def test_bench_compares_the_interceptor_chain_off_and_on(tmp_path: Path) -> None:
+    """``--chain both``: each figure as it is measured, then both side by side."""
+    output = tmp_path / "chain.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--backend",
+            "sqlite",
+            "--workloads",
+            "append",
+            "--chain",
+            "both",
+            "--duration",
+            "0.05",
+            "--warmup",
+            "0",
+            "--repeat",
+            "2",
+            "--concurrency",
+            "1,2",
+            "--history",
+            "150,400",
+            "--output",
+            str(output),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    progress = [line for line in completed.stdout.splitlines() if line.startswith("[")]
+    # 2 repetitions × 2 chains × (ceiling, append) × 2 concurrencies, one line each.
+    assert len(progress) == 16
+    assert sum("chain on" in line for line in progress) == 8
+    assert "Interceptor chain off (the defaults) vs on (metrics + JSON logs" in completed.stdout
+    report = json.loads(output.read_text())
+    cost = {(row["workload"], row["in_flight"]): row for row in report["chain_cost"]}
+    assert set(cost) == {("append", 1), ("append", 2)}
+    for row in cost.values():
+        assert row["off_ops_per_s"] > 0 and row["on_ops_per_s"] > 0
+        assert row["on_vs_off"] == pytest.approx(
+            row["on_ops_per_s"] / row["off_ops_per_s"], rel=0.01
+        )
+    chains = {(r["workload"], r["chain"]) for r in report["results"]}
+    assert chains == {(w, c) for w in ("ceiling", "append") for c in ("off", "on")}
+    assert {r["repetitions"] for r in report["results"]} == {2}
