@@ -7,7 +7,7 @@ import contextlib
 import os
 import re
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -35,7 +35,10 @@ async def serve_process(*args: str) -> AsyncIterator[tuple[asyncio.subprocess.Pr
 
 
 @asynccontextmanager
-async def server_process(*args: str) -> AsyncIterator[ServerProcess]:
+async def server_process(
+    *args: str, env: Mapping[str, str] | None = None
+) -> AsyncIterator[ServerProcess]:
+    """``runstore serve`` on an ephemeral port; ``env`` replaces the environment."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -45,7 +48,7 @@ async def server_process(*args: str) -> AsyncIterator[ServerProcess]:
         "127.0.0.1:0",
         *args,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
     )
     assert process.stderr is not None
     log = bytearray()

@@ -4,6 +4,7 @@ everywhere a call leaves a trace, and never a payload or a token."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import signal
@@ -19,8 +20,9 @@ from runstore.server import logs
 from runstore.server.app import build_server, create_stores, open_database
 from runstore.server.config import ServerConfig
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import session_admin_pb2 as sa
 from tests.processes import server_process
-from tests.support import Store, failure_of, run_start, unique
+from tests.support import Store, failure_of, run_start, ts, unique
 
 PAYLOAD_MARKER = "PAYLOAD-MARKER-4f1c"
 TOKEN = "TOKEN-SECRET-9b2e"
@@ -194,3 +196,50 @@ async def test_server_side_errors_are_logged_under_the_request_id(tmp_path: Path
     # Every line runstore logged while the call ran is the call's.
     ours = [line for line in records.lines if line["logger"].startswith("runstore")]
     assert all(line.get("request_id") == "db-trouble-3" for line in ours), ours
+
+
+async def test_the_access_log_names_the_principal_and_never_the_token(tmp_path: Path) -> None:
+    token = f"{TOKEN}-worker"
+    auth_file = tmp_path / "auth.toml"
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    auth_file.write_text(
+        f'[[principal]]\nname = "worker-eu-1"\nrole = "worker"\ntoken_sha256 = "{digest}"\n'
+    )
+    auth_file.chmod(0o600)
+    database = f"sqlite:///{tmp_path / 'runstore.db'}"
+    args = ("--database-url", database, "--log-format", "json", "--auth-file", str(auth_file))
+    bearer = (("authorization", f"Bearer {token}"),)
+    async with server_process(*args) as server:
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            store = Store(channel)
+            with pytest.raises(grpc.aio.AioRpcError):  # a worker may not create sessions
+                await store.admin.CreateSession(
+                    sa.CreateSessionRequest(session_id="s", created_at=ts(1)),
+                    metadata=(*bearer, ("x-request-id", "denied-1")),
+                )
+            with pytest.raises(grpc.aio.AioRpcError):  # no credential at all
+                await store.runtime.LoadRun(
+                    rs.LoadRunRequest(run_id="r"), metadata=(("x-request-id", "anonymous-1"),)
+                )
+            with pytest.raises(grpc.aio.AioRpcError):  # allowed, but no such run
+                await store.runtime.LoadRun(
+                    rs.LoadRunRequest(run_id="r"), metadata=(*bearer, ("x-request-id", "ok-1"))
+                )
+        server.process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(server.process.wait(), timeout=30) == 0
+    text = server.log.decode()
+    lines = [json.loads(line) for line in text.splitlines()]
+    access = {line["request_id"]: line for line in lines if line["logger"] == logs.ACCESS_LOGGER}
+    assert (access["denied-1"]["code"], access["denied-1"]["reason"]) == (
+        "PermissionDenied",
+        "PERMISSION_DENIED",
+    )
+    assert access["denied-1"]["principal"] == "worker-eu-1"
+    assert (access["anonymous-1"]["code"], access["anonymous-1"]["reason"]) == (
+        "Unauthenticated",
+        "UNAUTHENTICATED",
+    )
+    assert access["anonymous-1"]["principal"] is None
+    assert access["ok-1"]["principal"] == "worker-eu-1"
+    assert access["ok-1"]["reason"] == "RUN_NOT_FOUND"
+    assert token not in text

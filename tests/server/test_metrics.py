@@ -66,7 +66,7 @@ async def measured_server(database_url: str) -> AsyncIterator[tuple[Store, int]]
     async with AsyncExitStack() as stack:
         stack.callback(endpoint.close)
         db = await stack.enter_async_context(open_database(config, telemetry))
-        running = await build_server(config, create_stores(config, db), telemetry)
+        running = await build_server(config, create_stores(config, db), telemetry=telemetry)
         stack.push_async_callback(running.server.stop, None)
         target = f"127.0.0.1:{running.port}"
         channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))

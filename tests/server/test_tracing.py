@@ -38,7 +38,7 @@ async def test_a_span_per_rpc_continuing_the_callers_trace_and_one_per_transacti
     telemetry = Telemetry(tracer_provider=server_provider)
     async with AsyncExitStack() as stack:
         db = await stack.enter_async_context(open_database(config, telemetry))
-        running = await build_server(config, create_stores(config, db), telemetry)
+        running = await build_server(config, create_stores(config, db), telemetry=telemetry)
         stack.push_async_callback(running.server.stop, None)
         target = f"127.0.0.1:{running.port}"
         host = await stack.enter_async_context(

@@ -22,6 +22,8 @@ from grpc_reflection.v1alpha import reflection
 from sqlalchemy.engine import make_url
 
 from runstore.server import tracing
+from runstore.server.auth import Security
+from runstore.server.auth.secrets import redacted
 from runstore.server.config import ServerConfig
 from runstore.server.core.context import ContextStore
 from runstore.server.core.memory import MemoryStore
@@ -63,6 +65,7 @@ class RunningServer:
     server: grpc.aio.Server
     port: int
     health: health.aio.HealthServicer
+    security: Security
 
 
 @dataclass(frozen=True)
@@ -145,15 +148,26 @@ def create_stores(config: ServerConfig, db: Database) -> Stores:
 
 
 async def build_server(
-    config: ServerConfig, stores: Stores, telemetry: Telemetry | None = None
+    config: ServerConfig,
+    stores: Stores,
+    security: Security | None = None,
+    telemetry: Telemetry | None = None,
 ) -> RunningServer:
-    """A started server with every service, health and reflection."""
+    """A started server with every service, health and reflection.
+
+    ``security`` defaults to what ``config`` asks for (TLS files, auth file,
+    the secure-by-default rule); ``SecurityError`` says why it may not start.
+    ``telemetry`` (metrics, tracing) is off unless given.
+    """
+    security = security if security is not None else Security.from_config(config)
     telemetry = telemetry or Telemetry()
     options = [
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
     ]
-    interceptors = server_interceptors(config, telemetry.metrics, telemetry.tracer_provider)
+    interceptors = server_interceptors(
+        config, security, telemetry.metrics, telemetry.tracer_provider
+    )
     server = grpc.aio.server(options=options, interceptors=interceptors)
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
         RuntimeStoreServicer(stores.runtime), server
@@ -178,21 +192,29 @@ async def build_server(
         ),
         server,
     )
-    port = server.add_insecure_port(config.listen)
+    credentials = security.server_credentials()
+    port = (
+        server.add_secure_port(config.listen, credentials)
+        if credentials is not None
+        else server.add_insecure_port(config.listen)
+    )
     if port == 0:
         raise OSError(f"cannot listen on {config.listen}")
     await server.start()
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server, port, health_servicer)
+    return RunningServer(server, port, health_servicer, security)
 
 
 async def serve(config: ServerConfig) -> None:
-    """Serves until SIGTERM or SIGINT, then lets in-flight calls finish."""
+    """Serves until SIGTERM or SIGINT, then lets in-flight calls finish; SIGHUP
+    re-reads the auth file and the TLS files."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    security = Security.from_config(config)  # refuses before touching the database
+    loop.add_signal_handler(signal.SIGHUP, security.reload)
     telemetry = Telemetry.from_config(config)
     endpoint = None
     try:
@@ -200,12 +222,13 @@ async def serve(config: ServerConfig) -> None:
             endpoint = MetricsEndpoint(telemetry.metrics, config.metrics_listen)
             log.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, endpoint.port)
         async with open_database(config, telemetry) as db:
-            running = await build_server(config, create_stores(config, db), telemetry)
+            running = await build_server(config, create_stores(config, db), security, telemetry)
             log.info(
-                "runstore serving on %s (port %d), database %s",
+                "runstore serving on %s (port %d), database %s, %s",
                 config.listen,
                 running.port,
-                make_url(config.database_url).render_as_string(hide_password=True),
+                redacted(config.database_url),
+                security.describe(),
             )
             try:
                 await stop.wait()

@@ -13,16 +13,22 @@ from typing import Any
 import grpc
 
 from runstore.server import tracing
+from runstore.server.auth import Security
 from runstore.server.config import ServerConfig
+from runstore.server.interceptors.auth import AuthInterceptor
 from runstore.server.interceptors.calls import CallObserver
 from runstore.server.interceptors.request_ids import RequestIdInterceptor
 from runstore.server.metrics import Metrics
 
 
 def server_interceptors(
-    config: ServerConfig, metrics: Metrics | None = None, tracer_provider: Any | None = None
+    config: ServerConfig,
+    security: Security | None = None,
+    metrics: Metrics | None = None,
+    tracer_provider: Any | None = None,
 ) -> list[grpc.aio.ServerInterceptor]:
     """The chain ``build_server`` installs, outermost first."""
+    security = security or Security()
     chain: list[grpc.aio.ServerInterceptor] = []
     # 1. Request ids: taken from x-request-id or generated (Hardening I).
     chain.append(RequestIdInterceptor())
@@ -34,6 +40,12 @@ def server_interceptors(
         chain.append(CallObserver(metrics, access_log=config.access_log_on))
 
     # 3. Authentication and roles (Security).
+    chain.append(
+        AuthInterceptor(
+            security.principals,
+            certificates=security.tls is not None and security.tls.mutual,
+        )
+    )
 
     # 4. Limits on calls and response bytes in flight (Hardening II).
 
