@@ -15,6 +15,8 @@ from typing import Any
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from runstore.server import logs
 from runstore.server.app import build_server, create_stores, open_database
@@ -32,6 +34,16 @@ APPEND = "/runstore.v1.RuntimeStore/AppendRunRecord"
 
 def trailing(err: grpc.aio.AioRpcError) -> dict[str, Any]:
     return dict(err.trailing_metadata() or ())
+
+
+def error_info(err: grpc.aio.AioRpcError) -> dict[str, str]:
+    """The metadata of the failed call's one ErrorInfo, ``request_id`` included."""
+    status = rpc_status.from_call(err)
+    assert status is not None
+    (detail,) = status.details
+    info = error_details_pb2.ErrorInfo()
+    assert detail.Unpack(info)
+    return dict(info.metadata)
 
 
 async def test_json_logs_parse_line_by_line_and_name_each_call(
@@ -76,9 +88,8 @@ async def test_json_logs_parse_line_by_line_and_name_each_call(
     assert "runstore.server.app" in loggers
 
     # The failing call: the request id in its ErrorInfo, its trailers and its log lines.
-    failure = failure_of(failed.value)
-    assert failure.reason == "RUN_NOT_FOUND"
-    assert failure.metadata["request_id"] == "caller-chose-this-1"
+    assert failure_of(failed.value).reason == "RUN_NOT_FOUND"
+    assert error_info(failed.value)["request_id"] == "caller-chose-this-1"
     assert trailing(failed.value)["x-request-id"] == "caller-chose-this-1"
     own = [line for line in lines if line.get("request_id") == "caller-chose-this-1"]
     access = [line for line in own if line["logger"] == logs.ACCESS_LOGGER]
@@ -91,10 +102,11 @@ async def test_json_logs_parse_line_by_line_and_name_each_call(
     assert entry["peer"].startswith("ipv4:127.0.0.1:")
     assert entry["principal"] is None  # authentication is off
     assert entry["level"] == "INFO"
+    assert entry["message"] == f"{APPEND} NotFound"
 
     made_up = trailing(generated.value)["x-request-id"]
     assert len(made_up) >= 16
-    assert failure_of(generated.value).metadata["request_id"] == made_up
+    assert error_info(generated.value)["request_id"] == made_up
     (load,) = [line for line in lines if line.get("request_id") == made_up]
     assert (load["method"], load["code"], load["reason"]) == (LOAD_RUN, "NotFound", "RUN_NOT_FOUND")
 
@@ -124,7 +136,7 @@ async def test_text_logs_take_the_access_log_when_asked(tmp_path: Path) -> None:
         server.process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(server.process.wait(), timeout=30) == 0
     (line,) = [line for line in server.log.decode().splitlines() if "text-id-7" in line]
-    assert " INFO runstore.access: method=/runstore.v1.RuntimeStore/LoadRun code=NotFound " in line
+    assert " INFO runstore.access: /runstore.v1.RuntimeStore/LoadRun NotFound reason=" in line
     assert "reason=RUN_NOT_FOUND" in line
     assert "principal=- " in line
     assert line.endswith("request_id=text-id-7")
@@ -188,7 +200,7 @@ async def test_server_side_errors_are_logged_under_the_request_id(tmp_path: Path
                 rs.LoadRunRequest(run_id="r"), metadata=(("x-request-id", "db-trouble-3"),)
             )
     assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert failure_of(failed.value).metadata["request_id"] == "db-trouble-3"
+    assert error_info(failed.value)["request_id"] == "db-trouble-3"
     caused = [line for line in records.lines if line.get("request_id") == "db-trouble-3"]
     assert {line["logger"] for line in caused} == {"runstore.server.status", logs.ACCESS_LOGGER}
     (warning,) = [line for line in caused if line["level"] == "WARNING"]

@@ -92,16 +92,17 @@ class TextFormatter(logging.Formatter):
         line = super().format(record)
         access = getattr(record, "access", None)
         if isinstance(access, dict):
-            return line
+            return f"{line} {access_message(access)}"
         current = getattr(record, "request_id", "")
         return f"{line} request_id={current}" if current else line
 
 
 def access_message(fields: dict[str, Any]) -> str:
-    """The text of an access-log line (the JSON form carries the fields themselves)."""
+    """The access fields as ``key=value`` (the JSON form carries them as keys)."""
     return " ".join(
         f"{name}={'-' if fields.get(name) in (None, '') else fields[name]}"
         for name in ACCESS_FIELDS
+        if name not in ("method", "code")
     )
 
 

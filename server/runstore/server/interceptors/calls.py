@@ -28,7 +28,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from runstore.server import principal, request_id
 from runstore.server.interceptors.handlers import Handler, behaviour_of
-from runstore.server.logs import ACCESS_LOGGER, access_message
+from runstore.server.logs import ACCESS_LOGGER
 from runstore.server.metrics import GO_CODE_NAMES, MethodFigures, Metrics, grpc_type
 
 access_log = logging.getLogger(ACCESS_LOGGER)
@@ -148,7 +148,7 @@ class CallObserver(grpc.aio.ServerInterceptor):
                 "peer": context.peer(),
                 "request_id": request_id.current() or None,
             }
-            access_log.info(access_message(fields), extra={"access": fields})
+            access_log.info("%s %s", call.method, fields["code"], extra={"access": fields})
 
 
 def _returned_code(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode:
