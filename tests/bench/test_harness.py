@@ -20,6 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run_bench(tmp_path: Path, *args: str) -> dict:
+    return _bench(tmp_path, *args)[1]
+
+
+def _bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """Runs the harness at toy sizes; a later flag in ``args`` overrides a default."""
     output = tmp_path / "report.json"
     completed = subprocess.run(
         [
@@ -47,7 +52,7 @@ def _run_bench(tmp_path: Path, *args: str) -> dict:
     )
     assert completed.returncode == 0, completed.stderr
     assert "× ceiling" in completed.stdout
-    return json.loads(output.read_text())
+    return completed, json.loads(output.read_text())
 
 
 def _check_report(report: dict, backend: str) -> None:
@@ -85,43 +90,14 @@ def test_bench_runs_on_postgres(tmp_path: Path) -> None:
 
 def test_bench_compares_the_interceptor_chain_off_and_on(tmp_path: Path) -> None:
     """``--chain both``: each figure as it is measured, then both side by side."""
-    output = tmp_path / "chain.json"
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--backend",
-            "sqlite",
-            "--workloads",
-            "append",
-            "--chain",
-            "both",
-            "--duration",
-            "0.05",
-            "--warmup",
-            "0",
-            "--repeat",
-            "2",
-            "--concurrency",
-            "1,2",
-            "--history",
-            "150,400",
-            "--output",
-            str(output),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    completed, report = _bench(
+        tmp_path, "--backend", "sqlite", "--workloads", "append", "--chain", "both", "--repeat", "2"
     )
-    assert completed.returncode == 0, completed.stderr
     progress = [line for line in completed.stdout.splitlines() if line.startswith("[")]
     # 2 repetitions × 2 chains × (ceiling, append) × 2 concurrencies, one line each.
     assert len(progress) == 16
     assert sum("chain on" in line for line in progress) == 8
     assert "Interceptor chain off (the defaults) vs on (metrics + JSON logs" in completed.stdout
-    report = json.loads(output.read_text())
     cost = {(row["workload"], row["in_flight"]): row for row in report["chain_cost"]}
     assert set(cost) == {("append", 1), ("append", 2)}
     for row in cost.values():
