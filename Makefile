@@ -24,6 +24,7 @@ $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
 	touch $@
 
 $(BUF_STAMP):
+	@echo "make install: installing buf $(BUF_VERSION) into .tools/ (npm)"
 	npm install --prefix .tools --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
 	touch $@
 
