@@ -91,5 +91,6 @@ def test_migrate_with_json_logs_writes_only_json_lines(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in done.stderr.splitlines()]
     assert any(line["logger"] == "alembic.runtime.migration" for line in lines)
     assert lines[-1]["message"].startswith("schema upgraded from empty to ")
+    assert any(line["message"].startswith("applied 0001_") for line in lines)
     again = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert again.stdout.startswith("schema already at ")

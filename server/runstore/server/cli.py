@@ -1,5 +1,6 @@
 """``runstore serve``, ``runstore migrate`` and ``runstore auth add-token``: thin shells
-over ``app``, ``migrate`` and ``auth``."""
+over ``app``, ``migrate`` and ``auth``; the operator's commands (``sessions``, ``runs``,
+``records``, ``health``) are ``admin``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-from runstore.server import app, config, logs, tracing
+from runstore.server import admin, app, config, logs, tracing
 from runstore.server.auth import SecurityError
 from runstore.server.auth.principals import AuthFileError, add_token
 from runstore.server.auth.roles import ROLES
@@ -34,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
         upgrade, names=("database_url", "database_url_file", "log_level", "log_format")
     )
     _add_auth_commands(commands)
+    admin.add_commands(commands)
     return parser
 
 
@@ -67,6 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "auth":
         return _auth_command(args)
+    if args.command in admin.COMMANDS:
+        try:
+            return admin.run(args)
+        except KeyboardInterrupt:
+            return 130
     try:
         settings = config.load(args)
     except config.ConfigError as exc:
@@ -86,12 +93,19 @@ def _run(args: argparse.Namespace, settings: config.ServerConfig) -> int:
         else:
             print(text, flush=True)
 
+    def applied(revision: str, description: str) -> None:
+        say(f"applied {revision}: {description}")
+
     try:
         settings = resolve_database_url(settings, args.database_url)
         if args.command == "serve":
             asyncio.run(app.serve(settings))
         else:
-            before = asyncio.run(migrate.upgrade(settings.database_url))
+            before = asyncio.run(
+                migrate.upgrade(
+                    settings.database_url, lambda rev, doc: say(f"applied {rev}: {doc}")
+                )
+            )
             head = migrate.head_revision()
             if before.at_head:
                 say(f"schema already at {head}")
