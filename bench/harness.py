@@ -248,23 +248,26 @@ def plan_for(
         page = {"history": size, "cursor": str(size - 100)}
         cases.append({"workload": "list_run", "run_id": run_id, **page})
         cases.append({"workload": "list_session", "session_id": session_id, **page})
-    return _paired(args, [c for c in cases if c["workload"] in args.workloads], repeat, pairs)
+    cases = [c for c in cases if c["workload"] in args.workloads]
+    return _paired(args, cases, repeat=repeat, pairs=pairs)
 
 
 def listing_plan(args: argparse.Namespace, size: int) -> list[dict[str, Any]]:
-    """One page of each listing shape over a table of ``size`` rows."""
+    """One page of each listing shape over a table of ``size`` rows, at 1 in
+    flight: the figure is a page's cost, compared across table sizes."""
     cases = [{"workload": "listing", "table": size, **case} for case in listings.cases(size)]
-    return _paired(args, cases)
+    return _paired(args, cases, concurrencies=[1], repeat=1 if args.quick else args.repeat)
 
 
 def _paired(
     args: argparse.Namespace,
     cases: list[dict[str, Any]],
+    concurrencies: list[int] | None = None,
     repeat: int | None = None,
     pairs: str = "",
 ) -> list[dict[str, Any]]:
     measurements = []
-    for concurrency in args.concurrency:
+    for concurrency in concurrencies or args.concurrency:
         base = {"concurrency": concurrency, "duration": args.duration, "warmup": args.warmup}
         # Each store measurement comes right after a ceiling measurement of its
         # own, so a ratio compares two figures taken seconds apart on a noisy
