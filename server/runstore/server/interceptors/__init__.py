@@ -17,6 +17,7 @@ from runstore.server.auth import Security
 from runstore.server.config import ServerConfig
 from runstore.server.interceptors.auth import AuthInterceptor
 from runstore.server.interceptors.calls import CallObserver
+from runstore.server.interceptors.parsing import RequestParsingInterceptor
 from runstore.server.interceptors.request_ids import RequestIdInterceptor
 from runstore.server.metrics import Metrics
 
@@ -50,5 +51,6 @@ def server_interceptors(
     # 4. Limits on calls and response bytes in flight (Hardening II).
 
     # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST (Hardening I).
+    chain.append(RequestParsingInterceptor())
 
     return chain
