@@ -18,6 +18,7 @@ from runstore.server.config import ServerConfig
 from runstore.server.metrics import Metrics, MetricsEndpoint
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
+from tests import postgres
 from tests.support import Store, outcome, run_start, ts, unique
 
 RUNTIME = "runstore.v1.RuntimeStore"
@@ -185,10 +186,9 @@ async def test_a_known_mix_of_calls_is_counted_exactly(database_url: str) -> Non
 
 
 @pytest.mark.postgres
-async def test_lost_races_on_postgres_are_counted_as_retries(database_url: str) -> None:
-    if not database_url.startswith("postgres"):
-        pytest.skip("PostgreSQL only: SQLite has one writer and never retries")
-    async with measured_server(database_url) as (store, port):
+async def test_lost_races_on_postgres_are_counted_as_retries() -> None:
+    """PostgreSQL only: SQLite has one writer and never retries."""
+    async with postgres.fresh_database() as url, measured_server(url) as (store, port):
         # Many replicas' worth of racers on one new session: the losers' unique
         # violations are retried (and then see the winner's row).
         for _ in range(5):
