@@ -43,6 +43,7 @@ from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
+from runstore.server.metrics import DbFigures
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +205,9 @@ class PostgresDatabase:
     returned to the pool.
     """
 
+    figures: DbFigures | None = None
+    """Where retries and the pool's connections are recorded; None when metrics are off."""
+
     def __init__(self, database_url: str, options: PostgresOptions = PostgresOptions()) -> None:
         self.options = options
         self._dsn = asyncpg_dsn(database_url)
@@ -228,6 +232,11 @@ class PostgresDatabase:
             server_settings=self._server_settings(),
             reset=_reset,
         )
+        if self.figures is not None:
+            pool = self._pool
+            self.figures.watch_pool(
+                pool.get_idle_size, lambda: pool.get_size() - pool.get_idle_size()
+            )
 
     async def close(self) -> None:
         if self._probe is not None:
@@ -377,6 +386,8 @@ class PostgresDatabase:
                 if not _is_retryable(exc) or attempt >= attempts:
                     raise _translate(exc) from exc
                 log.debug("retrying a transaction (attempt %d): %s", attempt, exc)
+                if self.figures is not None:
+                    self.figures.retried()
                 await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
                 attempt += 1
 
