@@ -26,6 +26,7 @@ from runstore.server.core.context import ContextStore
 from runstore.server.core.memory import MemoryStore
 from runstore.server.core.ports import Database
 from runstore.server.core.store import PageLimits, RuntimeStore
+from runstore.server.core.watch import NoWakeups, RecordWatch, WatchSettings
 from runstore.server.db import migrate
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
@@ -61,6 +62,7 @@ class RunningServer:
     port: int
     health: health.aio.HealthServicer
     security: Security
+    watch: RecordWatch
 
 
 @contextlib.asynccontextmanager
@@ -102,16 +104,28 @@ class Stores:
     runtime: RuntimeStore
     memory: MemoryStore
     context: ContextStore
+    watch: RecordWatch
 
 
 def create_stores(config: ServerConfig, db: Database) -> Stores:
+    runtime = RuntimeStore(
+        db, limits=PageLimits(records=config.page_limit, payload_bytes=config.page_bytes)
+    )
+    wakeups = db.wakeups if isinstance(db, SqliteDatabase | PostgresDatabase) else NoWakeups()
     return Stores(
-        runtime=RuntimeStore(
-            db, limits=PageLimits(records=config.page_limit, payload_bytes=config.page_bytes)
-        ),
+        runtime=runtime,
         memory=MemoryStore(db, page_limit=config.page_limit),
         context=ContextStore(
             db, versions_kept=config.context_versions_kept, page_limit=config.page_limit
+        ),
+        watch=RecordWatch(
+            runtime,
+            wakeups,
+            WatchSettings(
+                heartbeat_seconds=config.watch_heartbeat_seconds,
+                poll_seconds=config.watch_poll_seconds,
+                max_watchers=config.max_watchers,
+            ),
         ),
     )
 
@@ -131,7 +145,7 @@ async def build_server(
     ]
     server = grpc.aio.server(options=options, interceptors=server_interceptors(config, security))
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
-        RuntimeStoreServicer(stores.runtime), server
+        RuntimeStoreServicer(stores.runtime, stores.watch), server
     )
     session_admin_pb2_grpc.add_SessionAdminServicer_to_server(
         SessionAdminServicer(stores.runtime), server
@@ -164,7 +178,7 @@ async def build_server(
     await server.start()
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server, port, health_servicer, security)
+    return RunningServer(server, port, health_servicer, security, stores.watch)
 
 
 async def serve(config: ServerConfig) -> None:
@@ -193,8 +207,10 @@ async def serve(config: ServerConfig) -> None:
 
 
 async def shutdown(running: RunningServer, grace: float) -> None:
-    """Reports NOT_SERVING, refuses new calls and lets in-flight calls finish
-    within ``grace`` seconds; calls still running after that are cancelled."""
+    """Reports NOT_SERVING, ends Watch streams with UNAVAILABLE (their clients
+    resume elsewhere), refuses new calls and lets in-flight calls finish within
+    ``grace`` seconds; calls still running after that are cancelled."""
     log.info("shutting down: finishing in-flight calls (grace %.1fs)", grace)
     await running.health.enter_graceful_shutdown()
+    running.watch.close()
     await running.server.stop(grace)

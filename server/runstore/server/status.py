@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -56,6 +56,32 @@ def maps_errors(
     async def wrapper(self: S, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> Resp:
         try:
             return await method(self, request, context)
+        except RunstoreError as error:
+            if isinstance(error, InternalError):
+                log.warning("%s failed: %r", method.__name__, error)
+            await abort(context, error)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception:
+            log.exception("%s failed unexpectedly", method.__name__)
+            await abort(context, InternalError())
+
+    return wrapper
+
+
+def maps_stream_errors(
+    method: Callable[[S, Req, grpc.aio.ServicerContext[Req, Resp]], AsyncIterator[Resp]],
+) -> Callable[[S, Req, grpc.aio.ServicerContext[Req, Resp]], AsyncIterator[Resp]]:
+    """``maps_errors`` for a server-streaming method: a failure ends the
+    stream with its status, after the messages already sent."""
+
+    @functools.wraps(method)
+    async def wrapper(
+        self: S, request: Req, context: grpc.aio.ServicerContext[Req, Resp]
+    ) -> AsyncIterator[Resp]:
+        try:
+            async for response in method(self, request, context):
+                yield response
         except RunstoreError as error:
             if isinstance(error, InternalError):
                 log.warning("%s failed: %r", method.__name__, error)

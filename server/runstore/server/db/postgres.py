@@ -34,6 +34,7 @@ from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Transaction
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
+from runstore.server.db.wakeups import CHANNEL, PostgresWakeups
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,31 @@ class PostgresDatabase:
         self._dsn = asyncpg_dsn(database_url)
         self._statements = Statements.compile(asyncpg_dialect.dialect())  # type: ignore[no-untyped-call]
         self._pool: asyncpg.Pool | None = None
+        self._wakeups: PostgresWakeups | None = None
+
+    @property
+    def wakeups(self) -> PostgresWakeups:
+        """Watchers' wake-ups: this replica's at commit, every replica's by NOTIFY."""
+        if self._wakeups is None:
+            raise UnavailableError("database is not open")
+        return self._wakeups
+
+    async def _listen_connection(self) -> asyncpg.Connection:
+        return await asyncpg.connect(
+            self._dsn,
+            timeout=self.options.connect_timeout,
+            server_settings={"application_name": "runstore-watch"},
+        )
+
+    async def _notify(self, payload: str) -> None:
+        """One NOTIFY on its own pooled connection: after the commit, never
+        inside a write transaction (that would serialise every writer)."""
+        async with self._acquire(self._require_pool()) as conn:
+            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
+
+    def _committed(self, tx: SqlTransaction) -> None:
+        if tx.touched and self._wakeups is not None:
+            self._wakeups.committed(tx.touched)
 
     async def start(self) -> None:
         options = self.options
@@ -163,8 +189,12 @@ class PostgresDatabase:
             },
             reset=_reset,
         )
+        self._wakeups = PostgresWakeups(self._listen_connection, self._notify)
+        self._wakeups.start()
 
     async def close(self) -> None:
+        if self._wakeups is not None:
+            await self._wakeups.close()
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -186,20 +216,24 @@ class PostgresDatabase:
         pool = self._require_pool()
         try:
             async with self._acquire(pool) as conn:
-                return await _PostgresTransaction(conn, self._statements).append_if_writable(record)
+                tx = _PostgresTransaction(conn, self._statements)
+                record_id = await tx.append_if_writable(record)
         except Exception as exc:
             raise _translate(exc) from exc
+        self._committed(tx)
+        return record_id
 
     async def write(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
         pool = self._require_pool()
         attempts = max(1, self.options.transaction_attempts)
         for attempt in range(1, attempts + 1):
             try:
-                async with (
-                    self._acquire(pool) as conn,
-                    conn.transaction(),
-                ):
-                    return await fn(_PostgresTransaction(conn, self._statements))
+                async with self._acquire(pool) as conn:
+                    tx = _PostgresTransaction(conn, self._statements)
+                    async with conn.transaction():
+                        result = await fn(tx)
+                self._committed(tx)
+                return result
             except Exception as exc:
                 if not _is_retryable(exc) or attempt == attempts:
                     raise _translate(exc) from exc

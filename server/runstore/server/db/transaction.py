@@ -23,7 +23,14 @@ from runstore.server.core.model import (
     Session,
     StoredAppend,
 )
-from runstore.server.core.ports import PURGED, RecordTarget, SessionLookup, Transaction
+from runstore.server.core.ports import (
+    PURGED,
+    RecordTarget,
+    SessionLookup,
+    Transaction,
+    run_key,
+    session_key,
+)
 from runstore.server.db import statements as sql
 from runstore.server.db.statements import Compiled, Statements
 
@@ -40,6 +47,14 @@ class SqlTransaction(Transaction):
 
     def __init__(self, statements: Statements) -> None:
         self._sql = statements
+        self.touched: set[str] = set()
+        """Wake-up keys (``core.ports.session_key``/``run_key``) of what this
+        transaction wrote; the backend wakes watchers after the commit."""
+
+    def _touch(self, run_id: str, session_id: str) -> None:
+        self.touched.add(run_key(run_id))
+        if session_id:
+            self.touched.add(session_key(session_id))
 
     async def _one(self, statement: Compiled, **params: Any) -> Any:
         """The first row of ``statement``, or None."""
@@ -159,6 +174,7 @@ class SqlTransaction(Transaction):
         await self._run(self._sql.purge_runs, session_id=session_id)
         await self._run(self._sql.purge_session, session_id=session_id)
         await self._run(self._sql.insert_tombstone, session_id=session_id, purged_at=purged_at)
+        self.touched.add(session_key(session_id))
 
     async def insert_run(self, run: RunState) -> None:
         await self._run(self._sql.insert_run, **sql.run_params(run))
@@ -178,7 +194,10 @@ class SqlTransaction(Transaction):
             else self._sql.append_if_writable_sessionless
         )
         row = await self._one_unless_conflict(statement, **sql.record_params(record))
-        return int(row[0]) if row is not None else None
+        if row is None:
+            return None
+        self._touch(record.run_id, record.session_id)
+        return int(row[0])
 
     async def append_record(self, record: RecordDraft) -> int:
         statement = (
@@ -187,6 +206,7 @@ class SqlTransaction(Transaction):
             else self._sql.insert_sessionless_record
         )
         row = await self._one(statement, **sql.record_params(record))
+        self._touch(record.run_id, record.session_id)
         return int(row[0])
 
     # --- Memory store (§12) ---------------------------------------------------------
