@@ -221,7 +221,7 @@ async def test_the_watcher_limit_refuses_with_overloaded(database_url: str) -> N
         # Unary calls are not counted against watchers.
         assert len(await store.session_records(session)) == 1
         streams[0].cancel()
-        while stores.watch.open_streams == 2:  # the server sees the cancel
+        while stores.watch.open_streams == 2:  # noqa: ASYNC110 (the server sees the cancel)
             await asyncio.sleep(0.01)
         third = session_watch(store, session)
         assert len((await third.read()).events) == 1
@@ -284,8 +284,7 @@ async def test_sqlite_full_sends_a_record_only_after_its_wal_sync(
         appending = asyncio.ensure_future(append(store, run, "held"))
         await asyncio.to_thread(syncing.wait, 30)
         # Committed and visible to readers, not yet durable...
-        while len(await store.session_records(session)) < 2:
-            await asyncio.sleep(0.01)
+        assert len(await store.session_records(session)) == 2
         reading = asyncio.ensure_future(stream.read())
         await asyncio.sleep(0.5)  # five poll intervals
         assert not reading.done(), "a watcher sent a record before its WAL sync"
@@ -300,17 +299,19 @@ async def test_sqlite_full_sends_a_record_only_after_its_wal_sync(
 async def test_sigterm_ends_streams_with_unavailable(database_url: str, tmp_path: Path) -> None:
     if database_url.startswith("sqlite"):  # a file of its own: the process migrates it
         database_url = f"sqlite:///{tmp_path / 'term.db'}"
-    async with server_process(
-        "--database-url", database_url, "--migrate", "--grace-seconds", "60"
-    ) as server:
-        async with grpc.aio.insecure_channel(server.target) as channel:
-            store = Store(channel, target=server.target)
-            session = await store.session()
-            await store.root(session_id=session)
-            stream = session_watch(store, session)
+    async with (
+        server_process(
+            "--database-url", database_url, "--migrate", "--grace-seconds", "60"
+        ) as server,
+        grpc.aio.insecure_channel(server.target) as channel,
+    ):
+        store = Store(channel, target=server.target)
+        session = await store.session()
+        await store.root(session_id=session)
+        stream = session_watch(store, session)
+        await stream.read()
+        server.process.send_signal(signal.SIGTERM)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
             await stream.read()
-            server.process.send_signal(signal.SIGTERM)
-            with pytest.raises(grpc.aio.AioRpcError) as raised:
-                await stream.read()
-            assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
-            await asyncio.wait_for(server.process.wait(), 30)
+        assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
+        await asyncio.wait_for(server.process.wait(), 30)
