@@ -48,6 +48,7 @@ __all__ = [
     "RootRunStartResult",
     "RunCancellation",
     "RunMeta",
+    "RunPage",
     "RunRecord",
     "RunRepairOutcome",
     "RunRepairResult",
@@ -57,6 +58,7 @@ __all__ = [
     "RunSuspension",
     "RunTerminal",
     "Session",
+    "SessionPage",
     "SessionStatus",
 ]
 
@@ -105,6 +107,11 @@ class RunMeta(contract.RunMeta[datetime]):
 
 
 Page: TypeAlias = contract.Page[RunRecord]
+
+SessionPage: TypeAlias = contract.ListPage[Session]
+"""One page of ListSessions: ``items`` and ``next_page_token``."""
+RunPage: TypeAlias = contract.ListPage[RunMeta]
+"""One page of ListRuns: ``items`` and ``next_page_token``."""
 
 # --- Commands (§3.10) -----------------------------------------------------------
 

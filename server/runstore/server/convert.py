@@ -20,7 +20,9 @@ from runstore.contract.wire import (
     SESSION_STATUS_TO_WIRE,
     START_OUTCOME_TO_WIRE,
 )
+from runstore.server.core import context_shape as shape
 from runstore.server.core import model, validation
+from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import types_pb2 as pb
 
@@ -134,6 +136,34 @@ def run_statuses_from_wire(statuses: Any) -> set[vocab.RunStatus] | None:
     return {RUN_STATUS_FROM_WIRE[value] for value in statuses if value in RUN_STATUS_FROM_WIRE}
 
 
+def _statuses_from_wire(statuses: Any, table: Any) -> frozenset[Any] | None:
+    """An empty filter keeps every status; unknown values match nothing."""
+    if not statuses:
+        return None
+    return frozenset(table[value] for value in statuses if value in table)
+
+
+def session_filter_from_wire(request: Any) -> vocab.SessionFilter[model.Nanos]:
+    """The filters of a ListSessionsRequest."""
+    return vocab.SessionFilter(
+        statuses=_statuses_from_wire(request.statuses, wire.SESSION_STATUS_FROM_WIRE),
+        created_after=nanos_from_wire(request, "created_after", "created_after"),
+        created_before=nanos_from_wire(request, "created_before", "created_before"),
+    )
+
+
+def run_filter_from_wire(request: Any) -> vocab.RunFilter[model.Nanos]:
+    """The filters of a ListRunsRequest."""
+    return vocab.RunFilter(
+        session_id=request.session_id,
+        agent_id=request.agent_id,
+        statuses=_statuses_from_wire(request.statuses, RUN_STATUS_FROM_WIRE),
+        started_after=nanos_from_wire(request, "started_after", "started_after"),
+        started_before=nanos_from_wire(request, "started_before", "started_before"),
+        sessionless_only=request.sessionless_only,
+    )
+
+
 # --- Results out ------------------------------------------------------------
 
 
@@ -181,4 +211,48 @@ def record_to_wire(record: model.RunRecord) -> pb.RunRecord:
         id=str(record.id),
         **wire.copy_fields(record, wire.RECORD_FIELDS),
         timestamp=timestamp_to_wire(record.timestamp),
+    )
+
+
+# --- Context store: what the shape rules read, with the bytes kept ----------
+
+
+def _content_block_from_wire(block: ctx.ContentBlock) -> shape.ContentBlock:
+    kind = block.WhichOneof("block")
+    value: shape.BlockValue | None = None
+    if kind == "image":
+        value = shape.ImageBlock(block.image.format, bool(block.image.data or block.image.url))
+    elif kind == "document":
+        document = block.document
+        sources = (document.data, document.text, document.chunks, document.uri)
+        value = shape.DocumentBlock(
+            document.name, sum(1 for source in sources if source), tuple(document.chunks)
+        )
+    elif kind == "tool_use":
+        value = shape.ToolUseBlock(block.tool_use.id, block.tool_use.name, block.tool_use.input)
+    elif kind == "tool_result":
+        value = shape.ToolResultBlock(block.tool_result.tool_use_id, block.tool_result.content)
+    elif kind == "citations":
+        value = shape.CitationsBlock(
+            tuple(
+                citation.location.kind if citation.HasField("location") else None
+                for citation in block.citations.citations
+            )
+        )
+    return shape.ContentBlock(block.type, kind, value)
+
+
+def context_message_from_wire(message: ctx.ContextMessage) -> shape.ContextMessage:
+    return shape.ContextMessage(
+        type=message.type,
+        meta=message.meta,
+        content=tuple(_content_block_from_wire(block) for block in message.content),
+        wire=message.SerializeToString(deterministic=True),
+    )
+
+
+def context_snapshot_from_wire(snapshot: ctx.ContextSnapshot) -> shape.ContextSnapshot:
+    return shape.ContextSnapshot(
+        messages=tuple(context_message_from_wire(message) for message in snapshot.messages),
+        wire=snapshot.SerializeToString(deterministic=True),
     )
