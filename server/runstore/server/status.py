@@ -10,6 +10,7 @@ retry the identical command.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -47,6 +48,22 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], error: RunstoreErro
     raise AssertionError("unreachable: context.abort raises")
 
 
+@contextlib.asynccontextmanager
+async def _as_status(name: str, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[None]:
+    """Ends the call with the status of any failure inside the block."""
+    try:
+        yield
+    except RunstoreError as error:
+        if isinstance(error, InternalError):
+            log.warning("%s failed: %r", name, error)
+        await abort(context, error)
+    except (asyncio.CancelledError, grpc.aio.AbortError):
+        raise
+    except Exception:
+        log.exception("%s failed unexpectedly", name)
+        await abort(context, InternalError())
+
+
 def maps_errors(
     method: Callable[[S, Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]],
 ) -> Callable[[S, Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]]:
@@ -54,17 +71,9 @@ def maps_errors(
 
     @functools.wraps(method)
     async def wrapper(self: S, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> Resp:
-        try:
+        async with _as_status(method.__name__, context):
             return await method(self, request, context)
-        except RunstoreError as error:
-            if isinstance(error, InternalError):
-                log.warning("%s failed: %r", method.__name__, error)
-            await abort(context, error)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception:
-            log.exception("%s failed unexpectedly", method.__name__)
-            await abort(context, InternalError())
+        raise AssertionError("unreachable: a failure aborts the call")
 
     return wrapper
 
@@ -79,17 +88,8 @@ def maps_stream_errors(
     async def wrapper(
         self: S, request: Req, context: grpc.aio.ServicerContext[Req, Resp]
     ) -> AsyncIterator[Resp]:
-        try:
+        async with _as_status(method.__name__, context):
             async for response in method(self, request, context):
                 yield response
-        except RunstoreError as error:
-            if isinstance(error, InternalError):
-                log.warning("%s failed: %r", method.__name__, error)
-            await abort(context, error)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception:
-            log.exception("%s failed unexpectedly", method.__name__)
-            await abort(context, InternalError())
 
     return wrapper

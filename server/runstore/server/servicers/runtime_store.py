@@ -11,7 +11,7 @@ from runstore.contract import wire
 from runstore.contract.model import RunRepairResult
 from runstore.server import convert
 from runstore.server.core.store import RuntimeStore
-from runstore.server.core.watch import RecordWatch
+from runstore.server.core.watch import RecordWatch, WatchBatch
 from runstore.server.status import maps_errors, maps_stream_errors
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
@@ -177,18 +177,20 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
     async def WatchSessionRunRecords(
         self, request: rs.WatchSessionRunRecordsRequest, context: Context
     ) -> AsyncIterator[rs.WatchSessionRunRecordsResponse]:
-        async for batch in self._watch.session(request.session_id, request.cursor):
-            yield rs.WatchSessionRunRecordsResponse(
-                events=[convert.record_to_wire(record) for record in batch.events],
-                next_cursor=batch.next_cursor,
-            )
+        batches = self._watch.session(request.session_id, request.cursor)
+        async for batch in batches:
+            yield rs.WatchSessionRunRecordsResponse(**_batch_fields(batch))
 
     @maps_stream_errors
     async def WatchRunRecords(
         self, request: rs.WatchRunRecordsRequest, context: Context
     ) -> AsyncIterator[rs.WatchRunRecordsResponse]:
         async for batch in self._watch.run(request.run_id, request.cursor):
-            yield rs.WatchRunRecordsResponse(
-                events=[convert.record_to_wire(record) for record in batch.events],
-                next_cursor=batch.next_cursor,
-            )
+            yield rs.WatchRunRecordsResponse(**_batch_fields(batch))
+
+
+def _batch_fields(batch: WatchBatch) -> dict[str, Any]:
+    return {
+        "events": [convert.record_to_wire(record) for record in batch.events],
+        "next_cursor": batch.next_cursor,
+    }
