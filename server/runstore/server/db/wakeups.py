@@ -134,14 +134,19 @@ class PostgresWakeups:
         self._pending: set[str] = set()
         self._has_pending = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._listener: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()
         """Set while the LISTEN connection is up (tests wait for it)."""
 
     def start(self) -> None:
-        self._tasks = [
-            asyncio.ensure_future(self._listen_forever()),
-            asyncio.ensure_future(self._send_forever()),
-        ]
+        self._tasks = [asyncio.ensure_future(self._send_forever())]
+
+    def _listen_once_watched(self) -> None:
+        """The LISTEN connection opens with this replica's first watcher (a
+        replica nobody watches holds no extra connection) and then stays."""
+        if self._listener is None:
+            self._listener = asyncio.ensure_future(self._listen_forever())
+            self._tasks.append(self._listener)
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -150,9 +155,11 @@ class PostgresWakeups:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
+        self._listener = None
 
     # Wakeups port: this replica's watchers.
     def subscribe(self, key: str) -> contextlib.AbstractContextManager[asyncio.Event]:
+        self._listen_once_watched()
         return self.local.subscribe(key)
 
     def wake_all(self) -> None:

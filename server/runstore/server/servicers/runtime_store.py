@@ -11,7 +11,7 @@ from runstore.contract import wire
 from runstore.contract.model import RunRepairResult
 from runstore.server import convert
 from runstore.server.core.store import RuntimeStore
-from runstore.server.core.watch import RecordWatch, WatchBatch
+from runstore.server.core.watch import NoWakeups, RecordWatch, WatchBatch
 from runstore.server.status import maps_errors, maps_stream_errors
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
@@ -29,9 +29,9 @@ def _repair_fields(result: RunRepairResult) -> dict[str, Any]:
 
 
 class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
-    def __init__(self, store: RuntimeStore, watch: RecordWatch) -> None:
+    def __init__(self, store: RuntimeStore, watch: RecordWatch | None = None) -> None:
         self._store = store
-        self._watch = watch
+        self._watch = watch if watch is not None else RecordWatch(store, NoWakeups())
 
     @maps_errors
     async def LoadSessionStatus(
