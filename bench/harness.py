@@ -130,7 +130,8 @@ async def seed_postgres(url: str, size: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def server(url: str, synchronous: str) -> AsyncIterator[str]:
+async def server(url: str, synchronous: str, *extra: str) -> AsyncIterator[str]:
+    """``runstore serve`` on an ephemeral port; ``extra`` are more flags."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -142,6 +143,7 @@ async def server(url: str, synchronous: str) -> AsyncIterator[str]:
         url,
         "--sqlite-synchronous",
         synchronous,
+        *extra,
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1", "RUNSTORE_LOG_LEVEL": "INFO"},
     )

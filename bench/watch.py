@@ -24,18 +24,17 @@ import asyncio
 import contextlib
 import itertools
 import json
-import re
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from bench.harness import server
 from runstore.contract import lifecycle
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
@@ -43,44 +42,7 @@ from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import session_admin_pb2_grpc as sa_grpc
 from runstore.v1 import types_pb2 as pb
 
-_PORT = re.compile(rb"serving on \S+ \(port (\d+)\)")
 _ids = itertools.count()
-
-
-@contextlib.asynccontextmanager
-async def server(*args: str) -> AsyncIterator[str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "runstore.server",
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--log-level",
-        "WARNING",
-        *args,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stderr is not None
-    try:
-        log = b""
-        while (match := _PORT.search(log)) is None:
-            line = await asyncio.wait_for(process.stderr.readline(), 60)
-            if not line:
-                raise RuntimeError(f"server exited:\n{log.decode()}")
-            log += line
-        drain = asyncio.ensure_future(_drain(process.stderr))
-        yield f"127.0.0.1:{int(match.group(1))}"
-        drain.cancel()
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
-
-
-async def _drain(stream: asyncio.StreamReader) -> None:
-    while await stream.read(65536):
-        pass
 
 
 class Client:
@@ -218,13 +180,11 @@ async def measure(backend: str, urls: tuple[str, str], args: argparse.Namespace)
     writer_url, watcher_url = urls
     common = ("--migrate", "--max-watchers", "1000")
     async with contextlib.AsyncExitStack() as stack:
-        writer_target = await stack.enter_async_context(
-            server("--database-url", writer_url, *common)
-        )
+        writer_target = await stack.enter_async_context(server(writer_url, "FULL", *common))
         watcher_target = (
             writer_target
-            if watcher_url == writer_url and backend == "sqlite"
-            else await stack.enter_async_context(server("--database-url", watcher_url))
+            if backend == "sqlite"
+            else await stack.enter_async_context(server(watcher_url, "FULL", *common))
         )
         writer, watcher = Client(writer_target), Client(watcher_target)
         result: dict[str, Any] = {"backend": backend}
