@@ -320,6 +320,10 @@ async def test_records_tail_follow_prints_each_record_once_as_it_commits(store: 
     keys = [r["event_key"] for r in result.lines()]
     assert keys == [r.event_key for r in await store.records(run.id)]
     assert len(keys) == 7
+    # Following a run that has already ended prints its tail and ends at once.
+    again = await runstore(store, "records", "tail", "--run", run.id, "--follow", "--json")
+    assert again.code == 0, again.err
+    assert [r["event_key"] for r in again.lines()] == keys
 
 
 async def test_health_in_both_formats(store: Store) -> None:

@@ -141,6 +141,14 @@ async def test_run_watch_of_a_suspended_run_ends_after_the_backlog(store: Store)
     assert batches[-1].next_cursor == "2"
 
 
+async def test_run_watch_past_the_end_of_an_ended_run_ends_at_once(store: Store) -> None:
+    run = await store.root()
+    await store.runtime.RecordRunTerminal(run.terminal_request())
+    stream = store.runtime.WatchRunRecords(rs.WatchRunRecordsRequest(run_id=run.id, cursor="2"))
+    assert await stream.read() is grpc.aio.EOF
+    assert await stream.code() == grpc.StatusCode.OK
+
+
 async def test_unknown_session_or_run_is_not_found_at_once(store: Store) -> None:
     await fails_with(
         _first(session_watch(store, "no-such-session")),

@@ -17,16 +17,16 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
-from runstore.contract import lifecycle
 from runstore.contract.errors import OverloadedError, RunNotFoundError, UnavailableError
+from runstore.contract.model import RunStatus
 from runstore.server.config import DEFAULTS
 from runstore.server.core import paging
 from runstore.server.core.model import RunRecord
 from runstore.server.core.ports import Wakeups, run_key, session_key
 from runstore.server.core.store import RuntimeStore
 
-RUN_ENDING_TYPES = frozenset({lifecycle.RUN_COMPLETED, lifecycle.RUN_SUSPENDED})
-"""A run watch ends (OK) after delivering one of these records of its run."""
+Read = Callable[[int], Awaitable[tuple[paging.Cut, bool]]]
+"""Reads the page after a position; True when nothing can follow it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,19 +89,21 @@ class RecordWatch:
         """WatchSessionRunRecords: every record after ``cursor`` in session order."""
         after = paging.parse_cursor(cursor)
 
-        async def read(position: int) -> paging.Cut:
-            return await self._store.session_records_after(session_id, position)
+        async def read(position: int) -> tuple[paging.Cut, bool]:
+            return await self._store.session_records_after(session_id, position), False
 
-        async for batch in self._stream(session_key(session_id), after, read, ends=None):
+        async for batch in self._stream(session_key(session_id), after, read):
             yield batch
 
     async def run(self, run_id: str, cursor: str) -> AsyncIterator[WatchBatch]:
         """WatchRunRecords: the run's records after ``cursor``, until its
-        terminal or suspension record."""
+        terminal or suspension record (at once when the cursor is past it).
+        The run's status is read in the same snapshot as its records, so an
+        ended status means its last record is in the page or before it."""
         after = paging.parse_cursor(cursor)
         session_id = ""
 
-        async def read(position: int) -> paging.Cut:
+        async def read(position: int) -> tuple[paging.Cut, bool]:
             nonlocal session_id
             try:
                 run, cut = await self._store.run_records_after(run_id, position)
@@ -110,17 +112,17 @@ class RecordWatch:
                     await self._store.load_session_status(session_id)
                 raise
             session_id = run.session_id
-            return cut
+            ended = run.status.is_terminal or run.status is RunStatus.SUSPENDED
+            return cut, ended and not cut.more
 
-        async for batch in self._stream(run_key(run_id), after, read, ends=run_id):
+        async for batch in self._stream(run_key(run_id), after, read):
             yield batch
 
     async def _stream(
         self,
         key: str,
         after: int,
-        read: Callable[[int], Awaitable[paging.Cut]],
-        ends: str | None,
+        read: Read,
     ) -> AsyncIterator[WatchBatch]:
         if self.open_streams >= self.settings.max_watchers:
             raise OverloadedError(
@@ -136,19 +138,16 @@ class RecordWatch:
                     if self._closing:
                         raise UnavailableError("runstore is shutting down; resume elsewhere")
                     woken.clear()  # before the read: a commit after it sets it again
-                    cut = await read(after)
+                    cut, finished = await read(after)
                     if cut.events:
                         await self._wakeups.durable()
                         after = cut.last_position
                         yield WatchBatch(cut.events, str(after))
                         last_sent = self._clock()
-                        if ends is not None and any(
-                            record.run_id == ends and record.type in RUN_ENDING_TYPES
-                            for record in cut.events
-                        ):
-                            return
-                        if cut.more:
-                            continue
+                    if finished:
+                        return
+                    if cut.more:
+                        continue
                     heartbeat_at = last_sent + self.settings.heartbeat_seconds
                     timeout = min(self.settings.poll_seconds, heartbeat_at - self._clock())
                     if timeout > 0:
