@@ -180,11 +180,11 @@ async def measure(backend: str, urls: tuple[str, str], args: argparse.Namespace)
     writer_url, watcher_url = urls
     common = ("--migrate", "--max-watchers", "1000")
     async with contextlib.AsyncExitStack() as stack:
-        writer_target = await stack.enter_async_context(server(writer_url, "FULL", *common))
+        writer_target = await stack.enter_async_context(server(writer_url, "FULL", common))
         watcher_target = (
             writer_target
             if backend == "sqlite"
-            else await stack.enter_async_context(server(watcher_url, "FULL", *common))
+            else await stack.enter_async_context(server(watcher_url, "FULL", common))
         )
         writer, watcher = Client(writer_target), Client(watcher_target)
         result: dict[str, Any] = {"backend": backend}

@@ -19,6 +19,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ from runstore.server.core.ports import Transaction
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.db.wakeups import LocalWakeups
+from runstore.server.metrics import DbFigures
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +165,7 @@ class _WalSyncer(threading.Thread):
     def __init__(self, wal_path: Path) -> None:
         super().__init__(name="runstore-sqlite-wal-sync", daemon=True)
         self._wal_path = wal_path
+        self.figures: DbFigures | None = None
         self._pending: queue.SimpleQueue[_Synced | None] = queue.SimpleQueue()
 
     def submit(self, synced: _Synced) -> None:
@@ -193,7 +196,10 @@ class _WalSyncer(threading.Thread):
                 try:
                     if fd < 0:
                         fd = os.open(self._wal_path, os.O_RDWR)
+                    started = time.perf_counter()
                     os.fdatasync(fd)
+                    if self.figures is not None:
+                        self.figures.sqlite_sync(time.perf_counter() - started)
                 except OSError as exc:
                     log.error("syncing the SQLite WAL failed: %s", exc)
                     error = UnavailableError(f"database sync failed: {exc}")
@@ -245,6 +251,8 @@ class _Worker(threading.Thread):
         self._batch_limit = batch_limit
         self.ready = threading.Event()
         self.startup_error: BaseException | None = None
+        self.figures: DbFigures | None = None
+        """Set on the writer: batch sizes are recorded there."""
 
     def run(self) -> None:
         try:
@@ -288,6 +296,8 @@ class _Worker(threading.Thread):
         self, conn: sqlite3.Connection, tx: _SqliteTransaction, batch: list[_Job]
     ) -> None:
         number = self._wakeups.begin_commit() if self._wakeups is not None else 0
+        if self.figures is not None:
+            self.figures.sqlite_batch(len(batch))
         outcomes = run_batch(conn, tx, [fn for fn, _, _ in batch], self._begin)
         keys, tx.touched = tx.touched, set()
         loops: dict[asyncio.AbstractEventLoop, _Resolved] = {}
@@ -362,6 +372,9 @@ def _resolve_all(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | 
 class SqliteDatabase:
     """``Database`` over one SQLite file."""
 
+    figures: DbFigures | None = None
+    """Where batch sizes and WAL syncs are recorded; None when metrics are off."""
+
     def __init__(self, path: Path, options: SqliteOptions = SqliteOptions()) -> None:
         if options.synchronous.upper() not in SYNCHRONOUS_LEVELS:
             raise ValueError(
@@ -409,6 +422,7 @@ class SqliteDatabase:
         self._wakeups.tracks_durability = self._syncs_itself
         if self._syncs_itself:
             self._syncer = _WalSyncer(Path(f"{self.path}-wal"))
+            self._syncer.figures = self.figures
             self._syncer.start()
         self._workers.append(
             _Worker(
@@ -433,6 +447,7 @@ class SqliteDatabase:
                     batch_limit=self.options.read_batch,
                 )
             )
+        self._workers[0].figures = self.figures
         for worker in self._workers:
             worker.start()
         for worker in self._workers:

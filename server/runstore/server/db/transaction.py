@@ -48,6 +48,12 @@ class SqlTransaction(Transaction):
     """Whether the backend takes row locks (``FOR UPDATE``); SQLite serialises
     writers instead and skips the lock-only statements."""
 
+    records_appended: int = 0
+    """Run records this connection's transactions inserted (``db.measured``
+    counts the difference a committed transaction made)."""
+    sessions_purged: int = 0
+    """Sessions this connection's transactions purged, likewise."""
+
     def __init__(self, statements: Statements) -> None:
         self._sql = statements
         self.touched: set[str] = set()
@@ -197,6 +203,7 @@ class SqlTransaction(Transaction):
         await self._run(self._sql.purge_session, session_id=session_id)
         await self._run(self._sql.insert_tombstone, session_id=session_id, purged_at=purged_at)
         self.touched.add(session_key(session_id))
+        self.sessions_purged += 1
 
     async def insert_run(self, run: RunState) -> None:
         await self._run(self._sql.insert_run, **sql.run_params(run))
@@ -219,6 +226,7 @@ class SqlTransaction(Transaction):
         if row is None:
             return None
         self._touch(record.run_id, record.session_id)
+        self.records_appended += 1
         return int(row[0])
 
     async def append_record(self, record: RecordDraft) -> int:
@@ -229,6 +237,7 @@ class SqlTransaction(Transaction):
         )
         row = await self._one(statement, **sql.record_params(record))
         self._touch(record.run_id, record.session_id)
+        self.records_appended += 1
         return int(row[0])
 
     # --- Memory store (§12) ---------------------------------------------------------
