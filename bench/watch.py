@@ -56,7 +56,7 @@ class Client:
         number = next(_ids)
         session_id = f"bench-watch-{time.time_ns()}-{number}"
         now = Timestamp()
-        now.GetCurrentTime()
+        now.FromMilliseconds(time.time_ns() // 1_000_000)  # records carry milliseconds
         await self.admin.CreateSession(
             sa.CreateSessionRequest(session_id=session_id, created_at=now)
         )
