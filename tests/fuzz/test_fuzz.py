@@ -363,6 +363,12 @@ BUILDERS: dict[str, Builder] = {
     "/runstore.v1.RuntimeStore/ListSessionRunRecords": _static(
         lambda w: rs.ListSessionRunRecordsRequest(session_id=w.session, cursor="1", limit=10)
     ),
+    "/runstore.v1.RuntimeStore/WatchSessionRunRecords": _static(
+        lambda w: rs.WatchSessionRunRecordsRequest(session_id=w.session, cursor="1")
+    ),
+    "/runstore.v1.RuntimeStore/WatchRunRecords": _static(
+        lambda w: rs.WatchRunRecordsRequest(run_id=w.root.id, cursor="1")
+    ),
     "/runstore.v1.RuntimeStore/ListRunTranscriptRecords": _static(
         lambda w: rs.ListRunTranscriptRecordsRequest(
             run_id=w.root.id, through_record_id="2", after_record_id="1", limit=10
@@ -627,12 +633,15 @@ def _raw_body(draw: st.DrawFn, valid: bytes) -> bytes:
 async def _send(served: Served, method: str, body: bytes) -> None:
     """Sends ``body`` to ``method``; asserts the outcome and that a rejection wrote nothing."""
     assert served.store is not None
-    call = served.store.channel.unary_unary(
-        method, request_serializer=None, response_deserializer=None
-    )
     before = await served.fingerprint()
     try:
-        await call(body, timeout=30)
+        if "/Watch" in method:
+            await _first_of_stream(served, method, body)
+        else:
+            call = served.store.channel.unary_unary(
+                method, request_serializer=None, response_deserializer=None
+            )
+            await call(body, timeout=30)
     except grpc.aio.AioRpcError as err:
         code = err.code()
         served.tally[f"code:{code.name}"] += 1
@@ -644,6 +653,21 @@ async def _send(served: Served, method: str, body: bytes) -> None:
         assert not changed, f"{method} was rejected ({failure.reason}) but wrote {changed}"
         return
     served.tally["code:OK"] += 1
+
+
+async def _first_of_stream(served: Served, method: str, body: bytes) -> None:
+    """A Watch stream's first message or its failure; a stream that is just
+    quietly open after a second is fine (it waits for records)."""
+    assert served.store is not None
+    stream = served.store.channel.unary_stream(
+        method, request_serializer=None, response_deserializer=None
+    )(body, timeout=30)
+    try:
+        await asyncio.wait_for(stream.read(), 1.0)
+    except TimeoutError:
+        pass
+    finally:
+        stream.cancel()
 
 
 async def _base(served: Served, method: str) -> Message:

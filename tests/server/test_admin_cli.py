@@ -286,6 +286,46 @@ async def test_records_list_of_a_run_and_of_a_session(store: Store) -> None:
     assert "(field cursor)" in bad.err
 
 
+async def test_records_tail_prints_the_last_records(store: Store) -> None:
+    session_id = unique("tail")
+    await create(store, session_id, 1_700_000_000)
+    run = await started(store, session_id=session_id, agent_id="a")
+    for index in range(5):
+        await store.runtime.AppendRunRecord(
+            rs.AppendRunRecordRequest(record=run.record(f"k{index}"))
+        )
+    tail = await runstore(store, "records", "tail", "--session", session_id, "-n", "3", "--json")
+    assert tail.code == 0, tail.err
+    assert [r["event_key"] for r in tail.lines()] == ["k2", "k3", "k4"]
+    human = await runstore(store, "records", "tail", "--session", session_id, "-n", "2")
+    assert "k3" in human.out and "k4" in human.out and "k2" not in human.out
+    missing = await runstore(store, "records", "tail", "--session", unique("nope"))
+    assert missing.code == 1 and missing.err.startswith("runstore: SESSION_NOT_FOUND:")
+
+
+async def test_records_tail_follow_prints_each_record_once_as_it_commits(store: Store) -> None:
+    """``--follow`` of a run ends with the run; records appended while the
+    command runs appear exactly once, after the backlog, in order."""
+    run = await started(store, session_id="", agent_id="a")
+    following = asyncio.ensure_future(
+        runstore(store, "records", "tail", "--run", run.id, "-n", "100", "--follow", "--json")
+    )
+    for index in range(5):
+        await store.runtime.AppendRunRecord(
+            rs.AppendRunRecordRequest(record=run.record(f"live-{index}"))
+        )
+    await store.runtime.RecordRunTerminal(run.terminal_request())
+    result = await asyncio.wait_for(following, 60)
+    assert result.code == 0, result.err
+    keys = [r["event_key"] for r in result.lines()]
+    assert keys == [r.event_key for r in await store.records(run.id)]
+    assert len(keys) == 7
+    # Following a run that has already ended prints its tail and ends at once.
+    again = await runstore(store, "records", "tail", "--run", run.id, "--follow", "--json")
+    assert again.code == 0, again.err
+    assert [r["event_key"] for r in again.lines()] == keys
+
+
 async def test_health_in_both_formats(store: Store) -> None:
     human = await runstore(store, "health")
     assert (human.code, human.out.strip()) == (0, "SERVING")

@@ -225,6 +225,24 @@ async def _list_transcript(store: Store) -> Any:
     )
 
 
+async def _finished_run(store: Store) -> Any:
+    run = await store.root()
+    await store.runtime.RecordRunTerminal(run.terminal_request())
+    return run
+
+
+async def _watch_session(store: Store) -> Any:
+    """A watch of a session whose run finished: the backlog, then (for this
+    test) the caller stops reading."""
+    run = await _finished_run(store)
+    return rs.WatchSessionRunRecordsRequest(session_id=run.start.session_id)
+
+
+async def _watch_run(store: Store) -> Any:
+    """A watch of a finished run: the backlog, then the stream ends."""
+    return rs.WatchRunRecordsRequest(run_id=(await _finished_run(store)).id)
+
+
 async def _create_session(store: Store) -> Any:
     return sa.CreateSessionRequest(session_id=unique("session"), created_at=ts(now_ms()))
 
@@ -309,6 +327,8 @@ BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.RuntimeStore/ListRunRecords": ("runtime", _list_records),
     "/runstore.v1.RuntimeStore/ListSessionRunRecords": ("runtime", _list_session_records),
     "/runstore.v1.RuntimeStore/ListRunTranscriptRecords": ("runtime", _list_transcript),
+    "/runstore.v1.RuntimeStore/WatchSessionRunRecords": ("runtime", _watch_session),
+    "/runstore.v1.RuntimeStore/WatchRunRecords": ("runtime", _watch_run),
     "/runstore.v1.SessionAdmin/CreateSession": ("admin", _create_session),
     "/runstore.v1.SessionAdmin/LoadSession": ("admin", _load_session),
     "/runstore.v1.SessionAdmin/EndSession": ("admin", _end_session),
@@ -325,7 +345,7 @@ BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.ContextStore/ListTranscript": ("context", _list_context_transcript),
 }
 
-READ_ONLY_PREFIXES = ("Load", "List", "Get")
+READ_ONLY_PREFIXES = ("Load", "List", "Get", "Watch")
 
 
 def _served_methods() -> set[str]:
@@ -349,7 +369,16 @@ def test_every_runstore_method_is_in_the_matrix_and_the_role_table() -> None:
 def _call(store: Store, method: str, request: Any, caller: str, secured: Secured) -> Any:
     stub_name, _ = BUILDERS[method]
     stub = getattr(store, stub_name)
-    return getattr(stub, method.rsplit("/", 1)[1])(request, metadata=secured.metadata(caller))
+    call = getattr(stub, method.rsplit("/", 1)[1])(request, metadata=secured.metadata(caller))
+    return _first_message(call) if "/Watch" in method else call
+
+
+async def _first_message(stream: Any) -> Any:
+    """A Watch call as an awaitable: its first message (refusals raise here)."""
+    try:
+        return await stream.read()
+    finally:
+        stream.cancel()
 
 
 @pytest.mark.parametrize("method", sorted(BUILDERS))

@@ -11,6 +11,7 @@ Clients are not thread-safe: use one per event loop (or ``runstore.client.sync``
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
@@ -55,7 +56,7 @@ from runstore.client.retry import (
     RetryPolicy,
     call_with_retry,
 )
-from runstore.contract.errors import RunstoreError
+from runstore.contract.errors import RunstoreError, UnavailableError
 from runstore.contract.model import Item, ListPage
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
@@ -368,6 +369,77 @@ class RemoteStore(_Client):
             limit=limit,
         )
         return convert.from_page(await self._call(self.stub.ListRunTranscriptRecords, request))
+
+    def watch_session_run_records(
+        self, session_id: str, cursor: str = "", *, silence_timeout: float | None = None
+    ) -> AsyncIterator[RunRecord]:
+        """Every record of the session after ``cursor``, then each new one as it
+        commits, in session order, for as long as you iterate (§9.9).
+
+        On UNAVAILABLE (a server shutting down, a lost connection) the stream
+        is reopened, after the retry policy's backoff, from the last cursor
+        received: no record is skipped or repeated. The policy's deadline and
+        attempts bound a run of failed reconnects, not the stream. ``silence_timeout`` treats
+        a stream that sends nothing (not even a heartbeat) for that many
+        seconds as lost; set it above the server's ``--watch-heartbeat-seconds``.
+        """
+
+        def request(position: str) -> rs.WatchSessionRunRecordsRequest:
+            return rs.WatchSessionRunRecordsRequest(session_id=session_id, cursor=position)
+
+        return self._watch(self.stub.WatchSessionRunRecords, request, cursor, silence_timeout)
+
+    def watch_run_records(
+        self, run_id: str, cursor: str = "", *, silence_timeout: float | None = None
+    ) -> AsyncIterator[RunRecord]:
+        """``watch_session_run_records`` for one run; ends after the run's
+        terminal or suspension record."""
+
+        def request(position: str) -> rs.WatchRunRecordsRequest:
+            return rs.WatchRunRecordsRequest(run_id=run_id, cursor=position)
+
+        return self._watch(self.stub.WatchRunRecords, request, cursor, silence_timeout)
+
+    async def _watch(
+        self,
+        method: grpc.aio.UnaryStreamMultiCallable[Req, Any],
+        request: Callable[[str], Req],
+        cursor: str,
+        silence_timeout: float | None,
+    ) -> AsyncIterator[RunRecord]:
+        caps, reconnects, failing_since = self.retry.backoff_caps(), 0, 0.0
+        while True:
+            call = method(request(cursor), metadata=(await self._call_metadata()) or None)
+            try:
+                while True:
+                    try:
+                        batch: Any = await asyncio.wait_for(call.read(), silence_timeout)
+                    except TimeoutError:
+                        raise UnavailableError("watch stream went silent") from None
+                    except grpc.aio.AioRpcError as error:
+                        raise from_rpc_error(error) from error
+                    if batch is grpc.aio.EOF:
+                        return
+                    caps, reconnects = self.retry.backoff_caps(), 0  # it works: start over
+                    cursor = batch.next_cursor
+                    for message in batch.events:
+                        yield convert.from_record(message)
+            except UnavailableError as error:
+                if reconnects == 0:
+                    failing_since = self._clock.monotonic()
+                reconnects += 1
+                policy = self.retry
+                if (policy.max_attempts is not None and reconnects >= policy.max_attempts) or (
+                    policy.deadline is not None
+                    and self._clock.monotonic() - failing_since >= policy.deadline
+                ):
+                    raise
+                delay = self._clock.uniform(0.0, next(caps))
+                if self._on_retry is not None:
+                    self._on_retry(error, reconnects, delay)
+                await self._clock.sleep(delay)
+            finally:
+                call.cancel()
 
 
 class RemoteSessionAdmin(_Client):

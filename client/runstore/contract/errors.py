@@ -158,6 +158,15 @@ class CallCancelledError(TransientError):
     default_message = "call cancelled by the server"
 
 
+class OverloadedError(TransientError):
+    """The server is at one of its operating limits (response bytes held for
+    clients that do not read); nothing was done: retry after a backoff."""
+
+    reason = "OVERLOADED"
+    code = "RESOURCE_EXHAUSTED"
+    default_message = "runstore is overloaded; retry after a backoff"
+
+
 class UnexpectedRpcError(RunstoreError):
     """A gRPC failure outside the contract's table (UNIMPLEMENTED, RESOURCE_EXHAUSTED,
     ...): neither a contract error nor safe to retry blindly."""

@@ -84,6 +84,10 @@ from runstore.v1.runtime_store_pb2 import (
     StartOneShotRunResponse,
     StartRootRunRequest,
     StartRootRunResponse,
+    WatchRunRecordsRequest,
+    WatchRunRecordsResponse,
+    WatchSessionRunRecordsRequest,
+    WatchSessionRunRecordsResponse,
 )
 from runstore.v1.runtime_store_pb2_grpc import (
     RuntimeStoreServicer,
@@ -218,6 +222,10 @@ __all__ = [
     "ThinkingBlock",
     "ToolResultBlock",
     "ToolUseBlock",
+    "WatchRunRecordsRequest",
+    "WatchRunRecordsResponse",
+    "WatchSessionRunRecordsRequest",
+    "WatchSessionRunRecordsResponse",
     "add_ContextStoreServicer_to_server",
     "add_MemoryStoreServicer_to_server",
     "add_RuntimeStoreServicer_to_server",

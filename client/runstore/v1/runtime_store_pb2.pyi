@@ -836,3 +836,104 @@ class ListRunTranscriptRecordsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListRunTranscriptRecordsResponse: _TypeAlias = ListRunTranscriptRecordsResponse  # noqa: Y015
+
+@_typing.final
+class WatchSessionRunRecordsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    CURSOR_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    cursor: _builtins.str
+    """Empty: from the first record. Otherwise a next_cursor of
+    ListSessionRunRecords or of this stream: the watch resumes after it.
+    """
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        cursor: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchSessionRunRecordsRequest: _TypeAlias = WatchSessionRunRecordsRequest  # noqa: Y015
+
+@_typing.final
+class WatchSessionRunRecordsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    NEXT_CURSOR_FIELD_NUMBER: _builtins.int
+    next_cursor: _builtins.str
+    """The position of the last record sent so far (resume from it); a heartbeat
+    repeats the previous one. Empty only before the session's first record.
+    """
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.RunRecord]:
+        """At most one ListSessionRunRecords page; empty in a heartbeat."""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[_types_pb2.RunRecord] | None = ...,
+        next_cursor: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "next_cursor", b"next_cursor"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchSessionRunRecordsResponse: _TypeAlias = WatchSessionRunRecordsResponse  # noqa: Y015
+
+@_typing.final
+class WatchRunRecordsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    CURSOR_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    cursor: _builtins.str
+    """Empty: from the first record; otherwise a next_cursor of ListRunRecords
+    or of this stream.
+    """
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        cursor: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchRunRecordsRequest: _TypeAlias = WatchRunRecordsRequest  # noqa: Y015
+
+@_typing.final
+class WatchRunRecordsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    NEXT_CURSOR_FIELD_NUMBER: _builtins.int
+    next_cursor: _builtins.str
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.RunRecord]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[_types_pb2.RunRecord] | None = ...,
+        next_cursor: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "next_cursor", b"next_cursor"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WatchRunRecordsResponse: _TypeAlias = WatchRunRecordsResponse  # noqa: Y015

@@ -114,6 +114,16 @@ class RuntimeStoreStub:
                 request_serializer=runstore_dot_v1_dot_runtime__store__pb2.ListRunTranscriptRecordsRequest.SerializeToString,
                 response_deserializer=runstore_dot_v1_dot_runtime__store__pb2.ListRunTranscriptRecordsResponse.FromString,
                 _registered_method=True)
+        self.WatchSessionRunRecords = channel.unary_stream(
+                '/runstore.v1.RuntimeStore/WatchSessionRunRecords',
+                request_serializer=runstore_dot_v1_dot_runtime__store__pb2.WatchSessionRunRecordsRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_runtime__store__pb2.WatchSessionRunRecordsResponse.FromString,
+                _registered_method=True)
+        self.WatchRunRecords = channel.unary_stream(
+                '/runstore.v1.RuntimeStore/WatchRunRecords',
+                request_serializer=runstore_dot_v1_dot_runtime__store__pb2.WatchRunRecordsRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_runtime__store__pb2.WatchRunRecordsResponse.FromString,
+                _registered_method=True)
 
 
 class RuntimeStoreServicer:
@@ -231,6 +241,23 @@ class RuntimeStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchSessionRunRecords(self, request, context):
+        """A session's records after a cursor, then each new one as it commits
+        (durably), in session order, never twice (§9.9). Idle streams get a
+        heartbeat: an empty batch with the same cursor.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchRunRecords(self, request, context):
+        """The same for one run; ends (OK) after the run's terminal or suspension
+        record (§9.9).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RuntimeStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -313,6 +340,16 @@ def add_RuntimeStoreServicer_to_server(servicer, server):
                     servicer.ListRunTranscriptRecords,
                     request_deserializer=runstore_dot_v1_dot_runtime__store__pb2.ListRunTranscriptRecordsRequest.FromString,
                     response_serializer=runstore_dot_v1_dot_runtime__store__pb2.ListRunTranscriptRecordsResponse.SerializeToString,
+            ),
+            'WatchSessionRunRecords': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchSessionRunRecords,
+                    request_deserializer=runstore_dot_v1_dot_runtime__store__pb2.WatchSessionRunRecordsRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_runtime__store__pb2.WatchSessionRunRecordsResponse.SerializeToString,
+            ),
+            'WatchRunRecords': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchRunRecords,
+                    request_deserializer=runstore_dot_v1_dot_runtime__store__pb2.WatchRunRecordsRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_runtime__store__pb2.WatchRunRecordsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -747,6 +784,60 @@ class RuntimeStore:
             '/runstore.v1.RuntimeStore/ListRunTranscriptRecords',
             runstore_dot_v1_dot_runtime__store__pb2.ListRunTranscriptRecordsRequest.SerializeToString,
             runstore_dot_v1_dot_runtime__store__pb2.ListRunTranscriptRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchSessionRunRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/WatchSessionRunRecords',
+            runstore_dot_v1_dot_runtime__store__pb2.WatchSessionRunRecordsRequest.SerializeToString,
+            runstore_dot_v1_dot_runtime__store__pb2.WatchSessionRunRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchRunRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/WatchRunRecords',
+            runstore_dot_v1_dot_runtime__store__pb2.WatchRunRecordsRequest.SerializeToString,
+            runstore_dot_v1_dot_runtime__store__pb2.WatchRunRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -71,6 +71,15 @@ class RuntimeStoreStub:
     """One page of a session's records in commit order (§9.6.4)."""
     ListRunTranscriptRecords: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.ListRunTranscriptRecordsRequest, _runtime_store_pb2.ListRunTranscriptRecordsResponse]
     """Transcript records of a run through a fixed end record (§9.6.5)."""
+    WatchSessionRunRecords: _grpc.UnaryStreamMultiCallable[_runtime_store_pb2.WatchSessionRunRecordsRequest, _runtime_store_pb2.WatchSessionRunRecordsResponse]
+    """A session's records after a cursor, then each new one as it commits
+    (durably), in session order, never twice (§9.9). Idle streams get a
+    heartbeat: an empty batch with the same cursor.
+    """
+    WatchRunRecords: _grpc.UnaryStreamMultiCallable[_runtime_store_pb2.WatchRunRecordsRequest, _runtime_store_pb2.WatchRunRecordsResponse]
+    """The same for one run; ends (OK) after the run's terminal or suspension
+    record (§9.9).
+    """
 
 @_typing.type_check_only
 class RuntimeStoreAsyncStub(RuntimeStoreStub):
@@ -107,6 +116,15 @@ class RuntimeStoreAsyncStub(RuntimeStoreStub):
     """One page of a session's records in commit order (§9.6.4)."""
     ListRunTranscriptRecords: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.ListRunTranscriptRecordsRequest, _runtime_store_pb2.ListRunTranscriptRecordsResponse]  # type: ignore[assignment]
     """Transcript records of a run through a fixed end record (§9.6.5)."""
+    WatchSessionRunRecords: _aio.UnaryStreamMultiCallable[_runtime_store_pb2.WatchSessionRunRecordsRequest, _runtime_store_pb2.WatchSessionRunRecordsResponse]  # type: ignore[assignment]
+    """A session's records after a cursor, then each new one as it commits
+    (durably), in session order, never twice (§9.9). Idle streams get a
+    heartbeat: an empty batch with the same cursor.
+    """
+    WatchRunRecords: _aio.UnaryStreamMultiCallable[_runtime_store_pb2.WatchRunRecordsRequest, _runtime_store_pb2.WatchRunRecordsResponse]  # type: ignore[assignment]
+    """The same for one run; ends (OK) after the run's terminal or suspension
+    record (§9.9).
+    """
 
 class RuntimeStoreServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -236,5 +254,26 @@ class RuntimeStoreServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_runtime_store_pb2.ListRunTranscriptRecordsResponse, _abc.Awaitable[_runtime_store_pb2.ListRunTranscriptRecordsResponse]]:
         """Transcript records of a run through a fixed end record (§9.6.5)."""
+
+    @_abc_1.abstractmethod
+    def WatchSessionRunRecords(
+        self,
+        request: _runtime_store_pb2.WatchSessionRunRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_runtime_store_pb2.WatchSessionRunRecordsResponse], _abc.AsyncIterator[_runtime_store_pb2.WatchSessionRunRecordsResponse]]:
+        """A session's records after a cursor, then each new one as it commits
+        (durably), in session order, never twice (§9.9). Idle streams get a
+        heartbeat: an empty batch with the same cursor.
+        """
+
+    @_abc_1.abstractmethod
+    def WatchRunRecords(
+        self,
+        request: _runtime_store_pb2.WatchRunRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_runtime_store_pb2.WatchRunRecordsResponse], _abc.AsyncIterator[_runtime_store_pb2.WatchRunRecordsResponse]]:
+        """The same for one run; ends (OK) after the run's terminal or suspension
+        record (§9.9).
+        """
 
 def add_RuntimeStoreServicer_to_server(servicer: RuntimeStoreServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -33,6 +33,7 @@ from runstore.client import (
     NO_RETRY,
     RemoteSessionAdmin,
     RemoteStore,
+    RetryPolicy,
     RunRecord,
     RunStatus,
     SessionStatus,
@@ -46,6 +47,8 @@ DEFAULT_TARGET: Final = "127.0.0.1:50051"
 RECORDS_PAGE: Final = 1000
 """Records read per call when a command walks a whole run or session."""
 PREVIEW_CHARS: Final = 60
+FOLLOW_RETRY: Final = RetryPolicy(initial=0.1, maximum=2.0, deadline=60.0)
+"""How ``records tail --follow`` rides out a server restart or a failover."""
 
 _GENERIC_REASONS: Final = frozenset({"TRANSIENT", "RPC_ERROR", "UNKNOWN"})
 
@@ -164,6 +167,8 @@ class Clients:
         }
         self.admin = RemoteSessionAdmin(**options)
         self.store = RemoteStore(**options)
+        self.follower = RemoteStore(**{**options, "retry": FOLLOW_RETRY})
+        """For ``--follow``: reconnects (resuming its cursor) for up to a minute."""
         self.timeout: float = args.timeout
 
     async def close(self) -> None:
@@ -227,6 +232,9 @@ class Output:
 
     def json(self, value: Any) -> None:
         self._out.write(json.dumps(_jsonable(value), ensure_ascii=False) + "\n")
+
+    def flush(self) -> None:
+        self._out.flush()
 
     def table(
         self, title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]
@@ -467,6 +475,46 @@ async def records_list(args: argparse.Namespace, clients: Clients, out: Output) 
     return await _list(fetch, args, out, _RECORD_HEADERS, _record_row)
 
 
+async def records_tail(args: argparse.Namespace, clients: Clients, out: Output) -> int:
+    """The last ``--lines`` records; with ``--follow`` then each new one as it
+    commits (a Watch stream), until interrupted or, for a run, until it ends."""
+    if args.lines < 0:
+        raise UsageError("--lines must not be negative")
+    last: list[RunRecord] = []
+    position = 0
+    cursor = ""
+    while True:
+        if args.run:
+            page = await clients.store.list_run_records(args.run, cursor, RECORDS_PAGE)
+        else:
+            page = await clients.store.list_session_run_records(args.session, cursor, RECORDS_PAGE)
+        position += len(page.events)
+        last = [*last, *page.events][-args.lines :] if args.lines else []
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    if out.as_json:
+        for record in last:
+            out.json(record)
+    elif last:
+        out.table(None, _RECORD_HEADERS, (_record_row(r) for r in last))
+    if not args.follow:
+        return 0
+    start = str(position) if position else ""
+    watch = (
+        clients.follower.watch_run_records(args.run, start)
+        if args.run
+        else clients.follower.watch_session_run_records(args.session, start)
+    )
+    async for record in watch:
+        if out.as_json:
+            out.json(record)
+        else:
+            out.console.print("  ".join(str(cell) for cell in _record_row(record)))
+        out.flush()
+    return 0
+
+
 async def health(args: argparse.Namespace, clients: Clients, out: Output) -> int:
     stub: Any = health_pb2_grpc.HealthStub(clients.channel)
     try:
@@ -542,13 +590,27 @@ def add_commands(commands: Any) -> None:
     show = leaf(run_actions, "show", runs_show, "a run's metadata, then its records")
     show.add_argument("run_id", metavar="RUN_ID")
 
-    records = commands.add_parser("records", help="list a run's or a session's records")
+    records = commands.add_parser(
+        "records", help="list, tail or follow a run's or a session's records"
+    )
     record_actions = records.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = leaf(record_actions, "list", records_list, "records of a run or a session, in order")
     owner = listing.add_mutually_exclusive_group(required=True)
     owner.add_argument("--run", metavar="RUN_ID", help="a run's records in run order")
     owner.add_argument("--session", metavar="SESSION_ID", help="a session's, in commit order")
     _page_options(listing)
+    tail = leaf(
+        record_actions, "tail", records_tail, "the last records of a session or run, then follow"
+    )
+    owner = tail.add_mutually_exclusive_group(required=True)
+    owner.add_argument("--session", metavar="SESSION_ID", help="a session's, in commit order")
+    owner.add_argument("--run", metavar="RUN_ID", help="a run's (--follow ends with the run)")
+    tail.add_argument(
+        "--lines", "-n", type=int, default=10, help="how many of the last records (default 10)"
+    )
+    tail.add_argument(
+        "--follow", "-f", action="store_true", help="then print each new record as it commits"
+    )
 
     check = commands.add_parser(
         "health", parents=[connection], help="the server's gRPC health status"

@@ -27,8 +27,9 @@ from runstore.server.auth.secrets import redacted
 from runstore.server.config import ServerConfig
 from runstore.server.core.context import ContextStore
 from runstore.server.core.memory import MemoryStore
-from runstore.server.core.ports import Database
+from runstore.server.core.ports import Database, Wakeups
 from runstore.server.core.store import PageLimits, RuntimeStore
+from runstore.server.core.watch import NoWakeups, RecordWatch, WatchSettings
 from runstore.server.db import migrate
 from runstore.server.db.measured import measured
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
@@ -88,6 +89,7 @@ class RunningServer:
     port: int
     health: HealthServicer
     security: Security
+    watch: RecordWatch
     monitor: HealthMonitor | None = None
 
 
@@ -161,24 +163,38 @@ class Stores:
     runtime: RuntimeStore
     memory: MemoryStore
     context: ContextStore
+    watch: RecordWatch
     probe: Probe | None = None
     """What the health service checks (the database), if it can be checked."""
 
 
 def create_stores(config: ServerConfig, db: Database) -> Stores:
+    runtime = RuntimeStore(
+        db,
+        limits=PageLimits(
+            records=config.page_limit,
+            # A page never carries more payload than the largest request.
+            payload_bytes=min(config.page_bytes, config.max_message_bytes),
+        ),
+    )
+    # getattr, not isinstance: the measured wrapper (metrics on) forwards the
+    # backend's wake-ups, and watchers must not fall back to polling then.
+    wakeups: Wakeups = getattr(db, "wakeups", None) or NoWakeups()
     return Stores(
         probe=db if isinstance(db, Probe) else None,
-        runtime=RuntimeStore(
-            db,
-            limits=PageLimits(
-                records=config.page_limit,
-                # A page never carries more payload than the largest request.
-                payload_bytes=min(config.page_bytes, config.max_message_bytes),
-            ),
-        ),
+        runtime=runtime,
         memory=MemoryStore(db, page_limit=config.page_limit),
         context=ContextStore(
             db, versions_kept=config.context_versions_kept, page_limit=config.page_limit
+        ),
+        watch=RecordWatch(
+            runtime,
+            wakeups,
+            WatchSettings(
+                heartbeat_seconds=config.watch_heartbeat_seconds,
+                poll_seconds=config.watch_poll_seconds,
+                max_watchers=config.max_watchers,
+            ),
         ),
     )
 
@@ -206,7 +222,7 @@ async def build_server(
     )
     server = grpc.aio.server(options=options, interceptors=interceptors)
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
-        RuntimeStoreServicer(stores.runtime), server
+        RuntimeStoreServicer(stores.runtime, stores.watch), server
     )
     session_admin_pb2_grpc.add_SessionAdminServicer_to_server(
         SessionAdminServicer(stores.runtime), server
@@ -244,7 +260,7 @@ async def build_server(
     if stores.probe is not None:
         monitor = HealthMonitor(health_servicer, names, stores.probe, config.health_probe_interval)
         monitor.start()
-    return RunningServer(server, port, health_servicer, security, monitor)
+    return RunningServer(server, port, health_servicer, security, stores.watch, monitor)
 
 
 async def serve(config: ServerConfig) -> None:
@@ -284,10 +300,12 @@ async def serve(config: ServerConfig) -> None:
 
 
 async def shutdown(running: RunningServer, grace: float) -> None:
-    """Reports NOT_SERVING, refuses new calls and lets in-flight calls finish
-    within ``grace`` seconds; calls still running after that are cancelled."""
+    """Reports NOT_SERVING, ends Watch streams with UNAVAILABLE (their clients
+    resume elsewhere), refuses new calls and lets in-flight calls finish within
+    ``grace`` seconds; calls still running after that are cancelled."""
     log.info("shutting down: finishing in-flight calls (grace %.1fs)", grace)
     if running.monitor is not None:
         await running.monitor.stop()
     await running.health.enter_graceful_shutdown()
+    running.watch.close()
     await running.server.stop(grace)

@@ -135,6 +135,19 @@ class ServerConfig:
     )
     log_level: str = _setting("INFO", "logging level", one_of(*LOG_LEVELS))
 
+    # --- Watch: live record streams ------------------------------------------
+    watch_heartbeat_seconds: float = _setting(
+        15.0, "an idle Watch stream sends an empty batch this often", positive
+    )
+    watch_poll_seconds: float = _setting(
+        2.0,
+        "a Watch stream re-reads its cursor at least this often (bounds a lost wake-up)",
+        positive,
+    )
+    max_watchers: int = _setting(
+        1000, "Watch streams open at once; beyond, RESOURCE_EXHAUSTED/OVERLOADED", positive
+    )
+
     # --- Hardening: limits, timeouts, connections ---------------------------
     db_operation_timeout: float = _setting(
         4.0,

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, NoReturn, TypeVar
 
 import grpc
@@ -95,6 +96,22 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], error: RunstoreErro
     raise AssertionError("unreachable: context.abort raises")
 
 
+@contextlib.asynccontextmanager
+async def _as_status(name: str, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[None]:
+    """Ends the call with the status of any failure inside the block."""
+    try:
+        yield
+    except RunstoreError as error:
+        if not isinstance(error, ContractError):
+            log.warning("%s failed (request %s): %r", name, request_id.current(), error)
+        await abort(context, error)
+    except (asyncio.CancelledError, grpc.aio.AbortError):
+        raise
+    except Exception:
+        log.exception("%s failed unexpectedly (request %s)", name, request_id.current())
+        await abort(context, InternalError())
+
+
 def maps_errors(
     method: Callable[[S, Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]],
 ) -> Callable[[S, Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]]:
@@ -102,20 +119,25 @@ def maps_errors(
 
     @functools.wraps(method)
     async def wrapper(self: S, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> Resp:
-        try:
+        async with _as_status(method.__name__, context):
             return await method(self, request, context)
-        except RunstoreError as error:
-            if not isinstance(error, ContractError):
-                log.warning(
-                    "%s failed (request %s): %r", method.__name__, request_id.current(), error
-                )
-            await abort(context, error)
-        except (asyncio.CancelledError, grpc.aio.AbortError):
-            raise
-        except Exception:
-            log.exception(
-                "%s failed unexpectedly (request %s)", method.__name__, request_id.current()
-            )
-            await abort(context, InternalError())
+        raise AssertionError("unreachable: a failure aborts the call")
+
+    return wrapper
+
+
+def maps_stream_errors(
+    method: Callable[[S, Req, grpc.aio.ServicerContext[Req, Resp]], AsyncIterator[Resp]],
+) -> Callable[[S, Req, grpc.aio.ServicerContext[Req, Resp]], AsyncIterator[Resp]]:
+    """``maps_errors`` for a server-streaming method: a failure ends the
+    stream with its status, after the messages already sent."""
+
+    @functools.wraps(method)
+    async def wrapper(
+        self: S, request: Req, context: grpc.aio.ServicerContext[Req, Resp]
+    ) -> AsyncIterator[Resp]:
+        async with _as_status(method.__name__, context):
+            async for response in method(self, request, context):
+                yield response
 
     return wrapper

@@ -19,7 +19,7 @@ HOST: Final = "host"
 WORKER: Final = "worker"
 """Runtime writes and reads, memory and context; never session administration."""
 READER: Final = "reader"
-"""Read-only methods only (Load*, List*, Get*)."""
+"""Read-only methods only (Load*, List*, Get*, Watch*)."""
 
 ROLES: Final = frozenset({ADMIN, HOST, WORKER, READER})
 
@@ -55,6 +55,8 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
     _RUNTIME + "ListRunRecords": _EVERYONE,
     _RUNTIME + "ListSessionRunRecords": _EVERYONE,
     _RUNTIME + "ListRunTranscriptRecords": _EVERYONE,
+    _RUNTIME + "WatchSessionRunRecords": _EVERYONE,
+    _RUNTIME + "WatchRunRecords": _EVERYONE,
     # SessionAdmin: the host's service; workers may not even read it.
     _SESSIONS + "CreateSession": _HOST,
     _SESSIONS + "LoadSession": _HOST_READER,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 from runstore.contract.errors import ReadArgumentError, ValidationError, quote
@@ -71,15 +72,31 @@ def cut_transcript_page(rows: list[RunRecord], page_size: int) -> Page:
     return Page(events)
 
 
-def cut_page(rows: list[tuple[int, RunRecord]], page_size: int, budget: int) -> Page:
-    """Up to ``page_size`` rows within the payload budget (one row always fits);
-    ``next_cursor`` is the last position returned when more rows exist (§6.4)."""
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """A page with the position of its last record (0 when empty) and whether
+    rows were left after it."""
+
+    events: list[RunRecord]
+    last_position: int
+    more: bool
+
+
+def cut_rows(rows: list[tuple[int, RunRecord]], page_size: int, budget: int) -> Cut:
+    """Up to ``page_size`` rows within the payload budget (one row always fits)."""
     events: list[RunRecord] = []
     last_position = 0
     for position, record in rows:
         if len(events) == page_size or (events and len(record.payload) > budget):
-            return Page(events, str(last_position))
+            return Cut(events, last_position, True)
         events.append(record)
         budget -= len(record.payload)
         last_position = position
-    return Page(events)
+    return Cut(events, last_position, False)
+
+
+def cut_page(rows: list[tuple[int, RunRecord]], page_size: int, budget: int) -> Page:
+    """``cut_rows`` as a list page: ``next_cursor`` is the last position
+    returned when more rows exist (§6.4)."""
+    cut = cut_rows(rows, page_size, budget)
+    return Page(cut.events, str(cut.last_position) if cut.more else "")

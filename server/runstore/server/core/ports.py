@@ -10,7 +10,9 @@ touch anything but their transaction.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
@@ -234,3 +236,36 @@ class Database(Protocol):
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
         """Runs ``fn`` in a read-only transaction (one consistent snapshot)."""
         ...
+
+
+class Wakeups(Protocol):
+    """Hints for watchers that records of a session or run may have committed.
+
+    A hint, never data: a watcher always re-reads from its own cursor, so a
+    lost or spurious wake-up costs a delay or a read, never a record. Keys are
+    ``session_key`` and ``run_key``. Every method runs on the server's loop.
+    """
+
+    def subscribe(self, key: str) -> AbstractContextManager[asyncio.Event]:
+        """An event set by every wake-up of ``key`` while the context is open;
+        the watcher clears it before each read, so none is missed."""
+        ...
+
+    def wake_all(self) -> None:
+        """Sets every subscribed event (shutdown: watchers look at once)."""
+        ...
+
+    async def durable(self) -> None:
+        """Returns once every commit a read that has already finished could see
+        is durable (SQLite FULL: its WAL is synced). Immediate elsewhere."""
+        ...
+
+
+def session_key(session_id: str) -> str:
+    """The wake-up key of a session's records."""
+    return f"s:{session_id}"
+
+
+def run_key(run_id: str) -> str:
+    """The wake-up key of a run's records."""
+    return f"r:{run_id}"

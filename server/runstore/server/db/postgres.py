@@ -43,6 +43,7 @@ from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
+from runstore.server.db.wakeups import CHANNEL, PostgresWakeups
 from runstore.server.metrics import DbFigures
 
 log = logging.getLogger(__name__)
@@ -214,6 +215,7 @@ class PostgresDatabase:
         self._statements = Statements.compile(asyncpg_dialect.dialect())  # type: ignore[no-untyped-call]
         self._pool: asyncpg.Pool | None = None
         self._probe: asyncpg.Connection | None = None
+        self._wakeups: PostgresWakeups | None = None
 
     def _server_settings(self) -> dict[str, str]:
         return {
@@ -221,6 +223,38 @@ class PostgresDatabase:
             # Enforced by PostgreSQL itself: frees the locks of work runstore gave up on.
             "statement_timeout": str(int(self.options.statement_timeout * 1000)),
         }
+
+    @property
+    def wakeups(self) -> PostgresWakeups:
+        """Watchers' wake-ups: this replica's at commit, every replica's by NOTIFY."""
+        if self._wakeups is None:
+            raise UnavailableError("database is not open")
+        return self._wakeups
+
+    async def _listen_connection(self) -> asyncpg.Connection:
+        return await asyncpg.connect(
+            self._dsn,
+            timeout=self.options.connect_timeout,
+            server_settings={"application_name": "runstore-watch"},
+        )
+
+    async def _notify(self, payload: str) -> None:
+        """One NOTIFY on its own pooled connection: after the commit, never
+        inside a write transaction (that would serialise every writer)."""
+        pool = self._require_pool()
+        conn = await self._acquire(pool, bound.deadline(self.options.operation_timeout))
+        try:
+            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
+        except BaseException as exc:
+            if not _connection_survives(exc):
+                _terminate(conn)
+            raise
+        finally:
+            await pool.release(conn)
+
+    def _committed(self, tx: SqlTransaction) -> None:
+        if tx.touched and self._wakeups is not None:
+            self._wakeups.committed(tx.touched)
 
     async def start(self) -> None:
         options = self.options
@@ -232,6 +266,8 @@ class PostgresDatabase:
             server_settings=self._server_settings(),
             reset=_reset,
         )
+        self._wakeups = PostgresWakeups(self._listen_connection, self._notify)
+        self._wakeups.start()
         if self.figures is not None:
             pool = self._pool
             self.figures.watch_pool(
@@ -242,6 +278,8 @@ class PostgresDatabase:
         if self._probe is not None:
             self._probe.terminate()
             self._probe = None
+        if self._wakeups is not None:
+            await self._wakeups.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
             try:
@@ -324,9 +362,9 @@ class PostgresDatabase:
         survives = False
         try:
             if begin is None:
-                result = await _single_statement(conn, fn, self._statements)
+                result = await _single_statement(conn, fn, self._statements, self._committed)
             else:
-                result = await _in_transaction(conn, begin, fn, self._statements)
+                result = await _in_transaction(conn, begin, fn, self._statements, self._committed)
             survives = True
             return result
         except BaseException as exc:
@@ -417,15 +455,19 @@ async def _single_statement(
     conn: asyncpg.Connection,
     fn: Callable[[Transaction], Coroutine[Any, Any, T]],
     statements: Statements,
+    on_commit: Callable[[SqlTransaction], None],
 ) -> T:
     """``fn``'s one statement on its own. A connection that a kill left
     mid-protocol refuses the statement before sending it: nothing ran."""
+    tx = _PostgresTransaction(conn, statements)
     try:
-        return await fn(_PostgresTransaction(conn, statements))
+        result = await fn(tx)
     except asyncpg.InternalClientError as exc:
         if "cannot switch to state" in str(exc):
             raise _StaleConnection() from exc
         raise
+    on_commit(tx)
+    return result
 
 
 async def _in_transaction(
@@ -433,15 +475,18 @@ async def _in_transaction(
     begin: str,
     fn: Callable[[Transaction], Coroutine[Any, Any, T]],
     statements: Statements,
+    on_commit: Callable[[SqlTransaction], None],
 ) -> T:
-    """``fn`` between ``begin`` and COMMIT; rolled back when it fails cleanly.
+    """``fn`` between ``begin`` and COMMIT; rolled back when it fails cleanly;
+    ``on_commit`` (the watchers' wake-up) runs only after COMMIT.
 
     No asyncpg transaction object: its exit would roll back on a connection
     the caller is about to terminate, waiting on a server that may never
     answer."""
     try:
         await conn.execute(begin)
-        result = await fn(_PostgresTransaction(conn, statements))
+        tx = _PostgresTransaction(conn, statements)
+        result = await fn(tx)
     except Exception as exc:
         if _connection_survives(exc):
             if conn.is_in_transaction():
@@ -451,4 +496,5 @@ async def _in_transaction(
         # transaction back, so nothing of it happened.
         raise _StaleConnection() from exc
     await conn.execute("COMMIT")
+    on_commit(tx)
     return result

@@ -38,6 +38,7 @@ from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
+from runstore.server.db.wakeups import LocalWakeups
 from runstore.server.metrics import DbFigures
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,17 @@ def _rollback(conn: sqlite3.Connection) -> None:
 _Resolved = list[tuple[asyncio.Future[Any], Any, BaseException | None]]
 
 
+@dataclass(frozen=True, slots=True)
+class _Synced:
+    """One committed batch waiting for its WAL sync: its callers, its number
+    (``LocalWakeups.begin_commit``) and the wake-up keys it wrote."""
+
+    resolved: dict[asyncio.AbstractEventLoop, _Resolved]
+    batch: int
+    keys: set[str]
+    wakeups: LocalWakeups | None
+
+
 class _WalSyncer(threading.Thread):
     """Makes committed batches durable with one ``fdatasync`` of the WAL for
     every batch committed meanwhile, then answers their callers.
@@ -163,12 +175,10 @@ class _WalSyncer(threading.Thread):
         super().__init__(name="runstore-sqlite-wal-sync", daemon=True)
         self._wal_path = wal_path
         self.figures: DbFigures | None = None
-        self._pending: queue.SimpleQueue[dict[asyncio.AbstractEventLoop, _Resolved] | None] = (
-            queue.SimpleQueue()
-        )
+        self._pending: queue.SimpleQueue[_Synced | None] = queue.SimpleQueue()
 
-    def submit(self, resolved: dict[asyncio.AbstractEventLoop, _Resolved]) -> None:
-        self._pending.put(resolved)
+    def submit(self, synced: _Synced) -> None:
+        self._pending.put(synced)
 
     def stop(self) -> None:
         self._pending.put(None)
@@ -202,8 +212,14 @@ class _WalSyncer(threading.Thread):
                 except OSError as exc:
                     log.error("syncing the SQLite WAL failed: %s", exc)
                     error = UnavailableError(f"database sync failed: {exc}")
-                for resolved in groups:
-                    for loop, outcomes in resolved.items():
+                if error is None and groups[0].wakeups is not None:
+                    # Watchers may send these batches' records only now.
+                    groups[0].wakeups.synced_threadsafe(
+                        max(group.batch for group in groups),
+                        set().union(*(group.keys for group in groups)),
+                    )
+                for group in groups:
+                    for loop, outcomes in group.resolved.items():
                         if error is not None:
                             outcomes = [(future, None, error) for future, _, _ in outcomes]
                         loop.call_soon_threadsafe(_resolve_all, outcomes)
@@ -232,9 +248,11 @@ class _Worker(threading.Thread):
         *,
         batch_limit: int,
         syncer: _WalSyncer | None = None,
+        wakeups: LocalWakeups | None = None,
     ) -> None:
         super().__init__(name=name, daemon=True)
         self._syncer = syncer
+        self._wakeups = wakeups
         self._connect = connect
         self._jobs = jobs
         self._begin = begin
@@ -289,15 +307,19 @@ class _Worker(threading.Thread):
     def _run_batch(
         self, conn: sqlite3.Connection, tx: _SqliteTransaction, batch: list[_Job]
     ) -> None:
+        number = self._wakeups.begin_commit() if self._wakeups is not None else 0
         if self.figures is not None:
             self.figures.sqlite_batch(len(batch))
         outcomes = run_batch(conn, tx, [fn for fn, _, _ in batch], self._begin)
+        keys, tx.touched = tx.touched, set()
         loops: dict[asyncio.AbstractEventLoop, _Resolved] = {}
         for (_, future, loop), (result, error) in zip(batch, outcomes, strict=True):
             loops.setdefault(loop, []).append((future, result, error))
         if self._syncer is not None:
-            self._syncer.submit(loops)
+            self._syncer.submit(_Synced(loops, number, keys, self._wakeups))
             return
+        if self._wakeups is not None:
+            self._wakeups.wake_threadsafe(keys)
         for loop, resolved in loops.items():
             loop.call_soon_threadsafe(_resolve_all, resolved)
 
@@ -323,6 +345,7 @@ def run_batch(
     excluded: set[int] = set()
     try:
         while True:
+            tx.touched.clear()
             conn.execute(begin)
             for index, fn in enumerate(functions):
                 if index in excluded:
@@ -338,6 +361,7 @@ def run_batch(
             conn.execute("ROLLBACK")
     except BaseException as exc:
         _rollback(conn)
+        tx.touched.clear()
         error = _translate(exc)
         return [(None, error) for _ in functions]
 
@@ -376,6 +400,14 @@ class SqliteDatabase:
         self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._workers: list[_Worker] = []
         self._syncer: _WalSyncer | None = None
+        self._wakeups: LocalWakeups | None = None
+
+    @property
+    def wakeups(self) -> LocalWakeups:
+        """Watchers' wake-ups: after the WAL sync under FULL, else after the commit."""
+        if self._wakeups is None:
+            raise UnavailableError("database is not open")
+        return self._wakeups
 
     @property
     def _syncs_itself(self) -> bool:
@@ -398,6 +430,8 @@ class SqliteDatabase:
         # WAL is a property of the file: switch it once, before several
         # connections race to do it.
         await asyncio.to_thread(lambda: self._connect(read_only=False).close())
+        self._wakeups = LocalWakeups()
+        self._wakeups.tracks_durability = self._syncs_itself
         if self._syncs_itself:
             self._syncer = _WalSyncer(Path(f"{self.path}-wal"))
             self._syncer.figures = self.figures
@@ -411,6 +445,7 @@ class SqliteDatabase:
                 self._statements,
                 batch_limit=self.options.write_batch,
                 syncer=self._syncer,
+                wakeups=self._wakeups,
             )
         )
         for index in range(max(1, self.options.readers)):

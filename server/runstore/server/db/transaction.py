@@ -24,7 +24,14 @@ from runstore.server.core.model import (
     Session,
     StoredAppend,
 )
-from runstore.server.core.ports import PURGED, RecordTarget, SessionLookup, Transaction
+from runstore.server.core.ports import (
+    PURGED,
+    RecordTarget,
+    SessionLookup,
+    Transaction,
+    run_key,
+    session_key,
+)
 from runstore.server.db import statements as sql
 from runstore.server.db.statements import Compiled, Statements
 
@@ -49,6 +56,14 @@ class SqlTransaction(Transaction):
 
     def __init__(self, statements: Statements) -> None:
         self._sql = statements
+        self.touched: set[str] = set()
+        """Wake-up keys (``core.ports.session_key``/``run_key``) of what this
+        transaction wrote; the backend wakes watchers after the commit."""
+
+    def _touch(self, run_id: str, session_id: str) -> None:
+        self.touched.add(run_key(run_id))
+        if session_id:
+            self.touched.add(session_key(session_id))
 
     async def _one(self, statement: Compiled, **params: Any) -> Any:
         """The first row of ``statement``, or None."""
@@ -188,6 +203,7 @@ class SqlTransaction(Transaction):
         await self._run(self._sql.purge_runs, session_id=session_id)
         await self._run(self._sql.purge_session, session_id=session_id)
         await self._run(self._sql.insert_tombstone, session_id=session_id, purged_at=purged_at)
+        self.touched.add(session_key(session_id))
         self.sessions_purged += 1
 
     async def insert_run(self, run: RunState) -> None:
@@ -210,6 +226,7 @@ class SqlTransaction(Transaction):
         row = await self._one_unless_conflict(statement, **sql.record_params(record))
         if row is None:
             return None
+        self._touch(record.run_id, record.session_id)
         self.records_appended += 1
         return int(row[0])
 
@@ -220,6 +237,7 @@ class SqlTransaction(Transaction):
             else self._sql.insert_sessionless_record
         )
         row = await self._one(statement, **sql.record_params(record))
+        self._touch(record.run_id, record.session_id)
         self.records_appended += 1
         return int(row[0])
 

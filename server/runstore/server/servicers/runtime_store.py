@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any, TypeAlias
 
 import grpc
@@ -10,7 +11,8 @@ from runstore.contract import wire
 from runstore.contract.model import RunRepairResult
 from runstore.server import convert
 from runstore.server.core.store import RuntimeStore
-from runstore.server.status import maps_errors
+from runstore.server.core.watch import NoWakeups, RecordWatch, WatchBatch
+from runstore.server.status import maps_errors, maps_stream_errors
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
 from runstore.v1 import types_pb2 as pb
@@ -27,8 +29,9 @@ def _repair_fields(result: RunRepairResult) -> dict[str, Any]:
 
 
 class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
-    def __init__(self, store: RuntimeStore) -> None:
+    def __init__(self, store: RuntimeStore, watch: RecordWatch | None = None) -> None:
         self._store = store
+        self._watch = watch if watch is not None else RecordWatch(store, NoWakeups())
 
     @maps_errors
     async def LoadSessionStatus(
@@ -169,3 +172,25 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
             events=[convert.record_to_wire(record) for record in page.events],
             next_cursor=page.next_cursor,
         )
+
+    @maps_stream_errors
+    async def WatchSessionRunRecords(
+        self, request: rs.WatchSessionRunRecordsRequest, context: Context
+    ) -> AsyncIterator[rs.WatchSessionRunRecordsResponse]:
+        batches = self._watch.session(request.session_id, request.cursor)
+        async for batch in batches:
+            yield rs.WatchSessionRunRecordsResponse(**_batch_fields(batch))
+
+    @maps_stream_errors
+    async def WatchRunRecords(
+        self, request: rs.WatchRunRecordsRequest, context: Context
+    ) -> AsyncIterator[rs.WatchRunRecordsResponse]:
+        async for batch in self._watch.run(request.run_id, request.cursor):
+            yield rs.WatchRunRecordsResponse(**_batch_fields(batch))
+
+
+def _batch_fields(batch: WatchBatch) -> dict[str, Any]:
+    return {
+        "events": [convert.record_to_wire(record) for record in batch.events],
+        "next_cursor": batch.next_cursor,
+    }

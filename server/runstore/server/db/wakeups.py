@@ -1,0 +1,237 @@
+"""Wake-ups for watchers (``core.ports.Wakeups``): in process, and across
+replicas through PostgreSQL ``LISTEN/NOTIFY``.
+
+A wake-up only says "look again": watchers re-read from their own cursor, so
+a lost notification delays a record by at most the poll interval and a
+spurious one costs one read. Writers never wait for a wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final
+
+log = logging.getLogger(__name__)
+
+CHANNEL: Final = "runstore_records"
+"""The PostgreSQL notification channel every replica listens on."""
+
+_PAYLOAD_BYTES: Final = 7000
+"""Keys per NOTIFY are cut below PostgreSQL's 8000-byte payload limit."""
+
+
+class LocalWakeups:
+    """Events of this process's watchers by key, plus SQLite's durability mark.
+
+    ``wake`` and ``durable`` run on the loop the hub was made on; other threads
+    use ``wake_threadsafe`` and ``synced_threadsafe``.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = loop or asyncio.get_running_loop()
+        self._events: dict[str, set[asyncio.Event]] = {}
+        self._lock = threading.Lock()
+        self._begun = 0
+        """Commit batches the SQLite writer has started (set before they are visible)."""
+        self._synced = 0
+        """Commit batches known durable."""
+        self._sync_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self.tracks_durability = False
+        """True when commits become durable later than visible (SQLite FULL)."""
+
+    @contextlib.contextmanager
+    def subscribe(self, key: str) -> Iterator[asyncio.Event]:
+        event = asyncio.Event()
+        self._events.setdefault(key, set()).add(event)
+        try:
+            yield event
+        finally:
+            events = self._events.get(key)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self._events[key]
+
+    def wake(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            for event in self._events.get(key, ()):
+                event.set()
+
+    def wake_all(self) -> None:
+        for events in self._events.values():
+            for event in events:
+                event.set()
+
+    def wake_threadsafe(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        if keys:
+            self._loop.call_soon_threadsafe(self.wake, keys)
+
+    def watching(self, key: str) -> bool:
+        return key in self._events
+
+    # --- Durability (SQLite FULL) ---------------------------------------------
+
+    def begin_commit(self) -> int:
+        """The writer thread numbers a batch before its commit becomes visible."""
+        with self._lock:
+            self._begun += 1
+            return self._begun
+
+    def synced_threadsafe(self, through: int, keys: Iterable[str]) -> None:
+        """The syncer made every batch up to ``through`` durable."""
+        keys = list(keys)
+        self._loop.call_soon_threadsafe(self._synced_through, through, keys)
+
+    def _synced_through(self, through: int, keys: list[str]) -> None:
+        self._synced = max(self._synced, through)
+        waiting = []
+        for target, future in self._sync_waiters:
+            if target <= self._synced:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                waiting.append((target, future))
+        self._sync_waiters = waiting
+        self.wake(keys)
+
+    async def durable(self) -> None:
+        if not self.tracks_durability:
+            return
+        with self._lock:
+            target = self._begun
+        if target <= self._synced:
+            return
+        future: asyncio.Future[None] = self._loop.create_future()
+        self._sync_waiters.append((target, future))
+        await future
+
+
+class PostgresWakeups:
+    """``LocalWakeups`` for this replica plus one LISTEN connection that fans
+    other replicas' notifications out to it, and a sender that NOTIFYs after
+    commits, coalesced: keys pile up while one notification is being sent."""
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        notify: Callable[[str], Any],
+        *,
+        reconnect_seconds: float = 1.0,
+    ) -> None:
+        self.local = LocalWakeups()
+        self._connect = connect
+        self._notify = notify
+        self._reconnect_seconds = reconnect_seconds
+        self._origin = uuid.uuid4().hex
+        """Names this replica in its notifications, so it skips its own."""
+        self._pending: set[str] = set()
+        self._has_pending = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listener: asyncio.Task[None] | None = None
+        self.listening = asyncio.Event()
+        """Set while the LISTEN connection is up (tests wait for it)."""
+
+    def start(self) -> None:
+        self._tasks = [asyncio.ensure_future(self._send_forever())]
+
+    def _listen_once_watched(self) -> None:
+        """The LISTEN connection opens with this replica's first watcher (a
+        replica nobody watches holds no extra connection) and then stays."""
+        if self._listener is None:
+            self._listener = asyncio.ensure_future(self._listen_forever())
+            self._tasks.append(self._listener)
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        self._listener = None
+
+    # Wakeups port: this replica's watchers.
+    def subscribe(self, key: str) -> contextlib.AbstractContextManager[asyncio.Event]:
+        self._listen_once_watched()
+        return self.local.subscribe(key)
+
+    def wake_all(self) -> None:
+        self.local.wake_all()
+
+    async def durable(self) -> None:
+        """A PostgreSQL commit is durable when it is visible."""
+
+    def committed(self, keys: Iterable[str]) -> None:
+        """After a commit: wake this replica's watchers now, the others soon."""
+        keys = set(keys)
+        if not keys:
+            return
+        self.local.wake(keys)
+        self._pending |= keys
+        self._has_pending.set()
+
+    async def _send_forever(self) -> None:
+        while True:
+            await self._has_pending.wait()
+            self._has_pending.clear()
+            keys, self._pending = self._pending, set()
+            for payload in _payloads(self._origin, keys):
+                try:
+                    await self._notify(payload)
+                except Exception as exc:  # the poll interval covers a lost wake-up
+                    log.warning("NOTIFY failed (watchers fall back to polling): %s", exc)
+
+    async def _listen_forever(self) -> None:
+        while True:
+            try:
+                conn = await self._connect()
+            except Exception as exc:
+                log.warning("cannot LISTEN for watch wake-ups (polling meanwhile): %s", exc)
+                await asyncio.sleep(self._reconnect_seconds)
+                continue
+            lost = asyncio.Event()
+            try:
+                conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
+                await conn.add_listener(CHANNEL, self._received)
+                self.listening.set()
+                await lost.wait()
+                log.warning("the LISTEN connection closed; reconnecting")
+            except Exception as exc:
+                log.warning("LISTEN connection failed (polling meanwhile): %s", exc)
+            finally:
+                self.listening.clear()
+                with contextlib.suppress(Exception):
+                    await conn.close(timeout=1)
+            await asyncio.sleep(self._reconnect_seconds)
+
+    def _received(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            origin, keys = json.loads(payload)
+        except (ValueError, TypeError):
+            return
+        if origin != self._origin:  # our own watchers were woken at commit
+            self.local.wake(keys)
+
+
+def _payloads(origin: str, keys: set[str]) -> Iterator[str]:
+    """JSON ``[origin, [keys...]]`` payloads, each under PostgreSQL's limit."""
+    batch: list[str] = []
+    size = 0
+    for key in sorted(keys):
+        length = len(json.dumps(key).encode())
+        if length > _PAYLOAD_BYTES:
+            continue  # an absurdly long ID: its watchers rely on polling
+        if batch and size + length > _PAYLOAD_BYTES:
+            yield json.dumps([origin, batch])
+            batch, size = [], 0
+        batch.append(key)
+        size += length + 1
+    if batch:
+        yield json.dumps([origin, batch])
