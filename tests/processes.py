@@ -7,7 +7,7 @@ import contextlib
 import os
 import re
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -35,7 +35,11 @@ async def serve_process(*args: str) -> AsyncIterator[tuple[asyncio.subprocess.Pr
 
 
 @asynccontextmanager
-async def server_process(*args: str) -> AsyncIterator[ServerProcess]:
+async def server_process(
+    *args: str, preexec_fn: Callable[[], None] | None = None
+) -> AsyncIterator[ServerProcess]:
+    """Starts ``runstore serve`` on an ephemeral port (``preexec_fn`` runs in the
+    child before it starts, e.g. to lower its limits)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -46,6 +50,7 @@ async def server_process(*args: str) -> AsyncIterator[ServerProcess]:
         *args,
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=preexec_fn,
     )
     assert process.stderr is not None
     log = bytearray()

@@ -42,6 +42,8 @@ EXPECTED = {
     "CONTEXT_NOT_FOUND": ("NOT_FOUND", True),
     "CONTEXT_VERSION_NOT_FOUND": ("NOT_FOUND", True),
     "CONTEXT_VERSION_CONFLICT": ("ABORTED", True),
+    # An operating limit of the server (README "Operating limits"): retry later.
+    "OVERLOADED": ("RESOURCE_EXHAUSTED", False),
     # Client-side only: a status outside the table (no ErrorInfo from runstore).
     "RPC_ERROR": ("UNKNOWN", False),
 }

@@ -192,9 +192,19 @@ class CallCancelledError(TransientError):
     default_message = "call cancelled by the server"
 
 
+class OverloadedError(TransientError):
+    """The server is at one of its operating limits (response bytes held for
+    clients that do not read); nothing was done: retry after a backoff."""
+
+    reason = "OVERLOADED"
+    code = "RESOURCE_EXHAUSTED"
+    default_message = "runstore is overloaded; retry after a backoff"
+
+
 class UnexpectedRpcError(RunstoreError):
     """A gRPC failure outside the contract's table (UNIMPLEMENTED, UNAUTHENTICATED,
-    RESOURCE_EXHAUSTED, ...): neither a contract error nor safe to retry blindly."""
+    RESOURCE_EXHAUSTED without runstore's ErrorInfo, ...): neither a contract error
+    nor safe to retry blindly."""
 
     reason = "RPC_ERROR"
     code = "UNKNOWN"

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,13 +114,60 @@ def create_stores(config: ServerConfig, db: Database) -> Stores:
     )
 
 
-async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
-    """A started server with every service, health and reflection."""
-    options = [
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def server_options(config: ServerConfig) -> list[tuple[str, int]]:
+    """gRPC core settings behind the README's "Operating limits": message sizes,
+    the port, and the connection, idle and keepalive policies."""
+    return [
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
+        # gRPC turns SO_REUSEPORT on by default: a second server on our port
+        # would start and take half of the calls to another database.
+        ("grpc.so_reuseport", 0),
+        # A connection that never finishes the HTTP/2 preface holds a descriptor.
+        ("grpc.server_handshake_timeout_ms", _ms(config.handshake_timeout)),
+        ("grpc.max_connection_idle_ms", _ms(config.max_connection_idle)),
+        # The server's own pings find clients that vanished mid-call.
+        ("grpc.keepalive_time_ms", _ms(config.keepalive_time)),
+        ("grpc.keepalive_timeout_ms", _ms(config.keepalive_timeout)),
+        # Clients ping while idle (runstore.client.Keepalive): allow it, at most
+        # every keepalive_min_ping_interval, instead of gRPC's 5 minutes
+        # (2 hours without calls), which answers GOAWAY "too_many_pings".
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", _ms(config.keepalive_min_ping_interval)),
+        ("grpc.http2.max_ping_strikes", 2),
     ]
-    server = grpc.aio.server(options=options, interceptors=server_interceptors(config))
+
+
+class ListenError(OSError):
+    """The listen address cannot be bound (for example: already in use)."""
+
+
+def _bind_error(listen: str) -> str:
+    """Why ``listen`` cannot be bound, as the operating system says it (gRPC
+    reports only that binding failed)."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, int(port)))
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    except ValueError:
+        return "not a host:port address"
+    return "cannot bind"
+
+
+async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
+    """A started server with every service, health and reflection."""
+    server = grpc.aio.server(
+        options=server_options(config), interceptors=server_interceptors(config)
+    )
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
         RuntimeStoreServicer(stores.runtime), server
     )
@@ -143,9 +191,12 @@ async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
         ),
         server,
     )
-    port = server.add_insecure_port(config.listen)
+    try:
+        port = server.add_insecure_port(config.listen)
+    except RuntimeError:
+        port = 0
     if port == 0:
-        raise OSError(f"cannot listen on {config.listen}")
+        raise ListenError(f"cannot listen on {config.listen}: {_bind_error(config.listen)}")
     await server.start()
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

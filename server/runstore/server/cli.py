@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"schema already at {head}")
             else:
                 print(f"schema upgraded from {before.current or 'empty'} to {head}")
-    except migrate.SchemaError as exc:
+    except (migrate.SchemaError, app.ListenError) as exc:
         print(f"runstore: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

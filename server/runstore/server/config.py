@@ -68,6 +68,43 @@ class ServerConfig:
     log_level: str = field(default="INFO", metadata={"help": "logging level"})
 
     # --- Hardening: limits, timeouts, connections ---------------------------
+    max_response_bytes_in_flight: int = field(
+        default=64 * 1024 * 1024,
+        metadata={
+            "help": "bytes of responses produced but not yet delivered to their callers; a "
+            "response over 64 KiB that would pass it fails RESOURCE_EXHAUSTED/OVERLOADED"
+        },
+    )
+    max_calls_computing: int = field(
+        default=16,
+        metadata={
+            "help": "unary calls whose response is being produced at once; more wait their turn "
+            "(bounds the memory of responses being built)"
+        },
+    )
+    handshake_timeout: float = field(
+        default=3.0,
+        metadata={"help": "seconds a new connection has to finish the HTTP/2 preface"},
+    )
+    max_connection_idle: float = field(
+        default=300.0,
+        metadata={"help": "seconds without a call after which a connection is closed (GOAWAY)"},
+    )
+    keepalive_time: float = field(
+        default=60.0,
+        metadata={"help": "seconds between the server's pings, which find dead clients"},
+    )
+    keepalive_timeout: float = field(
+        default=20.0,
+        metadata={"help": "seconds a client has to answer a ping before it is disconnected"},
+    )
+    keepalive_min_ping_interval: float = field(
+        default=10.0,
+        metadata={
+            "help": "shortest interval between a client's pings the server accepts; a client "
+            "that pings more often is disconnected (GOAWAY too_many_pings)"
+        },
+    )
 
     # --- Security: TLS, authentication ---------------------------------------
 

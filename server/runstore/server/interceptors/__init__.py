@@ -11,6 +11,7 @@ from __future__ import annotations
 import grpc
 
 from runstore.server.config import ServerConfig
+from runstore.server.interceptors.limits import LimitsInterceptor
 
 
 def server_interceptors(config: ServerConfig) -> list[grpc.aio.ServerInterceptor]:
@@ -23,6 +24,7 @@ def server_interceptors(config: ServerConfig) -> list[grpc.aio.ServerInterceptor
     # 3. Authentication and roles (Security).
 
     # 4. Limits on calls and response bytes in flight (Hardening II).
+    chain.append(LimitsInterceptor(config.max_response_bytes_in_flight, config.max_calls_computing))
 
     # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST (Hardening I).
 

@@ -1,0 +1,114 @@
+"""Limits on what unary calls may hold: responses being built, and responses
+built but not yet delivered.
+
+A client that stops reading (a zero HTTP/2 window) leaves each response it asked
+for parked in the server until its call ends, which may be never. gRPC's own
+knobs do not help: ``grpc.max_concurrent_streams`` only makes clients queue and
+``maximum_concurrent_rpcs`` refuses without an ErrorInfo. So runstore counts
+the bytes itself:
+
+* At most ``max_calls_computing`` unary calls produce their response at once;
+  the others wait their turn (the database serialises them anyway). This
+  bounds the memory of pages being built when a burst arrives together.
+* A response is charged from the moment it is produced until its call is done
+  (delivered, cancelled or broken). A response larger than
+  ``SMALL_RESPONSE_BYTES`` that would take the total past
+  ``max_response_bytes_in_flight`` is dropped and the call fails
+  ``RESOURCE_EXHAUSTED`` with reason ``OVERLOADED`` (retryable after a backoff).
+  Small responses are charged but never refused, so while slow readers hold the
+  budget every ordinary call (status loads, appends, small pages) is served.
+
+The response is serialised here, once, so what is charged is the exact size on
+the wire and the message object is freed at once: from this slot outward a
+unary response is its serialised bytes. Health checks are exempt, and
+streaming calls are not limited here (a streamed message is held only while it
+is written, and long-lived streams must not hold a slot meant for short calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from runstore.contract.errors import OverloadedError
+from runstore.server.status import abort
+
+SMALL_RESPONSE_BYTES = 64 * 1024
+"""Responses this small are never refused for the byte budget."""
+
+EXEMPT_PREFIXES = ("/grpc.health.v1.Health/",)
+"""Methods no limit applies to: health must answer while the server is loaded."""
+
+Behaviour = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+
+
+class ResponseBytesBudget:
+    """Bytes of responses produced and not yet delivered, against a budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.in_flight = 0
+
+    def try_charge(self, size: int) -> bool:
+        """Charges ``size`` bytes unless that would pass the budget; small
+        responses are always charged."""
+        if size > SMALL_RESPONSE_BYTES and self.in_flight + size > self.budget:
+            return False
+        self.in_flight += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.in_flight -= size
+
+
+class LimitsInterceptor(grpc.aio.ServerInterceptor):
+    """Bounds the memory unary responses hold (see the module docstring)."""
+
+    def __init__(self, max_response_bytes_in_flight: int, max_calls_computing: int) -> None:
+        self.budget = ResponseBytesBudget(max_response_bytes_in_flight)
+        self.computing = asyncio.Semaphore(max_calls_computing)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or handler.unary_unary is None or method.startswith(EXEMPT_PREFIXES):
+            return handler
+        return handler._replace(
+            unary_unary=self._limited(handler.unary_unary, handler.response_serializer),
+            response_serializer=_already_serialized,
+        )
+
+    def _limited(self, behaviour: Behaviour, serialize: Callable[[Any], bytes]) -> Behaviour:
+        budget = self.budget
+        computing = self.computing
+
+        async def limited(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+            async with computing:
+                response = serialize(await behaviour(request, context))
+                size = len(response)
+                if not budget.try_charge(size):
+                    del response
+                    await abort(context, _overloaded(budget))
+            context.add_done_callback(lambda _: budget.release(size))
+            return response
+
+        return limited
+
+
+def _already_serialized(raw: bytes) -> bytes:
+    return raw
+
+
+def _overloaded(budget: ResponseBytesBudget) -> OverloadedError:
+    return OverloadedError(
+        "runstore is overloaded: too many response bytes wait for clients that do not "
+        "read them; retry after a backoff",
+        details={"limit": "max_response_bytes_in_flight", "budget_bytes": str(budget.budget)},
+    )
