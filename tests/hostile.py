@@ -33,6 +33,16 @@ def rss_bytes(pid: int) -> int:
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
+def descriptor_limits(pid: int) -> tuple[int, int]:
+    """The soft and hard descriptor limits of process ``pid`` (from /proc)."""
+    with open(f"/proc/{pid}/limits") as limits:
+        for line in limits:
+            if line.startswith("Max open files"):
+                soft, hard = line.split()[3:5]
+                return int(soft), int(hard)
+    raise AssertionError(f"no descriptor limit for pid {pid}")
+
+
 def grpc_message(message: Message) -> bytes:
     """A protobuf message framed as one gRPC length-prefixed message."""
     body = message.SerializeToString()

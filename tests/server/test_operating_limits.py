@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
+import re
 import resource
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -19,8 +22,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from runstore.client import Keepalive
+from runstore.server.config import ServerConfig
 from runstore.v1 import runtime_store_pb2 as rs
-from tests.hostile import rss_bytes, silent_sockets, zero_window_clients
+from tests.hostile import descriptor_limits, rss_bytes, silent_sockets, zero_window_clients
 from tests.processes import server_process
 from tests.support import Run, Store
 
@@ -220,3 +225,135 @@ async def _until_closed(sockets: list[socket.socket], started: float) -> tuple[l
         pending = still
         await asyncio.sleep(0.1)
     return closed_after, len(pending)
+
+
+async def test_a_second_server_on_a_served_address_refuses_to_start(tmp_path: Path) -> None:
+    """gRPC turns SO_REUSEPORT on by default: without turning it off, a second
+    server also said "serving" and calls alternated between two databases."""
+    async with server_process("--database-url", f"sqlite:///{tmp_path / 'first.db'}") as first:
+        async with grpc.aio.insecure_channel(first.target) as channel:
+            run = await Store(channel).root()
+        second = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "runstore.server.cli",
+            "serve",
+            "--listen",
+            first.target,
+            "--database-url",
+            f"sqlite:///{tmp_path / 'second.db'}",
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            _, stderr = await asyncio.wait_for(second.communicate(), timeout=60)
+        finally:
+            if second.returncode is None:
+                second.kill()
+                await second.wait()
+        assert second.returncode == 2, stderr.decode()
+        ours = [line for line in stderr.decode().splitlines() if line.startswith("runstore:")]
+        assert ours == [f"runstore: cannot listen on {first.target}: address already in use"]
+        assert b"serving on" not in stderr
+
+        # Every call still reaches the first server and its database.
+        async with health_watch(first.target), grpc.aio.insecure_channel(first.target) as channel:
+            store = Store(channel)
+            for _ in range(20):
+                assert (await store.load(run.id)).run_id == run.id
+
+
+async def test_the_server_raises_its_soft_descriptor_limit_to_the_hard_one(
+    tmp_path: Path,
+) -> None:
+    def soft_256_hard_1024() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 1024))
+
+    async with server_process(
+        "--database-url", f"sqlite:///{tmp_path / 'runstore.db'}", preexec_fn=soft_256_hard_1024
+    ) as server:
+        assert descriptor_limits(server.process.pid) == (1024, 1024)
+        assert b"descriptor limit 1024" in server.log
+
+
+# --- Keepalive and idle connections: the server's policy and the client's agree ---
+
+_LOGGED_TROUBLE = re.compile(r"^(?:[EWF]\d{4} |ERROR|WARNING|CRITICAL)|too_many_pings", re.M)
+
+
+async def _idle_client(target: str, run_id: str, *args: float) -> tuple[str, str]:
+    """Runs ``tests.idle_client``; returns the channel state after the idle time
+    and everything the client logged."""
+    client = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.idle_client",
+        target,
+        run_id,
+        *(str(arg) for arg in args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(client.communicate(), timeout=60)
+    finally:
+        if client.returncode is None:
+            client.kill()
+            await client.wait()
+    assert client.returncode == 0, stderr.decode()
+    return json.loads(stdout)["state_after_idle"], stderr.decode()
+
+
+@contextlib.asynccontextmanager
+async def _server_with_a_run(tmp_path: Path, *flags: str) -> AsyncIterator[tuple[str, str]]:
+    async with server_process(
+        "--database-url", f"sqlite:///{tmp_path / 'runstore.db'}", *flags
+    ) as server:
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            run = await Store(channel).root()
+        async with health_watch(server.target):
+            yield server.target, run.id
+
+
+async def test_an_idle_client_that_pings_within_the_policy_keeps_its_connection(
+    tmp_path: Path,
+) -> None:
+    """gRPC's own server policy (one ping per 5 minutes, 2 hours without calls)
+    answered an idle client's pings with GOAWAY too_many_pings."""
+    async with _server_with_a_run(tmp_path, "--keepalive-min-ping-interval", "0.5") as (
+        target,
+        run_id,
+    ):
+        # Idle for 5 pings (the server struck out on the third), no idle timeout.
+        state, logged = await _idle_client(target, run_id, 5.5, 1.0)
+    assert state == "READY", logged
+    assert not _LOGGED_TROUBLE.search(logged), logged
+
+
+async def test_an_idle_connection_the_server_closed_is_reopened_without_an_error(
+    tmp_path: Path,
+) -> None:
+    async with _server_with_a_run(
+        tmp_path, "--keepalive-min-ping-interval", "0.5", "--max-connection-idle", "1"
+    ) as (target, run_id):
+        # The client pings and never closes its idle connection itself.
+        state, logged = await _idle_client(target, run_id, 3.0, 1.0)
+    assert state == "IDLE", "the server did not close the idle connection"
+    assert not _LOGGED_TROUBLE.search(logged), logged
+
+
+async def test_the_client_closes_an_idle_connection_before_the_server_would(
+    tmp_path: Path,
+) -> None:
+    async with _server_with_a_run(
+        tmp_path, "--keepalive-min-ping-interval", "0.5", "--max-connection-idle", "4"
+    ) as (target, run_id):
+        state, logged = await _idle_client(target, run_id, 2.5, 1.0, 1.0)
+    assert state == "IDLE"
+    assert "goaway" not in logged.lower(), logged
+
+
+def test_the_default_client_and_server_policies_agree() -> None:
+    server, client = ServerConfig(), Keepalive()
+    assert client.interval >= 2 * server.keepalive_min_ping_interval
+    assert client.idle_timeout is not None
+    assert client.idle_timeout < server.max_connection_idle

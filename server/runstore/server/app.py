@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
 import socket
 from collections.abc import AsyncIterator
@@ -203,8 +204,24 @@ async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
     return RunningServer(server, port, health_servicer)
 
 
+def raise_descriptor_limit() -> int:
+    """Raises the soft descriptor limit to the hard one (as Go's runtime and nginx
+    do): every connection, even one that never speaks, holds a descriptor until
+    the handshake timeout, and a low soft limit (often 1024) locks clients out."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the descriptor limit from %d to %d: %s", soft, hard, exc)
+            return soft
+        return hard
+    return soft
+
+
 async def serve(config: ServerConfig) -> None:
     """Serves until SIGTERM or SIGINT, then lets in-flight calls finish."""
+    descriptors = raise_descriptor_limit()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -212,10 +229,11 @@ async def serve(config: ServerConfig) -> None:
     async with open_database(config) as db:
         running = await build_server(config, create_stores(config, db))
         log.info(
-            "runstore serving on %s (port %d), database %s",
+            "runstore serving on %s (port %d), database %s, descriptor limit %d",
             config.listen,
             running.port,
             make_url(config.database_url).render_as_string(hide_password=True),
+            descriptors,
         )
         try:
             await stop.wait()

@@ -64,7 +64,7 @@ class ResponseBytesBudget:
         self.in_flight -= size
 
 
-class LimitsInterceptor(grpc.aio.ServerInterceptor):
+class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Bounds the memory unary responses hold (see the module docstring)."""
 
     def __init__(self, max_response_bytes_in_flight: int, max_calls_computing: int) -> None:
