@@ -75,13 +75,6 @@ class ServerConfig:
             "response over 64 KiB that would pass it fails RESOURCE_EXHAUSTED/OVERLOADED"
         },
     )
-    max_calls_computing: int = field(
-        default=16,
-        metadata={
-            "help": "unary calls whose response is being produced at once; more wait their turn "
-            "(bounds the memory of responses being built)"
-        },
-    )
     handshake_timeout: float = field(
         default=3.0,
         metadata={"help": "seconds a new connection has to finish the HTTP/2 preface"},

@@ -23,8 +23,9 @@ def server_interceptors(config: ServerConfig) -> list[grpc.aio.ServerInterceptor
 
     # 3. Authentication and roles (Security).
 
-    # 4. Limits on calls and response bytes in flight (Hardening II).
-    chain.append(LimitsInterceptor(config.max_response_bytes_in_flight, config.max_calls_computing))
+    # 4. Limits on calls and response bytes in flight (Hardening II). It
+    #    serialises unary responses: from here outward a response is its bytes.
+    chain.append(LimitsInterceptor(config.max_response_bytes_in_flight))
 
     # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST (Hardening I).
 

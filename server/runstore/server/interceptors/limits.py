@@ -1,33 +1,27 @@
-"""Limits on what unary calls may hold: responses being built, and responses
-built but not yet delivered.
+"""A budget of response bytes held for callers that do not read them.
 
 A client that stops reading (a zero HTTP/2 window) leaves each response it asked
 for parked in the server until its call ends, which may be never. gRPC's own
 knobs do not help: ``grpc.max_concurrent_streams`` only makes clients queue and
 ``maximum_concurrent_rpcs`` refuses without an ErrorInfo. So runstore counts
-the bytes itself:
+the bytes itself: a unary response is charged from the moment it is produced
+until its call is done (delivered, cancelled or broken). A response larger than
+``SMALL_RESPONSE_BYTES`` that would take the total past
+``max_response_bytes_in_flight`` is dropped and the call fails
+``RESOURCE_EXHAUSTED`` with reason ``OVERLOADED`` (retryable after a backoff).
+Small responses are charged but never refused, so while slow readers hold the
+budget every ordinary call (status loads, appends, small pages) is served.
 
-* At most ``max_calls_computing`` unary calls produce their response at once;
-  the others wait their turn (the database serialises them anyway). This
-  bounds the memory of pages being built when a burst arrives together.
-* A response is charged from the moment it is produced until its call is done
-  (delivered, cancelled or broken). A response larger than
-  ``SMALL_RESPONSE_BYTES`` that would take the total past
-  ``max_response_bytes_in_flight`` is dropped and the call fails
-  ``RESOURCE_EXHAUSTED`` with reason ``OVERLOADED`` (retryable after a backoff).
-  Small responses are charged but never refused, so while slow readers hold the
-  budget every ordinary call (status loads, appends, small pages) is served.
-
-The response is serialised here, once, so what is charged is the exact size on
-the wire and the message object is freed at once: from this slot outward a
-unary response is its serialised bytes. Health checks are exempt, and
-streaming calls are not limited here (a streamed message is held only while it
-is written, and long-lived streams must not hold a slot meant for short calls).
+The response is serialised here, once, so what is charged is its exact size on
+the wire and the message object is freed at once (a parked response then costs
+about twice its size, not three times): from this slot outward a unary
+response is its serialised bytes. Health checks are exempt, and streaming calls
+are not limited here (a streamed message is held only while it is written, and
+long-lived streams must not be refused for a budget meant for parked pages).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -65,11 +59,10 @@ class ResponseBytesBudget:
 
 
 class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Bounds the memory unary responses hold (see the module docstring)."""
+    """Refuses a large unary response while the response-bytes budget is held."""
 
-    def __init__(self, max_response_bytes_in_flight: int, max_calls_computing: int) -> None:
+    def __init__(self, max_response_bytes_in_flight: int) -> None:
         self.budget = ResponseBytesBudget(max_response_bytes_in_flight)
-        self.computing = asyncio.Semaphore(max_calls_computing)
 
     async def intercept_service(
         self,
@@ -81,21 +74,21 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None or handler.unary_unary is None or method.startswith(EXEMPT_PREFIXES):
             return handler
         return handler._replace(
-            unary_unary=self._limited(handler.unary_unary, handler.response_serializer),
+            unary_unary=self._limited(
+                handler.unary_unary, handler.response_serializer or _already_serialized
+            ),
             response_serializer=_already_serialized,
         )
 
     def _limited(self, behaviour: Behaviour, serialize: Callable[[Any], bytes]) -> Behaviour:
         budget = self.budget
-        computing = self.computing
 
         async def limited(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
-            async with computing:
-                response = serialize(await behaviour(request, context))
-                size = len(response)
-                if not budget.try_charge(size):
-                    del response
-                    await abort(context, _overloaded(budget))
+            response = serialize(await behaviour(request, context))
+            size = len(response)
+            if not budget.try_charge(size):
+                del response
+                await abort(context, _overloaded(budget))
             context.add_done_callback(lambda _: budget.release(size))
             return response
 
