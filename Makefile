@@ -6,23 +6,35 @@ STAMP := $(VENV)/.installed
 LISTEN ?= 127.0.0.1:50051
 DATABASE_URL ?= sqlite:///var/runstore.db
 PROTOS := $(wildcard protos/runstore/v1/*.proto)
+# buf (lint, format, breaking) from its npm package, pinned, into the git-ignored .tools/.
+BUF_VERSION := 1.75.0
+BUF := .tools/node_modules/.bin/buf
+BUF_STAMP := .tools/.buf-$(BUF_VERSION)
+# The released runstore.v1 API that `buf breaking` compares against (see proto-image).
+PROTO_IMAGE := protos/runstore-v1.binpb
 
-.PHONY: install run test test-pg proto lint fmt migrate bench bench-quick check clean
+.PHONY: install run test test-pg proto proto-image lint fmt migrate bench bench-quick check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
 $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
+	@echo "make install: creating $(VENV) with runstore-client, runstore-server and the dev tools (about a minute the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
 	$(BIN)/python -m pip install --quiet -e ./client -e ./server --group dev
 	touch $@
 
-install: $(STAMP)
+$(BUF_STAMP):
+	npm install --prefix .tools --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
+	touch $@
+
+install: $(STAMP) $(BUF_STAMP)
 
 ## Serve on $(LISTEN) with the embedded SQLite database under var/.
 run: install
 	$(BIN)/runstore serve --listen $(LISTEN) --database-url $(DATABASE_URL)
 
-## The whole suite; PostgreSQL tests run when RUNSTORE_TEST_POSTGRES_URL is set.
+## The whole suite; PostgreSQL tests run when RUNSTORE_TEST_POSTGRES_URL is set
+## (the end of the run says how many were skipped otherwise).
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
@@ -30,19 +42,36 @@ test-pg: install
 	RUNSTORE_TEST_POSTGRES_URL=$${RUNSTORE_TEST_POSTGRES_URL:-postgresql://postgres@127.0.0.1:5432/test} \
 		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## Regenerate runstore.v1 from protos/ (committed; must leave no diff).
+## Regenerate runstore.v1 from protos/ (committed; must leave no diff): messages,
+## gRPC stubs, their typed stubs (mypy-protobuf) and the package's re-exports.
 proto: install
+	rm -f client/runstore/v1/*_pb2*.py client/runstore/v1/*_pb2*.pyi
 	$(BIN)/python -m grpc_tools.protoc -Iprotos \
-		--python_out=client --pyi_out=client --grpc_python_out=client $(PROTOS)
+		--plugin=protoc-gen-mypy=$(BIN)/protoc-gen-mypy \
+		--plugin=protoc-gen-mypy_grpc=$(BIN)/protoc-gen-mypy_grpc \
+		--python_out=client --grpc_python_out=client \
+		--mypy_out=quiet:client --mypy_grpc_out=quiet:client \
+		--descriptor_set_out=$(VENV)/runstore-v1.descriptors $(PROTOS)
+	$(BIN)/python scripts/gen_python_init.py $(VENV)/runstore-v1.descriptors client/runstore/v1/__init__.py
+
+## Record the released API that `buf breaking` guards. Run it, and commit
+## $(PROTO_IMAGE), only when a version is released (its CHANGELOG entry names the
+## API), never to silence `make lint`: a break needs a new package (runstore.v2).
+proto-image: install
+	$(BUF) build --exclude-source-info -o $(PROTO_IMAGE)
 
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BUF) lint
+	$(BUF) format -d --exit-code
+	$(BUF) breaking --against $(PROTO_IMAGE)
 
 fmt: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+	$(BUF) format -w
 
 migrate: install
 	$(BIN)/runstore migrate --database-url $(DATABASE_URL)
@@ -58,4 +87,4 @@ bench-quick: install
 check: lint test
 
 clean:
-	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tools var .pytest_cache .mypy_cache .ruff_cache

@@ -7,8 +7,9 @@ session and run IDs.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+import socket
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, closing
 
 import grpc
 import pytest
@@ -57,6 +58,33 @@ _skipped_postgres: list[str] = []
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and "postgres" in report.keywords:
         _skipped_postgres.append(report.nodeid)
+
+
+def _answers(host: str, port: int) -> bool:
+    try:
+        with closing(socket.create_connection((host, port), timeout=0.2)):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Iterator[None]:
+    """One line after every other summary: how many PostgreSQL tests did not
+    run, and how to run them."""
+    yield
+    if _skipped_postgres and not postgres.REQUIRED:
+        local = (
+            "; a server answers at 127.0.0.1:5432, so `make test-pg` runs them there"
+            if _answers("127.0.0.1", 5432)
+            else "; `make test-pg` runs them against postgresql://postgres@127.0.0.1:5432/test"
+        )
+        terminalreporter.write_line(
+            f"{len(_skipped_postgres)} PostgreSQL tests skipped: RUNSTORE_TEST_POSTGRES_URL "
+            f"is not set{local}",
+            yellow=True,
+            bold=True,
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -43,7 +43,7 @@ async def server_process(
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "runstore.server.cli",
+        "runstore.server",
         "serve",
         "--listen",
         "127.0.0.1:0",

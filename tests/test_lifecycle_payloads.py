@@ -606,7 +606,7 @@ def test_run_completed_failure_encoding_writes_every_field_in_struct_order() -> 
 
 
 def test_failure_encoding_omits_empty_fields_and_always_writes_retryable() -> None:
-    """§1.4: omitempty everywhere except retryable; http_status omitted when 0."""
+    """§5.3: omitempty everywhere except retryable; http_status omitted when 0."""
     payload = RunCompletedPayload("failed", "failed", failure=RunFailure(message="m", kind="k"))
     assert lifecycle.encode_run_completed(payload) == (
         b'{"status":"failed","phase":"failed","failure":{"message":"m","kind":"k","retryable":false}}'

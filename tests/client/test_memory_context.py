@@ -148,8 +148,8 @@ async def test_plain_transcript_messages_are_accepted(contexts: RemoteContextSto
     assert messages == (ContextMessage("user", (TextPart("Hello"),)),) and cursor == ""
 
 
-async def test_seed_004_continuation_with_a_stale_saver(contexts: RemoteContextStore) -> None:
-    """Seed 004: runs continue from the stored context; two runs saving from the
+async def test_context_continuation_with_a_stale_saver(contexts: RemoteContextStore) -> None:
+    """§12.1: runs continue from the stored context; two runs saving from the
     same version produce one successor and one stale writer who reloads."""
     key = unique("conversation")
     assert await contexts.load_context(key) is None

@@ -1,4 +1,4 @@
-"""ContextStore: the versioned conversation context and its transcript (seed 004, D5).
+"""ContextStore: the versioned conversation context and its transcript (§12.1, D5).
 
 A snapshot per key replaced only by a save naming the current version; the last
 N versions stay readable; an append-only transcript per key. Everything goes
@@ -197,7 +197,7 @@ async def test_save_with_expected_version_zero_creates_version_one(store: Store)
 
 
 async def test_save_from_the_current_version_makes_the_next(store: Store) -> None:
-    """seed 004: each successful run replaces the stored state; versions go up by one."""
+    """§12.1: each successful run replaces the stored state; versions go up by one."""
     key = unique("ctx")
     snaps = [snapshot(user(f"turn {i}")) for i in range(4)]
     versions = [await save(store, key, snaps[0], 0)]
@@ -224,7 +224,7 @@ async def test_empty_snapshot_is_a_valid_state(store: Store) -> None:
 async def test_stale_expected_version_is_aborted_with_the_current_one(
     store: Store, expected: int, note: str
 ) -> None:
-    """seed 004 / D5: an older result never overwrites a newer one: ABORTED,
+    """§12.1, D5: an older result never overwrites a newer one: ABORTED,
     CONTEXT_VERSION_CONFLICT, metadata current_version and permanent=true; nothing
     changes (stale-by-one with a different snapshot is not a retry)."""
     key = unique("ctx")
@@ -694,7 +694,7 @@ async def test_the_valid_base_message_is_accepted(store: Store) -> None:
 async def test_save_rejects_a_malformed_snapshot(
     store: Store, mutate: Mutation, field: str
 ) -> None:
-    """seed 004 / D5 shape rules: INVALID_ARGUMENT with the offending field; the
+    """§12.1 shape rules: INVALID_ARGUMENT with the offending field; the
     stored versions are unchanged."""
     key = unique("ctx")
     await save(store, key, snapshot(user("v1")), 0)
@@ -878,7 +878,7 @@ def assert_raw_fields(got: ctx.ContextSnapshot) -> None:
 async def test_snapshot_of_every_message_and_block_kind_round_trips_byte_exact(
     store: Store,
 ) -> None:
-    """seed 004: the stored record keeps image bytes or URLs, metadata, tool call IDs
+    """§12.1: the stored record keeps image bytes or URLs, metadata, tool call IDs
     and names, raw arguments, results and thinking signatures: what comes back
     serialises to exactly what was sent, and every raw bytes field is identical."""
     key = unique("ctx")
@@ -907,11 +907,11 @@ async def test_transcript_messages_of_every_kind_round_trip_byte_exact(store: St
     assert (retry.first_position, retry.count, retry.inserted) == (0, len(sent), False)
 
 
-# --- Seed 004 end to end -------------------------------------------------------------
+# --- The continuation loop end to end (§12.1) -------------------------------------
 
 
-async def test_seed_004_conversation_continues_across_runs_and_races(store: Store) -> None:
-    """seed 004: run 1 stores its context; run 2 loads it and stores a successor; two
+async def test_conversation_continues_across_runs_and_races(store: Store) -> None:
+    """§12.1: run 1 stores its context; run 2 loads it and stores a successor; two
     runs continue from the same version concurrently: one wins, the other is told
     the winner's version, reloads and saves again; nothing is lost."""
     key = unique("conversation")

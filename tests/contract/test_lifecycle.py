@@ -1,6 +1,6 @@
 """Lifecycle changes, repairs and checkpoints (§9.4, §9.5, §9.6.2, §10.1, §14.16–21).
 
-Upstream tests 16–24 of inmem/store_test.go (upstream_facts §4.1) are mirrored
+Upstream's in-memory store tests of these methods (§14.16–§14.21) are mirrored
 here; every rejected command is also checked to have written nothing.
 """
 
@@ -506,7 +506,7 @@ async def test_suspension_retry_with_changed_timestamp_is_event_conflict(store: 
     "status", [pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_FAILED, pb.RUN_STATUS_CANCELED]
 )
 async def test_terminal_after_suspension_conflicts(store: Store, status: int) -> None:
-    """Facts §5.10: suspension fills the terminal slot too."""
+    """§9.4.2 step 7: suspension fills the terminal slot too."""
     run = await store.root()
     await store.runtime.RecordRunSuspension(run.suspension_request())
     await rejects(
@@ -625,7 +625,7 @@ async def test_repair_terminal_never_overrides_another_ending(store: Store) -> N
 
 
 async def test_repair_terminal_on_suspended_run_is_different_terminal(store: Store) -> None:
-    """Facts §5.10: status SUSPENDED, nothing written."""
+    """§9.5.1 step 2: status SUSPENDED, nothing written."""
     run = await store.root()
     await store.runtime.RecordRunSuspension(run.suspension_request())
     before = await snapshot(store, run)
@@ -641,7 +641,7 @@ async def test_repair_terminal_on_suspended_run_is_different_terminal(store: Sto
 async def test_repair_terminal_of_a_stop_run_recognises_its_own_completion(
     store: Store,
 ) -> None:
-    """Facts §2.10: an ended-session start already stored its canceled completion."""
+    """§9.2.1, §10.1: an ended-session start already stored its canceled completion."""
     session = await store.session()
     await store.end(session)
     run = run_start(session_id=session)
@@ -748,7 +748,7 @@ async def test_repair_suspension_never_overrides_another_ending(store: Store) ->
 
 
 async def test_repairs_still_raise_validation_errors(store: Store) -> None:
-    """Facts §5.9: validation runs before the terminal check."""
+    """§9.5.1 step 1: validation runs before the terminal check."""
     run = await store.root()
     await store.runtime.RecordRunTerminal(run.terminal_request())
     await rejects(
@@ -946,7 +946,7 @@ LIFECYCLE_METHODS = [
 async def test_lifecycle_commands_on_missing_runs_are_run_not_found(
     store: Store, method: str, run_id: str
 ) -> None:
-    """§9.4 preamble; facts §5.13: the run is loaded before validation, so even
+    """§9.4 preamble: the run is loaded before validation, so even
     the empty run ID is RUN_NOT_FOUND rather than a validation error."""
     run = await store.root()
     request = _requests(run)[method]

@@ -261,7 +261,7 @@ async def test_end_session_requires_ended_at(store: Store, ended_at: Timestamp |
 
 
 async def test_end_session_checks_ended_at_before_the_lookup(store: Store) -> None:
-    """Facts §2.16 step 1: a missing time is reported even for an unknown session."""
+    """§9.1.4 step 1: a missing time is reported even for an unknown session."""
     await fails_with(
         store.admin.EndSession(sa.EndSessionRequest(session_id=unique("ghost"))),
         INVALID,

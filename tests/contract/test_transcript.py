@@ -1,4 +1,4 @@
-"""ListRunTranscriptRecords (§9.6.5, §6.5, §14.25; upstream transcript_test, facts §2.14)."""
+"""ListRunTranscriptRecords (§9.6.5, §6.5, §14.25; mirrors upstream's transcript tests)."""
 
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ async def test_smaller_limits_page_with_the_last_id_as_cursor(store: Store) -> N
 async def test_cursor_is_set_only_when_another_transcript_record_is_in_range(
     store: Store,
 ) -> None:
-    """Facts §2.14 step 7: a full page followed only by non-transcript records,
+    """§9.6.5 step 7: a full page followed only by non-transcript records,
     or by records after the end, has no cursor."""
     run, ids = await history(store, [64, 64])
     note = await append(store, run.record("note", "planner_note"))
@@ -177,7 +177,7 @@ async def test_a_record_over_one_mebibyte_is_refused(store: Store) -> None:
 
 
 async def test_an_oversized_record_fails_only_the_pages_that_reach_it(store: Store) -> None:
-    """Facts §2.14 step 7: records gathered before it are discarded; pages that end
+    """§9.6.5 step 6: records gathered before it are discarded; pages that end
     earlier are served."""
     run, (small, big, after) = await history(store, [64, MIB + 1, 64])
     await fails_with(
@@ -265,7 +265,7 @@ async def test_after_must_be_a_transcript_record_at_or_before_the_end(
         "non-canonical": "02",
     }[case]
     through = ids[1] if case == "beyond-end" else last
-    # The message names the run (facts §2.14 step 5).
+    # The message names the run (§9.6.5 step 3).
     failure = await fails_with(
         store.runtime.ListRunTranscriptRecords(request(run.id, through, after=after)),
         INVALID,
@@ -279,7 +279,7 @@ async def test_after_must_be_a_transcript_record_at_or_before_the_end(
 async def test_through_must_name_a_record_of_the_run_canonically(
     store: Store, through: str
 ) -> None:
-    """Facts §2.14 step 4: IDs compare as exact strings, so "01" names no record."""
+    """§9.6.5 step 4: IDs compare as exact strings, so "01" names no record."""
     run, ids = await history(store, [64])
     assert ids == ["2"]
     await invalid_position(store, request(run.id, through))

@@ -2,7 +2,7 @@
 
 These functions run before any transaction, so they are tested alone with core
 model values (times are int nanoseconds). Texts and check order are the upstream
-ones (upstream_facts.md §1.1, §1.3, §3.x); where a record fails two rules the
+ones (V1, V3 and the method sections of §9); where a record fails two rules the
 earlier rule must win.
 """
 
@@ -26,17 +26,15 @@ from runstore.contract.errors import (
     RunstoreError,
     ValidationError,
 )
+from runstore.contract.model import Checkpoint, RunStartOutcome, RunStatus
 from runstore.server.core import paging, validation
 from runstore.server.core.model import (
     NANOS_PER_MILLI,
-    Checkpoint,
     Page,
-    Record,
-    Run,
+    RecordDraft,
+    RunRecord,
     RunStart,
-    RunStatus,
-    StartOutcome,
-    StoredRecord,
+    RunState,
 )
 
 MS = NANOS_PER_MILLI
@@ -58,7 +56,7 @@ def raises(call: Callable[[], Any], kind: type[RunstoreError]) -> RunstoreError:
     return info.value
 
 
-def record(**overrides: Any) -> Record:
+def record(**overrides: Any) -> RecordDraft:
     """An ordinary record that passes V1 and V2."""
     values: dict[str, Any] = {
         "event_key": "note-1",
@@ -71,7 +69,7 @@ def record(**overrides: Any) -> Record:
         "timestamp": T0,
     }
     values.update(overrides)
-    return Record(**values)
+    return RecordDraft(**values)
 
 
 def root_run(**overrides: Any) -> RunStart:
@@ -110,7 +108,7 @@ def started_payload(run: RunStart, **overrides: Any) -> bytes:
     return lifecycle.encode_run_started(lifecycle.RunStartedPayload(**values))
 
 
-def started(run: RunStart, **overrides: Any) -> Record:
+def started(run: RunStart, **overrides: Any) -> RecordDraft:
     """The ``run_started`` record that agrees with ``run`` (V4)."""
     values: dict[str, Any] = {
         "event_key": "started",
@@ -155,7 +153,7 @@ def failed_payload(labels: Mapping[str, str]) -> bytes:
     return completed_payload(lifecycle.COMPLETION_FAILED, "failed", labels=labels, failure=failure)
 
 
-def canceled(run: RunStart, **overrides: Any) -> Record:
+def canceled(run: RunStart, **overrides: Any) -> RecordDraft:
     """The ended-session ``run_completed`` record every session start carries (V5)."""
     values: dict[str, Any] = {
         "event_key": "stopped",
@@ -181,7 +179,7 @@ def link_payload(run: RunStart, **overrides: Any) -> bytes:
     return lifecycle.encode_child_run_linked(lifecycle.ChildRunLinkedPayload(**values))
 
 
-def link(run: RunStart, **overrides: Any) -> Record:
+def link(run: RunStart, **overrides: Any) -> RecordDraft:
     """The ``child_run_linked`` record written on the parent run (V6)."""
     values: dict[str, Any] = {
         "event_key": "link",
@@ -196,7 +194,7 @@ def link(run: RunStart, **overrides: Any) -> Record:
     return record(**values)
 
 
-def stored_run(**overrides: Any) -> Run:
+def stored_run(**overrides: Any) -> RunState:
     values: dict[str, Any] = {
         "run_id": "run-1",
         "agent_id": "agent",
@@ -204,16 +202,16 @@ def stored_run(**overrides: Any) -> Run:
         "parent_run_id": "",
         "started_at": T0,
         "labels": {"site": "one"},
-        "start_outcome": StartOutcome.PROCEED,
+        "start_outcome": RunStartOutcome.PROCEED,
         "status": RunStatus.RUNNING,
         "cancellation_reason": "",
         "updated_at": T0,
     }
     values.update(overrides)
-    return Run(**values)
+    return RunState(**values)
 
 
-def owned_by(run: Run, **overrides: Any) -> Record:
+def owned_by(run: RunState, **overrides: Any) -> RecordDraft:
     return record(
         **{
             "run_id": run.run_id,
@@ -225,14 +223,14 @@ def owned_by(run: Run, **overrides: Any) -> Record:
 
 
 def cancellation(
-    run: Run, reason: str = lifecycle.REASON_USER_REQUESTED, **overrides: Any
-) -> Record:
+    run: RunState, reason: str = lifecycle.REASON_USER_REQUESTED, **overrides: Any
+) -> RecordDraft:
     payload = lifecycle.encode_cancellation_intent(lifecycle.CancellationIntentPayload(reason))
     values = {"event_key": "cancel", "type": lifecycle.CANCELLATION_INTENT, "payload": payload}
     return owned_by(run, **{**values, **overrides})
 
 
-def suspended(run: Run, suspension_id: str = "susp-1", **overrides: Any) -> Record:
+def suspended(run: RunState, suspension_id: str = "susp-1", **overrides: Any) -> RecordDraft:
     payload = lifecycle.encode_run_suspended(
         lifecycle.RunSuspendedPayload(suspension_id, version="v6", pending_count=1)
     )
@@ -240,7 +238,7 @@ def suspended(run: Run, suspension_id: str = "susp-1", **overrides: Any) -> Reco
     return owned_by(run, **{**values, **overrides})
 
 
-def terminal(run: Run, payload: bytes | None = None, **overrides: Any) -> Record:
+def terminal(run: RunState, payload: bytes | None = None, **overrides: Any) -> RecordDraft:
     if payload is None:
         payload = completed_payload(labels=run.labels)
     values = {"event_key": "done", "type": lifecycle.RUN_COMPLETED, "payload": payload}
@@ -277,7 +275,7 @@ def test_envelope_reports_every_rule_in_the_documented_order() -> None:
     ]
     err = raises(lambda: validation.check_record_envelope(None, "record"), ValidationError)
     assert (err.message, err.field) == ("run record is required", "record")
-    rec = Record("", "", "", "", "", "", b"", None)
+    rec = RecordDraft("", "", "", "", "", "", b"", None)
     for name, fixed, message, field in steps:
         err = raises(partial(validation.check_record_envelope, rec, "record"), ValidationError)
         assert (err.message, err.field) == (message, field)
@@ -1512,7 +1510,7 @@ def test_recorded_cancellation_does_not_force_a_canceled_ending(status: RunStatu
 
 
 def test_create_session_needs_id_then_time() -> None:
-    """§2.15 order: id first, then created_at."""
+    """§9.1.1 step 1 order: id first, then created_at."""
     err = raises(lambda: validation.check_session_command("", None, "created_at"), ValidationError)
     assert (err.message, err.field) == ("session id is required", "session_id")
     err = raises(lambda: validation.check_session_command("s", None, "created_at"), ValidationError)
@@ -1521,7 +1519,7 @@ def test_create_session_needs_id_then_time() -> None:
 
 
 def test_end_session_checks_only_the_time() -> None:
-    """§2.16: no empty-ID check (an empty ID is reported as not found later)."""
+    """§9.1.4 step 1: no empty-ID check (an empty ID is reported as not found later)."""
     validation.check_session_command("", T0, "ended_at")
     err = raises(lambda: validation.check_session_command("", None, "ended_at"), ValidationError)
     assert (err.message, err.field) == ("ended_at is required", "ended_at")
@@ -1586,15 +1584,15 @@ def test_record_id_accepts_canonical_ids(text: str, value: int) -> None:
     "text", ["", "0", "01", "00", "+1", "-1", " 1", "1a", "1_0", "²", "٣", "9223372036854775808"]
 )
 def test_record_id_rejects_non_canonical_text(text: str) -> None:
-    """§2.14: IDs compare as exact strings, so "01" names no record."""
+    """§9.6.5 step 4: IDs compare as exact strings, so "01" names no record."""
     assert paging.parse_record_id(text) is None
 
 
 # --- Paging: page cutting -------------------------------------------------------------------------
 
 
-def stored(record_id: int, size: int = 2, run_id: str = "run-1") -> StoredRecord:
-    return StoredRecord(
+def stored(record_id: int, size: int = 2, run_id: str = "run-1") -> RunRecord:
+    return RunRecord(
         id=record_id,
         event_key=f"k{record_id}",
         run_id=run_id,
@@ -1607,7 +1605,7 @@ def stored(record_id: int, size: int = 2, run_id: str = "run-1") -> StoredRecord
     )
 
 
-def positioned(*sizes: int, first: int = 1) -> list[tuple[int, StoredRecord]]:
+def positioned(*sizes: int, first: int = 1) -> list[tuple[int, RunRecord]]:
     return [(first + i, stored(first + i, size)) for i, size in enumerate(sizes)]
 
 
@@ -1654,7 +1652,7 @@ def test_cut_page_always_returns_at_least_one_record() -> None:
 
 
 def test_transcript_page_caps_the_record_count() -> None:
-    """§2.14 step 7 / upstream transcript test 3 shape: cursor = ID of the last record."""
+    """§9.6.5 step 6: a full page's cursor is the ID of its last record."""
     rows = [stored(i, 256) for i in range(2, 6)]
     page = paging.cut_transcript_page(rows, 3)
     assert ([r.id for r in page.events], page.next_cursor) == ([2, 3, 4], "4")
@@ -1694,7 +1692,7 @@ def test_transcript_page_rejects_an_oversize_record_when_reached() -> None:
 
 
 def test_transcript_page_oversize_record_beyond_the_page_is_not_an_error() -> None:
-    """upstream_facts §5.17: the error occurs only when iteration reaches the record."""
+    """§9.6.5 step 6: the error occurs only when iteration reaches the record."""
     rows = [stored(2, 10), stored(3, MIB + 1)]
     page = paging.cut_transcript_page(rows, 1)
     assert ([r.id for r in page.events], page.next_cursor) == ([2], "2")

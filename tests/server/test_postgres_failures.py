@@ -11,9 +11,10 @@ import grpc
 import pytest
 
 from runstore.contract.errors import AbortedError, UnavailableError
+from runstore.contract.model import SessionStatus
 from runstore.server.app import build_server, create_stores
 from runstore.server.config import ServerConfig
-from runstore.server.core.model import Session, SessionStatus
+from runstore.server.core.model import Session
 from runstore.server.core.ports import Transaction
 from runstore.server.db import migrate
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, asyncpg_dsn

@@ -1,10 +1,17 @@
-"""``runstore serve`` as a real process: start-up, and a clean stop on SIGTERM."""
+"""``runstore serve`` as a real process: start-up, and a clean stop on SIGTERM.
+
+The processes run as ``python -m runstore.server``, so that entry point is
+exercised by every test here.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import signal
+import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +79,19 @@ class GatedDatabase:
         self.all_waiting = asyncio.Event()
         self.expected = 0
 
-    async def write(self, fn: Any, **options: Any) -> Any:
+    async def _pass_gate(self) -> None:
         self.waiting += 1
         if self.waiting == self.expected:
             self.all_waiting.set()
         await self.gate.wait()
+
+    async def write(self, fn: Any) -> Any:
+        await self._pass_gate()
         return await self.inner.write(fn)
+
+    async def append_if_writable(self, record: Any) -> Any:
+        await self._pass_gate()
+        return await self.inner.append_if_writable(record)
 
     async def read(self, fn: Any) -> Any:
         return await self.inner.read(fn)
@@ -116,3 +130,14 @@ async def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(tmp_path: 
     assert [record.event_key for record in page.events] == ["started"] + [
         f"k{i}" for i in range(20)
     ]
+
+
+def test_version_is_the_installed_distribution_version() -> None:
+    """``runstore --version`` and ``python -m runstore.server --version`` agree
+    with the installed runstore-server."""
+    script = Path(sys.executable).with_name("runstore")
+    for command in ([str(script)], [sys.executable, "-m", "runstore.server"]):
+        done = subprocess.run(
+            [*command, "--version"], capture_output=True, text=True, timeout=60, check=True
+        )
+        assert done.stdout.strip() == f"runstore {metadata.version('runstore-server')}"

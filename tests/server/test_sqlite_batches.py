@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from runstore.contract.errors import InternalError, RunstoreError, ValidationError
-from runstore.server.core.model import Session, SessionStatus
+from runstore.contract.model import SessionStatus
+from runstore.server.core.model import Session
 from runstore.server.core.ports import Transaction
 from runstore.server.db import migrate
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions

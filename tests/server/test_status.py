@@ -9,7 +9,7 @@ from google.rpc import error_details_pb2, status_pb2
 from runstore.contract import errors
 from runstore.server.status import to_status
 
-# reason -> (gRPC code, permanent), transcribed from STORE_CONTRACT §11.3 and D4.
+# reason -> (gRPC code, permanent), transcribed from docs/errors.md (§11.3, D4).
 EXPECTED = {
     "SESSION_NOT_FOUND": ("NOT_FOUND", True),
     "SESSION_PURGED": ("FAILED_PRECONDITION", True),

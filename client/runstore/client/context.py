@@ -22,7 +22,6 @@ from datetime import datetime
 from typing import Any, TypeAlias, cast
 
 from runstore.client import convert
-from runstore.client.memory import AppendOutcome
 from runstore.client.remote import _Client
 from runstore.client.transcript import (
     CacheCheckpointPart,
@@ -42,6 +41,7 @@ from runstore.client.transcript import (
     encode_json,
 )
 from runstore.contract.errors import ContextNotFoundError
+from runstore.contract.model import AppendOutcome
 from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import context_store_pb2_grpc as ctx_grpc
 

@@ -2,65 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from runstore.client import model
+from runstore.contract import wire
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import types_pb2 as pb
 
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-SESSION_STATUS: Final[Mapping[int, model.SessionStatus]] = {
-    pb.SESSION_STATUS_ACTIVE: model.SessionStatus.ACTIVE,
-    pb.SESSION_STATUS_ENDED: model.SessionStatus.ENDED,
-}
-RUN_STATUS: Final[Mapping[int, model.RunStatus]] = {
-    pb.RUN_STATUS_RUNNING: model.RunStatus.RUNNING,
-    pb.RUN_STATUS_SUSPENDED: model.RunStatus.SUSPENDED,
-    pb.RUN_STATUS_COMPLETED: model.RunStatus.COMPLETED,
-    pb.RUN_STATUS_FAILED: model.RunStatus.FAILED,
-    pb.RUN_STATUS_CANCELED: model.RunStatus.CANCELED,
-}
-RUN_STATUS_TO_WIRE: Final[Mapping[model.RunStatus, pb.RunStatus]] = {
-    model.RunStatus.RUNNING: pb.RUN_STATUS_RUNNING,
-    model.RunStatus.SUSPENDED: pb.RUN_STATUS_SUSPENDED,
-    model.RunStatus.COMPLETED: pb.RUN_STATUS_COMPLETED,
-    model.RunStatus.FAILED: pb.RUN_STATUS_FAILED,
-    model.RunStatus.CANCELED: pb.RUN_STATUS_CANCELED,
-}
-START_OUTCOME: Final[Mapping[int, model.RunStartOutcome]] = {
-    pb.RUN_START_OUTCOME_PROCEED: model.RunStartOutcome.PROCEED,
-    pb.RUN_START_OUTCOME_STOP: model.RunStartOutcome.STOP,
-}
-REPAIR_OUTCOME: Final[Mapping[int, model.RunRepairOutcome]] = {
-    pb.RUN_REPAIR_OUTCOME_STORED: model.RunRepairOutcome.STORED,
-    pb.RUN_REPAIR_OUTCOME_ALREADY_STORED: model.RunRepairOutcome.ALREADY_STORED,
-    pb.RUN_REPAIR_OUTCOME_DIFFERENT_TERMINAL: model.RunRepairOutcome.DIFFERENT_TERMINAL,
-}
+# The tables under their client names (the wire's own names are in ``runstore.contract.wire``).
+SESSION_STATUS = wire.SESSION_STATUS_FROM_WIRE
+RUN_STATUS = wire.RUN_STATUS_FROM_WIRE
+RUN_STATUS_TO_WIRE = wire.RUN_STATUS_TO_WIRE
+START_OUTCOME = wire.START_OUTCOME_FROM_WIRE
+REPAIR_OUTCOME = wire.REPAIR_OUTCOME_FROM_WIRE
 
 
 # --- Times --------------------------------------------------------------------
 
 
 def timestamp(moment: datetime) -> Timestamp:
-    """A protobuf Timestamp of an aware ``datetime`` (naive values are rejected:
-    the contract's times are instants)."""
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError(f"timestamps must be timezone-aware (UTC), got naive {moment!r}")
-    delta = moment - _EPOCH
-    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    seconds, remainder = divmod(micros, 1_000_000)
-    return Timestamp(seconds=seconds, nanos=remainder * 1000)
+    """A protobuf Timestamp of an aware ``datetime`` (naive values are rejected)."""
+    return wire.timestamp_of_datetime(moment)
 
 
 def from_timestamp(stamp: Timestamp) -> datetime:
-    """A UTC ``datetime``; sub-microsecond digits (full-precision session times)
-    are truncated, as ``datetime`` cannot hold them."""
-    return _EPOCH + timedelta(seconds=stamp.seconds, microseconds=stamp.nanos // 1000)
+    """A UTC ``datetime``, truncated to microseconds."""
+    return wire.datetime_of_timestamp(stamp)
 
 
 # --- Values -----------------------------------------------------------------------
@@ -68,11 +39,7 @@ def from_timestamp(stamp: Timestamp) -> datetime:
 
 def run_start(run: model.RunStart) -> pb.RunStart:
     return pb.RunStart(
-        run_id=run.run_id,
-        agent_id=run.agent_id,
-        session_id=run.session_id,
-        parent_run_id=run.parent_run_id,
-        predecessor_run_id=run.predecessor_run_id,
+        **wire.copy_fields(run, wire.RUN_START_FIELDS),
         started_at=timestamp(run.started_at),
         labels=dict(run.labels),
     )
@@ -80,13 +47,7 @@ def run_start(run: model.RunStart) -> pb.RunStart:
 
 def record(value: model.RunRecord) -> pb.RunRecord:
     return pb.RunRecord(
-        event_key=value.event_key,
-        run_id=value.run_id,
-        agent_id=value.agent_id,
-        session_id=value.session_id,
-        turn_id=value.turn_id,
-        type=value.type,
-        payload=value.payload,
+        **wire.copy_fields(value, wire.RECORD_FIELDS),
         timestamp=timestamp(value.timestamp),
     )
 
@@ -94,13 +55,7 @@ def record(value: model.RunRecord) -> pb.RunRecord:
 def from_record(message: pb.RunRecord) -> model.RunRecord:
     return model.RunRecord(
         id=message.id,
-        event_key=message.event_key,
-        run_id=message.run_id,
-        agent_id=message.agent_id,
-        session_id=message.session_id,
-        turn_id=message.turn_id,
-        type=message.type,
-        payload=message.payload,
+        **wire.copy_fields(message, wire.RECORD_FIELDS),
         timestamp=from_timestamp(message.timestamp),
     )
 
@@ -129,15 +84,11 @@ def from_session(message: pb.Session) -> model.Session:
 
 def from_run_meta(message: pb.RunMeta) -> model.RunMeta:
     return model.RunMeta(
-        run_id=message.run_id,
-        agent_id=message.agent_id,
-        session_id=message.session_id,
-        parent_run_id=message.parent_run_id,
+        **wire.copy_fields(message, wire.RUN_META_FIELDS),
         started_at=from_timestamp(message.started_at),
         labels=dict(message.labels),
         start_outcome=START_OUTCOME[message.start_outcome],
         status=RUN_STATUS[message.status],
-        cancellation_reason=message.cancellation_reason,
         updated_at=from_timestamp(message.updated_at),
     )
 
@@ -195,12 +146,12 @@ def run_cancellation(command: model.RunCancellation) -> rs.RecordRunCancellation
 
 
 def run_suspension(command: model.RunSuspension) -> dict[str, Any]:
-    """Fields shared by RecordRunSuspensionRequest and RepairRunSuspensionRequest."""
-    return {
-        "run_id": command.run_id,
-        "suspension": checkpoint(command.suspension),
-        "record": record(command.record),
-    }
+    """Fields shared by RecordRunSuspensionRequest and RepairRunSuspensionRequest;
+    a missing checkpoint is left unset for the server to reject."""
+    fields: dict[str, Any] = {"run_id": command.run_id, "record": record(command.record)}
+    if command.suspension is not None:
+        fields["suspension"] = checkpoint(command.suspension)
+    return fields
 
 
 def run_terminal(command: model.RunTerminal) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 from runstore.client import convert
 from runstore.client.remote import _Client
 from runstore.client.transcript import JSONObject, JSONValue, decode_json, encode_json
+from runstore.contract.model import AppendOutcome
 from runstore.v1 import memory_store_pb2 as ms
 from runstore.v1 import memory_store_pb2_grpc as ms_grpc
 
@@ -50,15 +51,6 @@ class MemorySnapshot:
     run_id: str
     events: tuple[MemoryEvent, ...]
     meta: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class AppendOutcome:
-    """Where an append put its events; ``inserted`` is False on an idempotent replay."""
-
-    first_position: int
-    count: int
-    inserted: bool
 
 
 # --- Event builders (§12) ---------------------------------------------------------

@@ -48,12 +48,6 @@ __all__ = [
     "run_terminal",
 ]
 
-_COMPLETION = {
-    RunStatus.COMPLETED: (lifecycle.COMPLETION_SUCCESS, "completed"),
-    RunStatus.FAILED: (lifecycle.COMPLETION_FAILED, "failed"),
-    RunStatus.CANCELED: (lifecycle.COMPLETION_CANCELED, "canceled"),
-}
-
 
 class RunOwner(Protocol):
     """Anything that names a run's owner: a ``RunStart`` or a ``RunMeta``."""
@@ -214,9 +208,9 @@ def run_completed_record(
     ``engine_canceled`` when nobody asked (§10.1); a failed one a failure with a
     message and a kind.
     """
-    if status not in _COMPLETION:
+    if status not in lifecycle.TERMINAL_COMPLETION:
         raise ValueError(f"run_completed needs completed, failed or canceled, not {status}")
-    completion, phase = _COMPLETION[status]
+    completion, phase = lifecycle.TERMINAL_COMPLETION[status]
     if status is RunStatus.CANCELED and cancellation_reason is None:
         cancellation_reason = lifecycle.REASON_ENGINE_CANCELED
     payload = lifecycle.RunCompletedPayload(

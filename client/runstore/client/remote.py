@@ -55,6 +55,8 @@ from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import session_admin_pb2_grpc as sa_grpc
 
 T = TypeVar("T")
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -140,8 +142,10 @@ class _Client:
         self._on_retry = on_retry
         self._clock = clock
 
-    async def _call(self, method: Any, request: Any) -> Any:
-        async def attempt(seconds: float | None) -> Any:
+    async def _call(
+        self, method: grpc.aio.UnaryUnaryMultiCallable[Req, Resp], request: Req
+    ) -> Resp:
+        async def attempt(seconds: float | None) -> Resp:
             try:
                 return await method(request, timeout=seconds, metadata=self.metadata or None)
             except grpc.aio.AioRpcError as error:

@@ -1,4 +1,4 @@
-"""The error tree shared by the server and the client (STORE_CONTRACT §11, D4).
+"""The error tree shared by the server and the client (docs/contract.md §11, D4).
 
 Every error has a stable ``reason`` (the ErrorInfo reason on the wire), a gRPC
 status code name and a ``permanent`` flag. The server raises these classes, maps

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from runstore.contract.errors import quote
+from runstore.contract.model import RunStatus
 
 RUN_STARTED: Final = "run_started"
 CHILD_RUN_LINKED: Final = "child_run_linked"
@@ -40,6 +41,13 @@ TRANSCRIPT_TYPES: Final = frozenset({TRANSCRIPT_SEEDED, TRANSCRIPT_APPENDED})
 COMPLETION_SUCCESS: Final = "success"
 COMPLETION_FAILED: Final = "failed"
 COMPLETION_CANCELED: Final = "canceled"
+
+TERMINAL_COMPLETION: Final[Mapping[RunStatus, tuple[str, str]]] = {
+    RunStatus.COMPLETED: (COMPLETION_SUCCESS, "completed"),
+    RunStatus.FAILED: (COMPLETION_FAILED, "failed"),
+    RunStatus.CANCELED: (COMPLETION_CANCELED, "canceled"),
+}
+"""A RecordRunTerminal status -> the (status, phase) its ``run_completed`` carries (§5.3)."""
 
 # Cancellation reasons with fixed meanings (§10.1).
 REASON_USER_REQUESTED: Final = "user_requested"

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
 from runstore.server import app, config
 from runstore.server.db import migrate
@@ -14,6 +15,9 @@ from runstore.server.db import migrate
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="runstore", description="The Goa-AI runtime store.")
+    parser.add_argument(
+        "--version", action="version", version=f"runstore {metadata.version('runstore-server')}"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve gRPC")
     config.add_arguments(serve)
@@ -24,7 +28,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    settings = config.load(args)
+    try:
+        settings = config.load(args)
+    except config.ConfigError as exc:
+        print(f"runstore: {exc}", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

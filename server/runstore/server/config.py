@@ -3,69 +3,115 @@
 Every setting is a field of ``ServerConfig`` with its flag and variable named
 after it (``sqlite_synchronous`` is ``--sqlite-synchronous`` and
 ``RUNSTORE_SQLITE_SYNCHRONOUS``). A flag beats the variable, which beats the
-default.
+default. The fields' defaults are the only ones: the core and the database
+backends take theirs from ``DEFAULTS``, which is why this module imports
+nothing but the standard library. A field's ``check`` (in its metadata) is a
+pure function that says what is wrong with a value; a bad value is a
+``ConfigError`` naming the flag, whichever way the value came in.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Final
 
 DEFAULT_DATABASE_URL = "sqlite:///var/runstore.db"
+
+SQLITE_SYNCHRONOUS_LEVELS: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
+LOG_LEVELS: Final = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+
+
+class ConfigError(ValueError):
+    """A setting the server cannot use; the message is one line that names the flag."""
+
+
+# --- Value checks: each says what is wrong with a value, or None ---------------
+
+Check = Callable[[Any], "str | None"]
+
+
+def positive(value: Any) -> str | None:
+    return None if value > 0 else "must be greater than 0"
+
+
+def non_negative(value: Any) -> str | None:
+    return None if value >= 0 else "must not be negative"
+
+
+def one_of(*choices: str) -> Check:
+    """Any of ``choices``, in any letter case."""
+
+    def check(value: Any) -> str | None:
+        return None if str(value).upper() in choices else f"must be one of {', '.join(choices)}"
+
+    return check
+
+
+def listen_address(value: Any) -> str | None:
+    """``host:port`` (``[v6]:port`` for IPv6) with a port from 0 to 65535, or a ``unix:`` path."""
+    text = str(value)
+    if text.startswith(("unix:", "unix-abstract:")):
+        return None if text.partition(":")[2] else "needs a path after unix:"
+    host, colon, port = text.rpartition(":")
+    if not colon or not host:
+        return "must be host:port"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        return "must end in a port from 0 to 65535"
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        return "must put an IPv6 host in brackets ([::1]:port)"
+    return None
+
+
+def _setting(default: Any, help: str, check: Check | None = None) -> Any:
+    """A ServerConfig field: its default, its help text and its value check."""
+    metadata: dict[str, Any] = {"help": help}
+    if check is not None:
+        metadata["check"] = check
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    listen: str = field(
-        default="127.0.0.1:50051", metadata={"help": "address to serve gRPC on (host:port)"}
+    listen: str = _setting(
+        "127.0.0.1:50051", "address to serve gRPC on (host:port)", listen_address
     )
-    database_url: str = field(
-        default=DEFAULT_DATABASE_URL,
-        metadata={"help": "sqlite:///path/to/file.db or postgresql://user@host/db"},
+    database_url: str = _setting(
+        DEFAULT_DATABASE_URL, "sqlite:///path/to/file.db or postgresql://user@host/db"
     )
-    migrate: bool = field(
-        default=False,
-        metadata={"help": "upgrade the schema to head before serving"},
+    migrate: bool = _setting(False, "upgrade the schema to head before serving")
+    sqlite_synchronous: str = _setting(
+        "FULL",
+        "SQLite durability: FULL (every commit survives power loss) or NORMAL "
+        "(a power loss may drop the last commits; never corrupts)",
+        one_of(*SQLITE_SYNCHRONOUS_LEVELS),
     )
-    sqlite_synchronous: str = field(
-        default="FULL",
-        metadata={
-            "help": "SQLite durability: FULL (every commit survives power loss) or NORMAL "
-            "(a power loss may drop the last commits; never corrupts)"
-        },
+    sqlite_readers: int = _setting(2, "SQLite reader threads", positive)
+    pg_pool_min: int = _setting(2, "PostgreSQL pool: connections kept", non_negative)
+    pg_pool_max: int = _setting(16, "PostgreSQL pool: connections at most", positive)
+    pg_connect_timeout: float = _setting(10.0, "PostgreSQL: seconds to open a connection", positive)
+    pg_acquire_timeout: float = _setting(
+        10.0, "PostgreSQL: seconds to wait for a pooled connection", positive
     )
-    sqlite_readers: int = field(default=2, metadata={"help": "SQLite reader threads"})
-    pg_pool_min: int = field(default=2, metadata={"help": "PostgreSQL pool: connections kept"})
-    pg_pool_max: int = field(default=16, metadata={"help": "PostgreSQL pool: connections at most"})
-    pg_connect_timeout: float = field(
-        default=10.0, metadata={"help": "PostgreSQL: seconds to open a connection"}
+    pg_statement_timeout: float = _setting(
+        30.0, "PostgreSQL: seconds a statement may run", positive
     )
-    pg_acquire_timeout: float = field(
-        default=10.0, metadata={"help": "PostgreSQL: seconds to wait for a pooled connection"}
+    page_limit: int = _setting(1000, "most records in one ListRunRecords/Session page", positive)
+    page_bytes: int = _setting(4 * 1024 * 1024, "payload bytes after which a page is cut", positive)
+    context_versions_kept: int = _setting(
+        10, "how many versions of each context key stay readable", positive
     )
-    pg_statement_timeout: float = field(
-        default=30.0, metadata={"help": "PostgreSQL: seconds a statement may run"}
+    max_message_bytes: int = _setting(
+        16 * 1024 * 1024, "largest gRPC message accepted or sent", positive
     )
-    page_limit: int = field(
-        default=1000, metadata={"help": "most records in one ListRunRecords/Session page"}
+    grace_seconds: float = _setting(
+        10.0, "on SIGTERM, how long in-flight calls may finish", non_negative
     )
-    page_bytes: int = field(
-        default=4 * 1024 * 1024, metadata={"help": "payload bytes after which a page is cut"}
-    )
-    context_versions_kept: int = field(
-        default=10, metadata={"help": "how many versions of each context key stay readable"}
-    )
-    max_message_bytes: int = field(
-        default=16 * 1024 * 1024, metadata={"help": "largest gRPC message accepted or sent"}
-    )
-    grace_seconds: float = field(
-        default=10.0, metadata={"help": "on SIGTERM, how long in-flight calls may finish"}
-    )
-    log_level: str = field(default="INFO", metadata={"help": "logging level"})
+    log_level: str = _setting("INFO", "logging level", one_of(*LOG_LEVELS))
 
     # --- Hardening: limits, timeouts, connections ---------------------------
     max_response_bytes_in_flight: int = field(
@@ -103,9 +149,43 @@ class ServerConfig:
 
     # --- Operations: metrics, logs --------------------------------------------
 
+    def __post_init__(self) -> None:
+        for spec in fields(self):
+            complaint = complaint_about(spec, getattr(self, spec.name))
+            if complaint is not None:
+                raise ConfigError(f"{flag_name(spec.name)} {complaint}")
+
+
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
 
 def _env_name(name: str) -> str:
     return f"RUNSTORE_{name.upper()}"
+
+
+def complaint_about(spec: dataclasses.Field[Any], value: Any) -> str | None:
+    """What is wrong with ``value`` for the setting ``spec``, or None: its type
+    first (a float setting takes an int), then the field's own check."""
+    kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
+    wanted = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}.get(kind)
+    if wanted is not None and (
+        not isinstance(value, wanted) or (kind != "bool" and isinstance(value, bool))
+    ):
+        return f"must be {_KIND_NAMES[kind]}, not {value!r}"
+    if kind == "float" and not math.isfinite(value):
+        return f"must be a finite number, not {value!r}"
+    check: Check | None = spec.metadata.get("check")
+    complaint = check(value) if check is not None else None
+    return None if complaint is None else f"{complaint}, not {value!r}"
+
+
+_KIND_NAMES: Final = {
+    "bool": "true or false",
+    "int": "an integer",
+    "float": "a number",
+    "str": "text",
+}
 
 
 def _parse_bool(text: str) -> bool:
@@ -132,7 +212,7 @@ def add_arguments(parser: argparse.ArgumentParser, names: Sequence[str] | None =
     for spec in fields(ServerConfig):
         if names is not None and spec.name not in names:
             continue
-        flag = "--" + spec.name.replace("_", "-")
+        flag = flag_name(spec.name)
         help_text = (
             f"{spec.metadata.get('help', '')} [env {_env_name(spec.name)}, "
             f"default {spec.default!r}]"
@@ -148,16 +228,36 @@ def add_arguments(parser: argparse.ArgumentParser, names: Sequence[str] | None =
 def load(
     args: argparse.Namespace | None = None, env: Mapping[str, str] | None = None
 ) -> ServerConfig:
-    """The configuration from flags (``args``) over environment over defaults."""
+    """The configuration from flags (``args``) over environment over defaults.
+
+    Raises:
+        ConfigError: a value is not of the setting's type or fails its check;
+            the message names the flag, or the variable and the flag.
+    """
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     for spec in fields(ServerConfig):
         flag_value = getattr(args, spec.name, None) if args is not None else None
-        text = flag_value if flag_value is not None else env.get(_env_name(spec.name))
+        if flag_value is not None:
+            text, source = flag_value, flag_name(spec.name)
+        else:
+            text = env.get(_env_name(spec.name))
+            source = f"{_env_name(spec.name)} ({flag_name(spec.name)})"
         if text is None:
             continue
         try:
-            values[spec.name] = text if not isinstance(text, str) else _convert(spec.type, text)
-        except ValueError as exc:
-            raise SystemExit(f"invalid value for {spec.name}: {exc}") from None
+            value = text if not isinstance(text, str) else _convert(spec.type, text)
+        except ValueError:
+            kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
+            raise ConfigError(
+                f"{source} must be {_KIND_NAMES.get(kind, 'valid')}, not {text!r}"
+            ) from None
+        complaint = complaint_about(spec, value)
+        if complaint is not None:
+            raise ConfigError(f"{source} {complaint}")
+        values[spec.name] = value
     return dataclasses.replace(ServerConfig(), **values)
+
+
+DEFAULTS: Final = ServerConfig()
+"""Every default in one value; the core and the backends take theirs from here."""

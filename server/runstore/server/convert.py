@@ -7,44 +7,22 @@ absent: that is what a Go client sends for an unset ``time.Time``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from runstore.contract import model as vocab
+from runstore.contract import wire
 from runstore.contract.errors import ValidationError
+from runstore.contract.wire import (
+    RUN_STATUS_FROM_WIRE,
+    RUN_STATUS_TO_WIRE,
+    SESSION_STATUS_TO_WIRE,
+    START_OUTCOME_TO_WIRE,
+)
 from runstore.server.core import model, validation
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import types_pb2 as pb
-
-GO_ZERO_TIME_SECONDS: Final = -62135596800
-_NANOS_PER_SECOND: Final = 1_000_000_000
-
-SESSION_STATUS_TO_WIRE: Final[Mapping[model.SessionStatus | None, pb.SessionStatus]] = {
-    None: pb.SESSION_STATUS_UNSPECIFIED,
-    model.SessionStatus.ACTIVE: pb.SESSION_STATUS_ACTIVE,
-    model.SessionStatus.ENDED: pb.SESSION_STATUS_ENDED,
-}
-RUN_STATUS_TO_WIRE: Final[Mapping[model.RunStatus, pb.RunStatus]] = {
-    model.RunStatus.RUNNING: pb.RUN_STATUS_RUNNING,
-    model.RunStatus.SUSPENDED: pb.RUN_STATUS_SUSPENDED,
-    model.RunStatus.COMPLETED: pb.RUN_STATUS_COMPLETED,
-    model.RunStatus.FAILED: pb.RUN_STATUS_FAILED,
-    model.RunStatus.CANCELED: pb.RUN_STATUS_CANCELED,
-}
-RUN_STATUS_FROM_WIRE: Final[Mapping[int, model.RunStatus]] = {
-    wire: status for status, wire in RUN_STATUS_TO_WIRE.items()
-}
-START_OUTCOME_TO_WIRE: Final[Mapping[model.StartOutcome, pb.RunStartOutcome]] = {
-    model.StartOutcome.PROCEED: pb.RUN_START_OUTCOME_PROCEED,
-    model.StartOutcome.STOP: pb.RUN_START_OUTCOME_STOP,
-}
-REPAIR_OUTCOME_TO_WIRE: Final[Mapping[model.RepairOutcome, pb.RunRepairOutcome]] = {
-    model.RepairOutcome.STORED: pb.RUN_REPAIR_OUTCOME_STORED,
-    model.RepairOutcome.ALREADY_STORED: pb.RUN_REPAIR_OUTCOME_ALREADY_STORED,
-    model.RepairOutcome.DIFFERENT_TERMINAL: pb.RUN_REPAIR_OUTCOME_DIFFERENT_TERMINAL,
-}
-
 
 # --- Times ------------------------------------------------------------------
 
@@ -54,34 +32,26 @@ def nanos_from_wire(message: Any, name: str, field: str) -> model.Nanos | None:
     if not message.HasField(name):
         return None
     stamp: Timestamp = getattr(message, name)
-    if stamp.seconds == GO_ZERO_TIME_SECONDS and stamp.nanos == 0:
+    if wire.is_go_zero_time(stamp):
         return None
-    if not 0 <= stamp.nanos < _NANOS_PER_SECOND:
+    if not 0 <= stamp.nanos < wire.NANOS_PER_SECOND:
         raise ValidationError(f"{field} is not a valid timestamp (nanos out of range)", field=field)
-    return validation.check_time_range(stamp.seconds * _NANOS_PER_SECOND + stamp.nanos, field)
+    return validation.check_time_range(wire.nanos_of(stamp), field)
 
 
-def timestamp_to_wire(nanos: model.Nanos) -> Timestamp:
-    seconds, remainder = divmod(nanos, _NANOS_PER_SECOND)
-    return Timestamp(seconds=seconds, nanos=remainder)
+timestamp_to_wire = wire.timestamp_of_nanos
 
 
 # --- Commands in ------------------------------------------------------------
 
 
-def record_from_wire(parent: Any, name: str) -> model.Record | None:
+def record_from_wire(parent: Any, name: str) -> model.RecordDraft | None:
     """The RunRecord field ``name`` of ``parent``; the ID is ignored (§3.7)."""
     if not parent.HasField(name):
         return None
     message: pb.RunRecord = getattr(parent, name)
-    return model.Record(
-        event_key=message.event_key,
-        run_id=message.run_id,
-        agent_id=message.agent_id,
-        session_id=message.session_id,
-        turn_id=message.turn_id,
-        type=message.type,
-        payload=message.payload,
+    return model.RecordDraft(
+        **wire.copy_fields(message, wire.RECORD_FIELDS),
         timestamp=nanos_from_wire(message, "timestamp", f"{name}.timestamp"),
     )
 
@@ -89,11 +59,7 @@ def record_from_wire(parent: Any, name: str) -> model.Record | None:
 def run_start_from_wire(request: Any) -> model.RunStart:
     message: pb.RunStart = request.run
     return model.RunStart(
-        run_id=message.run_id,
-        agent_id=message.agent_id,
-        session_id=message.session_id,
-        parent_run_id=message.parent_run_id,
-        predecessor_run_id=message.predecessor_run_id,
+        **wire.copy_fields(message, wire.RUN_START_FIELDS),
         started_at=nanos_from_wire(message, "started_at", "run.started_at"),
         labels=dict(message.labels),
     )
@@ -142,7 +108,7 @@ def run_suspension(
     request: rs.RecordRunSuspensionRequest | rs.RepairRunSuspensionRequest,
 ) -> model.RunSuspension:
     suspension = (
-        model.Checkpoint(request.suspension.id, request.suspension.data)
+        vocab.Checkpoint(request.suspension.id, request.suspension.data)
         if request.HasField("suspension")
         else None
     )
@@ -161,7 +127,7 @@ def run_terminal(
     )
 
 
-def run_statuses_from_wire(statuses: Any) -> set[model.RunStatus] | None:
+def run_statuses_from_wire(statuses: Any) -> set[vocab.RunStatus] | None:
     """An empty filter lists every run; unknown values match nothing (§9.1.6)."""
     if not statuses:
         return None
@@ -171,7 +137,7 @@ def run_statuses_from_wire(statuses: Any) -> set[model.RunStatus] | None:
 # --- Results out ------------------------------------------------------------
 
 
-def append_result_to_wire(result: model.AppendResult) -> pb.AppendResult:
+def append_result_to_wire(result: vocab.AppendResult) -> pb.AppendResult:
     return pb.AppendResult(
         id=result.id,
         inserted=result.inserted,
@@ -179,7 +145,7 @@ def append_result_to_wire(result: model.AppendResult) -> pb.AppendResult:
     )
 
 
-def append_fields(result: model.AppendResult) -> dict[str, Any]:
+def append_fields(result: vocab.AppendResult) -> dict[str, Any]:
     """An AppendResult spelled as the fields of a flat response message."""
     return {
         "id": result.id,
@@ -199,30 +165,20 @@ def session_to_wire(session: model.Session) -> pb.Session:
     return message
 
 
-def run_to_wire(run: model.Run) -> pb.RunMeta:
+def run_to_wire(run: model.RunState) -> pb.RunMeta:
     return pb.RunMeta(
-        run_id=run.run_id,
-        agent_id=run.agent_id,
-        session_id=run.session_id,
-        parent_run_id=run.parent_run_id,
+        **wire.copy_fields(run, wire.RUN_META_FIELDS),
         started_at=timestamp_to_wire(run.started_at),
         labels=run.labels,
         start_outcome=START_OUTCOME_TO_WIRE[run.start_outcome],
         status=RUN_STATUS_TO_WIRE[run.status],
-        cancellation_reason=run.cancellation_reason,
         updated_at=timestamp_to_wire(run.updated_at),
     )
 
 
-def record_to_wire(record: model.StoredRecord) -> pb.RunRecord:
+def record_to_wire(record: model.RunRecord) -> pb.RunRecord:
     return pb.RunRecord(
         id=str(record.id),
-        event_key=record.event_key,
-        run_id=record.run_id,
-        agent_id=record.agent_id,
-        session_id=record.session_id,
-        turn_id=record.turn_id,
-        type=record.type,
-        payload=record.payload,
+        **wire.copy_fields(record, wire.RECORD_FIELDS),
         timestamp=timestamp_to_wire(record.timestamp),
     )

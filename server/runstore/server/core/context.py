@@ -24,12 +24,14 @@ from runstore.contract.errors import (
     ReadArgumentError,
     ValidationError,
 )
+from runstore.contract.model import AppendOutcome
+from runstore.server.config import DEFAULTS
 from runstore.server.core import paging
-from runstore.server.core.model import AppendOutcome, ContextVersion, Nanos, StoredAppend
+from runstore.server.core.model import ContextVersion, Nanos, StoredAppend
 from runstore.server.core.ports import Database, Transaction
 
-DEFAULT_VERSIONS_KEPT: Final = 10
-DEFAULT_TRANSCRIPT_PAGE: Final = 1000
+DEFAULT_VERSIONS_KEPT: Final = DEFAULTS.context_versions_kept
+DEFAULT_TRANSCRIPT_PAGE: Final = DEFAULTS.page_limit
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import Final
 
 from runstore.contract.errors import IdempotencyConflictError, ReadArgumentError, ValidationError
+from runstore.contract.model import AppendOutcome
+from runstore.server.config import DEFAULTS
 from runstore.server.core import paging
-from runstore.server.core.model import AppendOutcome, MemoryEvent, StoredAppend
+from runstore.server.core.model import MemoryEvent, StoredAppend
 from runstore.server.core.ports import Database, Transaction
 
-DEFAULT_MEMORY_PAGE: Final = 1000
+DEFAULT_MEMORY_PAGE: Final = DEFAULTS.page_limit
 
 # Event types and the data keys each must carry (§12, "req.").
 REQUIRED_DATA_KEYS: Final[Mapping[str, tuple[str, ...]]] = {

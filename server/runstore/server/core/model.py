@@ -1,16 +1,23 @@
-"""Values the store core works with: commands in, results out (§3).
+"""The server core's own shapes of the contract's values (§3).
 
-Times are integer nanoseconds since the Unix epoch, UTC (``Nanos``): exact,
-cheap to compare, and able to carry full precision (D7). ``None`` means the
-caller sent no timestamp. Record and start times are checked to be whole
-milliseconds by validation, not by these types.
+The shared vocabulary (status enums, checkpoints, append results, command
+shapes) is ``runstore.contract.model``; the server imports it from there. What
+is defined here has another shape on the server, or is the server's alone.
+Times are integer nanoseconds since the Unix epoch, UTC (``Nanos``), exact and
+able to carry full precision (D7); ``None`` means the caller sent no
+timestamp. Caller-supplied records and run starts are drafts whose fields may
+be missing, so that validation can name what is missing (V1). Record and start
+times are checked to be whole milliseconds by validation, not by these types.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeAlias
+
+from runstore.contract import model as contract
+from runstore.contract.model import NO_RECORD, AppendResult, Checkpoint, RunStartOutcome, RunStatus
 
 Nanos = int
 """UTC nanoseconds since the Unix epoch."""
@@ -18,57 +25,12 @@ Nanos = int
 NANOS_PER_MILLI = 1_000_000
 
 
-class SessionStatus(enum.StrEnum):
-    ACTIVE = "active"
-    ENDED = "ended"
-
-
-class RunStatus(enum.StrEnum):
-    RUNNING = "running"
-    SUSPENDED = "suspended"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELED = "canceled"
-
-    @property
-    def is_terminal(self) -> bool:
-        """Everything but running is terminal, suspended included (§3.1)."""
-        return self is not RunStatus.RUNNING
-
-
-TERMINAL_COMMAND_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED})
-
-
-class StartOutcome(enum.StrEnum):
-    PROCEED = "proceed"
-    STOP = "stop"
-
-
-class RepairOutcome(enum.StrEnum):
-    STORED = "stored"
-    ALREADY_STORED = "already_stored"
-    DIFFERENT_TERMINAL = "different_terminal"
-
-
 # --- Stored state -----------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class Session:
-    """A session row (§3.3)."""
-
-    id: str
-    status: SessionStatus
-    created_at: Nanos
-    ended_at: Nanos | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """A continuation checkpoint (§3.6)."""
-
-    id: str
-    data: bytes
+class Session(contract.Session[Nanos]):
+    """A session row (§3.3), its times in nanoseconds."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,19 +45,9 @@ class LifecycleKeys:
 
 
 @dataclass(frozen=True, slots=True)
-class Run:
-    """A run row: metadata (§3.5), lifecycle keys (§8) and checkpoint (§3.6)."""
+class RunState(contract.RunMeta[Nanos]):
+    """A run row: the wire's RunMeta (§3.5) plus lifecycle keys (§8) and checkpoint (§3.6)."""
 
-    run_id: str
-    agent_id: str
-    session_id: str
-    parent_run_id: str
-    started_at: Nanos
-    labels: Mapping[str, str]
-    start_outcome: StartOutcome
-    status: RunStatus
-    cancellation_reason: str
-    updated_at: Nanos
     keys: LifecycleKeys = field(default_factory=LifecycleKeys)
     checkpoint: Checkpoint | None = None
 
@@ -117,8 +69,8 @@ class RunChange:
 
 
 @dataclass(frozen=True, slots=True)
-class Record:
-    """A record as a caller supplies it (§3.7); the store assigns the ID."""
+class RecordDraft:
+    """A RunRecord as a caller supplies it (§3.7): no ID yet, maybe no timestamp."""
 
     event_key: str
     run_id: str
@@ -131,8 +83,8 @@ class Record:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredRecord:
-    """A record as stored: the caller's fields plus its run-scoped ID."""
+class RunRecord:
+    """A RunRecord as stored: the caller's fields plus its run-scoped ID, in nanoseconds."""
 
     id: int
     event_key: str
@@ -144,7 +96,7 @@ class StoredRecord:
     payload: bytes
     timestamp: Nanos
 
-    def same_as(self, record: Record) -> bool:
+    def same_as(self, record: RecordDraft) -> bool:
         """Exact-retry identity: every field but the ID is equal (§6.1)."""
         return (
             self.event_key == record.event_key
@@ -163,7 +115,7 @@ class StoredRecord:
 
 @dataclass(frozen=True, slots=True)
 class RunStart:
-    """The immutable identity of a run (§3.4)."""
+    """A RunStart as a caller supplies it (§3.4); missing fields stay empty for V3."""
 
     run_id: str = ""
     agent_id: str = ""
@@ -174,104 +126,31 @@ class RunStart:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class RootRunStart:
-    run: RunStart
-    started: Record | None
-    canceled: Record | None
+Page: TypeAlias = contract.Page[RunRecord]
 
-
-@dataclass(frozen=True, slots=True)
-class ChildRunStart:
-    run: RunStart
-    parent_linked: Record | None
-    started: Record | None
-    canceled: Record | None
-
-
-@dataclass(frozen=True, slots=True)
-class OneShotRunStart:
-    run: RunStart
-    started: Record | None
-
-
-@dataclass(frozen=True, slots=True)
-class OneShotChildRunStart:
-    run: RunStart
-    parent_linked: Record | None
-    started: Record | None
-
-
-@dataclass(frozen=True, slots=True)
-class RunCancellation:
-    run_id: str
-    reason: str
-    record: Record | None
-
-
-@dataclass(frozen=True, slots=True)
-class RunSuspension:
-    run_id: str
-    suspension: Checkpoint | None
-    record: Record | None
-
-
-@dataclass(frozen=True, slots=True)
-class RunTerminal:
-    run_id: str
-    status: RunStatus | None
-    record: Record | None
+RootRunStart: TypeAlias = contract.RootRunStart[RunStart, RecordDraft | None]
+ChildRunStart: TypeAlias = contract.ChildRunStart[RunStart, RecordDraft | None]
+OneShotRunStart: TypeAlias = contract.OneShotRunStart[RunStart, RecordDraft | None]
+OneShotChildRunStart: TypeAlias = contract.OneShotChildRunStart[RunStart, RecordDraft | None]
+RunCancellation: TypeAlias = contract.RunCancellation[RecordDraft | None]
+RunSuspension: TypeAlias = contract.RunSuspension[RecordDraft | None]
+RunTerminal: TypeAlias = contract.RunTerminal[RecordDraft | None]
 
 
 # --- Results ----------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class AppendResult:
-    """The outcome of writing one record (§3.9); ``NO_RECORD`` is the zero value."""
-
-    id: str = ""
-    inserted: bool = False
-    session_status: SessionStatus | None = None
-
-
-NO_RECORD = AppendResult()
-
-
-@dataclass(frozen=True, slots=True)
 class RunStartResult:
     """Result of every start; fields a start kind does not have stay ``NO_RECORD``."""
 
-    outcome: StartOutcome
+    outcome: RunStartOutcome
     started: AppendResult
     canceled: AppendResult = NO_RECORD
     parent_record: AppendResult = NO_RECORD
 
 
-@dataclass(frozen=True, slots=True)
-class RepairResult:
-    outcome: RepairOutcome
-    status: RunStatus
-    record: AppendResult = NO_RECORD
-
-
-@dataclass(frozen=True, slots=True)
-class Page:
-    events: list[StoredRecord]
-    next_cursor: str = ""
-
-
 # --- Product memory (§12, D5) ----------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryEvent:
-    """One memory event; ``data`` is a JSON object kept byte for byte."""
-
-    type: str
-    timestamp: Nanos | None
-    data: bytes
-    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,12 +163,13 @@ class StoredAppend:
 
 
 @dataclass(frozen=True, slots=True)
-class AppendOutcome:
-    """Where an append put its items (positions count from 0)."""
+class MemoryEvent:
+    """One memory event; ``data`` is a JSON object kept byte for byte."""
 
-    first_position: int
-    count: int
-    inserted: bool
+    type: str
+    timestamp: Nanos | None
+    data: bytes
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from runstore.contract.errors import ReadArgumentError, ValidationError, quote
-from runstore.server.core.model import Page, StoredRecord
+from runstore.server.core.model import Page, RunRecord
 
 TRANSCRIPT_PAGE_RECORDS: Final = 512
 """ListRunTranscriptRecords returns at most this many records per page (§9.6.5)."""
@@ -47,11 +47,11 @@ def parse_record_id(text: str) -> int | None:
     return value if value <= _MAX_POSITION else None
 
 
-def cut_transcript_page(rows: list[StoredRecord], page_size: int) -> Page:
+def cut_transcript_page(rows: list[RunRecord], page_size: int) -> Page:
     """§9.6.5 step 6: stop at ``page_size`` records or before the record that
     would push the payload total past 1 MiB; a single record larger than
     that fails the page when the walk reaches it."""
-    events: list[StoredRecord] = []
+    events: list[RunRecord] = []
     budget = TRANSCRIPT_PAGE_BYTES
     for record in rows:
         if len(events) == page_size:
@@ -71,10 +71,10 @@ def cut_transcript_page(rows: list[StoredRecord], page_size: int) -> Page:
     return Page(events)
 
 
-def cut_page(rows: list[tuple[int, StoredRecord]], page_size: int, budget: int) -> Page:
+def cut_page(rows: list[tuple[int, RunRecord]], page_size: int, budget: int) -> Page:
     """Up to ``page_size`` rows within the payload budget (one row always fits);
     ``next_cursor`` is the last position returned when more rows exist (§6.4)."""
-    events: list[StoredRecord] = []
+    events: list[RunRecord] = []
     last_position = 0
     for position, record in rows:
         if len(events) == page_size or (events and len(record.payload) > budget):

@@ -19,12 +19,12 @@ from runstore.server.core.model import (
     ContextVersion,
     MemoryEvent,
     Nanos,
-    Record,
-    Run,
+    RecordDraft,
     RunChange,
+    RunRecord,
+    RunState,
     Session,
     StoredAppend,
-    StoredRecord,
 )
 
 T = TypeVar("T")
@@ -54,11 +54,11 @@ SessionLookup = Session | _Purged | None
 class RecordTarget:
     """Everything writing a record to a run depends on, read in one go."""
 
-    run: Run | None
+    run: RunState | None
     """The run, or None when it does not exist."""
     session: SessionLookup
     """The run's session (None for a sessionless run)."""
-    existing: StoredRecord | None
+    existing: RunRecord | None
     """The run's record under the event key, if any."""
 
 
@@ -72,7 +72,7 @@ class Transaction(Protocol):
 
     async def session(self, session_id: str, *, for_update: bool = False) -> SessionLookup: ...
 
-    async def run(self, run_id: str, *, for_update: bool = False) -> Run | None: ...
+    async def run(self, run_id: str, *, for_update: bool = False) -> RunState | None: ...
 
     async def record_target(
         self, run_id: str, event_key: str, *, for_update: bool = False
@@ -81,13 +81,13 @@ class Transaction(Protocol):
         ``for_update`` the session and the run are locked (in that order)."""
         ...
 
-    async def record_by_key(self, run_id: str, event_key: str) -> StoredRecord | None: ...
+    async def record_by_key(self, run_id: str, event_key: str) -> RunRecord | None: ...
 
-    async def record_by_id(self, run_id: str, record_id: int) -> StoredRecord | None: ...
+    async def record_by_id(self, run_id: str, record_id: int) -> RunRecord | None: ...
 
     async def run_records(
         self, run_id: str, after: int, limit: int, max_bytes: int
-    ) -> list[StoredRecord]:
+    ) -> list[RunRecord]:
         """A run's records with ID greater than ``after``, in ID order.
 
         Fetch bound, not a page rule: at most ``limit`` records, and none after
@@ -98,19 +98,19 @@ class Transaction(Protocol):
 
     async def session_records(
         self, session_id: str, after: int, limit: int, max_bytes: int
-    ) -> list[tuple[int, StoredRecord]]:
+    ) -> list[tuple[int, RunRecord]]:
         """(position, record) pairs after position ``after`` in session order
         (D3), bounded like ``run_records``."""
         ...
 
     async def transcript_records(
         self, run_id: str, after: int, through: int, limit: int, max_bytes: int
-    ) -> list[StoredRecord]:
+    ) -> list[RunRecord]:
         """Transcript records with ``after < ID <= through``, bounded like
         ``run_records``."""
         ...
 
-    async def runs_by_session(self, session_id: str) -> list[Run]:
+    async def runs_by_session(self, session_id: str) -> list[RunState]:
         """Every run of the session, ordered by started_at, then run_id."""
         ...
 
@@ -124,20 +124,11 @@ class Transaction(Protocol):
         """Deletes the session with its runs and records and leaves a tombstone."""
         ...
 
-    async def insert_run(self, run: Run) -> None: ...
+    async def insert_run(self, run: RunState) -> None: ...
 
     async def change_run(self, run_id: str, change: RunChange) -> None: ...
 
-    async def append_if_writable(self, record: Record) -> int | None:
-        """The common case of AppendRunRecord (§9.3) in one statement: stores
-        ``record`` when its run exists and is running, the record's agent and
-        session are the run's, the session is active and the key is unused,
-        and returns its ID. Returns None, having written nothing, otherwise
-        (including when it lost a race): the caller then applies the full rules.
-        """
-        ...
-
-    async def append_record(self, record: Record) -> int:
+    async def append_record(self, record: RecordDraft) -> int:
         """Stores ``record`` with its run's next ID and, when the record belongs
         to a session, the session's next position (D3). Returns the ID."""
         ...
@@ -208,16 +199,19 @@ class Transaction(Protocol):
 class Database(Protocol):
     """Runs transaction functions; the one seam between the core and storage."""
 
-    async def write(
-        self,
-        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
-        *,
-        single_statement: bool = False,
-    ) -> T:
-        """Runs ``fn`` in a read-write transaction and commits it.
+    async def write(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        """Runs ``fn`` in a read-write transaction and commits it."""
+        ...
 
-        ``single_statement`` promises that ``fn`` runs exactly one statement,
-        which is atomic by itself: a backend may skip BEGIN and COMMIT.
+    async def append_if_writable(self, record: RecordDraft) -> int | None:
+        """AppendRunRecord's common case (§9.3) as one atomic write.
+
+        Stores ``record`` and returns its ID exactly when
+        ``runstore.server.core.store.appendable`` holds for the state the write
+        finds (the one list of these preconditions); otherwise writes nothing
+        and returns None, also when it lost a race, and the core applies the
+        full rules. A backend may run it without BEGIN and COMMIT, and needs
+        to take the same locks as ``Transaction.record_target(for_update=True)``.
         """
         ...
 

@@ -40,40 +40,49 @@ from runstore.contract.errors import (
     SessionPurgedError,
     quote,
 )
-from runstore.server.core import paging, validation
-from runstore.server.core.model import (
+from runstore.contract.model import (
     NO_RECORD,
     AppendResult,
     Checkpoint,
+    RunRepairOutcome,
+    RunRepairResult,
+    RunStartOutcome,
+    RunStatus,
+    SessionStatus,
+)
+from runstore.server.config import DEFAULTS
+from runstore.server.core import paging, validation
+from runstore.server.core.model import (
     ChildRunStart,
     LifecycleKeys,
     Nanos,
     OneShotChildRunStart,
     OneShotRunStart,
     Page,
-    Record,
-    RepairOutcome,
-    RepairResult,
+    RecordDraft,
     RootRunStart,
-    Run,
     RunCancellation,
     RunChange,
+    RunRecord,
     RunStart,
     RunStartResult,
-    RunStatus,
+    RunState,
     RunSuspension,
     RunTerminal,
     Session,
-    SessionStatus,
-    StartOutcome,
-    StoredRecord,
 )
-from runstore.server.core.ports import PURGED, Database, SessionLookup, Transaction
+from runstore.server.core.ports import (
+    PURGED,
+    Database,
+    RecordTarget,
+    SessionLookup,
+    Transaction,
+)
 
-DEFAULT_PAGE_LIMIT: Final = 1000
+DEFAULT_PAGE_LIMIT: Final = DEFAULTS.page_limit
 """Largest page ListRunRecords / ListSessionRunRecords return (D3)."""
 
-DEFAULT_PAGE_BYTES: Final = 4 * 1024 * 1024
+DEFAULT_PAGE_BYTES: Final = DEFAULTS.page_bytes
 """Payload budget of one list page, so a page always fits a gRPC message."""
 
 
@@ -172,11 +181,11 @@ class RuntimeStore:
 
     async def list_runs_by_session(
         self, session_id: str, statuses: Collection[RunStatus] | None = None
-    ) -> list[Run]:
+    ) -> list[RunState]:
         """§9.1.6: ordered by started_at, then run_id (Q10). ``statuses=None``
         lists every run; an empty collection matches nothing."""
 
-        async def tx_fn(tx: Transaction) -> list[Run]:
+        async def tx_fn(tx: Transaction) -> list[RunState]:
             _existing_session(await tx.session(session_id), session_id)
             runs = await tx.runs_by_session(session_id)
             return runs if statuses is None else [run for run in runs if run.status in statuses]
@@ -238,9 +247,11 @@ class RuntimeStore:
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
                 _check_sessionless_retry(stored, run, None, started)
-                return RunStartResult(StartOutcome.PROCEED, await _replay_record(tx, started, None))
-            await tx.insert_run(self._new_run(run, StartOutcome.PROCEED, None, started, None))
-            return RunStartResult(StartOutcome.PROCEED, await _append(tx, started, None))
+                return RunStartResult(
+                    RunStartOutcome.PROCEED, await _replay_record(tx, started, None)
+                )
+            await tx.insert_run(self._new_run(run, RunStartOutcome.PROCEED, None, started, None))
+            return RunStartResult(RunStartOutcome.PROCEED, await _append(tx, started, None))
 
         return await self._db.write(tx_fn)
 
@@ -258,7 +269,7 @@ class RuntimeStore:
                 _check_sessionless_retry(stored, run, link, started)
                 parent_record = await _replay_record(tx, link, None)
                 return RunStartResult(
-                    StartOutcome.PROCEED,
+                    RunStartOutcome.PROCEED,
                     await _replay_record(tx, started, None),
                     parent_record=parent_record,
                 )
@@ -274,10 +285,12 @@ class RuntimeStore:
                 )
             _, stored_link = await _check_parent_link(tx, link, parent)
             _check_link_is_new(stored_link, link)
-            await tx.insert_run(self._new_run(run, StartOutcome.PROCEED, link, started, None))
+            await tx.insert_run(self._new_run(run, RunStartOutcome.PROCEED, link, started, None))
             parent_record = await _append(tx, link, None)
             return RunStartResult(
-                StartOutcome.PROCEED, await _append(tx, started, None), parent_record=parent_record
+                RunStartOutcome.PROCEED,
+                await _append(tx, started, None),
+                parent_record=parent_record,
             )
 
         return await self._db.write(tx_fn)
@@ -285,15 +298,15 @@ class RuntimeStore:
     def _new_run(
         self,
         run: RunStart,
-        outcome: StartOutcome,
-        link: Record | None,
-        started: Record,
-        canceled: Record | None,
-    ) -> Run:
+        outcome: RunStartOutcome,
+        link: RecordDraft | None,
+        started: RecordDraft,
+        canceled: RecordDraft | None,
+    ) -> RunState:
         """§9.2.1 step 10: RunMeta and lifecycle keys of a first start."""
-        stop = outcome is StartOutcome.STOP
+        stop = outcome is RunStartOutcome.STOP
         assert run.started_at is not None
-        return Run(
+        return RunState(
             run_id=run.run_id,
             agent_id=run.agent_id,
             session_id=run.session_id,
@@ -316,9 +329,9 @@ class RuntimeStore:
         tx: Transaction,
         run: RunStart,
         session: Session,
-        link: Record | None,
-        started: Record,
-        canceled: Record,
+        link: RecordDraft | None,
+        started: RecordDraft,
+        canceled: RecordDraft,
     ) -> RunStartResult:
         """§9.2.1 steps 7–10: decide the outcome once and write the first state.
 
@@ -326,9 +339,11 @@ class RuntimeStore:
         record, so the three are contiguous in session order (§6.3).
         """
         outcome = (
-            StartOutcome.PROCEED if session.status is SessionStatus.ACTIVE else StartOutcome.STOP
+            RunStartOutcome.PROCEED
+            if session.status is SessionStatus.ACTIVE
+            else RunStartOutcome.STOP
         )
-        stop = outcome is StartOutcome.STOP
+        stop = outcome is RunStartOutcome.STOP
         parent_record = await _append(tx, link, session.status) if link else NO_RECORD
         await tx.insert_run(self._new_run(run, outcome, link, started, canceled))
         started_result = await _append(tx, started, session.status)
@@ -337,19 +352,15 @@ class RuntimeStore:
 
     # --- Records (§9.3) ------------------------------------------------------
 
-    async def append_run_record(self, record: Record | None) -> AppendResult:
+    async def append_run_record(self, record: RecordDraft | None) -> AppendResult:
         """§9.3: exact retries succeed even after the run stopped.
 
-        The common case (a new record for a running run of an active session)
-        is one statement; everything else goes through the rules one by one.
+        The common case (``appendable``) is one write of the database's
+        (``Database.append_if_writable``); everything else, and the common case
+        when that write lost a race, goes through the rules one by one.
         """
         record = validation.check_ordinary_record(record)
-        checked = record
-
-        async def fast(tx: Transaction) -> int | None:
-            return await tx.append_if_writable(checked)
-
-        record_id = await self._db.write(fast, single_statement=True)
+        record_id = await self._db.append_if_writable(record)
         if record_id is not None:
             status = SessionStatus.ACTIVE if record.session_id else None
             return AppendResult(str(record_id), True, status)
@@ -417,11 +428,11 @@ class RuntimeStore:
     async def _suspend(
         self,
         tx: Transaction,
-        run: Run,
+        run: RunState,
         status: SessionStatus | None,
         checkpoint: Checkpoint,
-        record: Record,
-        existing: StoredRecord | None,
+        record: RecordDraft,
+        existing: RunRecord | None,
     ) -> AppendResult:
         """§9.4.2 steps 3–7."""
         if run.status.is_terminal and run.status is not RunStatus.SUSPENDED:
@@ -459,11 +470,11 @@ class RuntimeStore:
     async def _terminate(
         self,
         tx: Transaction,
-        run: Run,
+        run: RunState,
         status: SessionStatus | None,
         terminal: RunStatus,
-        record: Record,
-        existing: StoredRecord | None,
+        record: RecordDraft,
+        existing: RunRecord | None,
     ) -> AppendResult:
         """§9.4.3 steps 3–6."""
         if run.status.is_terminal and run.status is not terminal:
@@ -482,10 +493,10 @@ class RuntimeStore:
 
     # --- Repairs (§9.5) ------------------------------------------------------
 
-    async def repair_run_terminal(self, cmd: RunTerminal) -> RepairResult:
+    async def repair_run_terminal(self, cmd: RunTerminal) -> RunRepairResult:
         """§9.5.1: never overwrites a stored ending and never fails because one exists."""
 
-        async def tx_fn(tx: Transaction) -> RepairResult:
+        async def tx_fn(tx: Transaction) -> RunRepairResult:
             run, status, stored = await _load_mutable_run(tx, cmd.run_id, cmd.record)
             terminal, record = validation.check_terminal(cmd.run_id, cmd.status, cmd.record, run)
             if run.status.is_terminal:
@@ -495,21 +506,21 @@ class RuntimeStore:
                     and stored is not None
                     and stored.same_as(record)
                 ):
-                    return RepairResult(
-                        RepairOutcome.ALREADY_STORED,
+                    return RunRepairResult(
+                        RunRepairOutcome.ALREADY_STORED,
                         run.status,
                         AppendResult(str(stored.id), False, status),
                     )
-                return RepairResult(RepairOutcome.DIFFERENT_TERMINAL, run.status)
+                return RunRepairResult(RunRepairOutcome.DIFFERENT_TERMINAL, run.status)
             result = await self._terminate(tx, run, status, terminal, record, stored)
-            return RepairResult(RepairOutcome.STORED, terminal, result)
+            return RunRepairResult(RunRepairOutcome.STORED, terminal, result)
 
         return await self._db.write(tx_fn)
 
-    async def repair_run_suspension(self, cmd: RunSuspension) -> RepairResult:
+    async def repair_run_suspension(self, cmd: RunSuspension) -> RunRepairResult:
         """§9.5.2: suspends only a still-running run."""
 
-        async def tx_fn(tx: Transaction) -> RepairResult:
+        async def tx_fn(tx: Transaction) -> RunRepairResult:
             run, status, stored = await _load_mutable_run(tx, cmd.run_id, cmd.record)
             checkpoint, record = validation.check_suspension(
                 cmd.run_id, cmd.suspension, cmd.record, run
@@ -522,23 +533,23 @@ class RuntimeStore:
                     and stored.same_as(record)
                     and run.checkpoint == checkpoint
                 ):
-                    return RepairResult(
-                        RepairOutcome.ALREADY_STORED,
+                    return RunRepairResult(
+                        RunRepairOutcome.ALREADY_STORED,
                         run.status,
                         AppendResult(str(stored.id), False, status),
                     )
-                return RepairResult(RepairOutcome.DIFFERENT_TERMINAL, run.status)
+                return RunRepairResult(RunRepairOutcome.DIFFERENT_TERMINAL, run.status)
             result = await self._suspend(tx, run, status, checkpoint, record, stored)
-            return RepairResult(RepairOutcome.STORED, RunStatus.SUSPENDED, result)
+            return RunRepairResult(RunRepairOutcome.STORED, RunStatus.SUSPENDED, result)
 
         return await self._db.write(tx_fn)
 
     # --- Reads (§9.6) --------------------------------------------------------
 
-    async def load_run(self, run_id: str) -> Run:
+    async def load_run(self, run_id: str) -> RunState:
         """§9.6.1."""
 
-        async def tx_fn(tx: Transaction) -> Run:
+        async def tx_fn(tx: Transaction) -> RunState:
             run = await tx.run(run_id)
             if run is None:
                 raise RunNotFoundError(run_id=run_id)
@@ -606,7 +617,7 @@ class RuntimeStore:
 # --- Rules used inside transactions -----------------------------------------
 
 
-def _context(record: Record) -> ErrorContext:
+def _context(record: RecordDraft) -> ErrorContext:
     return {"run_id": record.run_id, "session_id": record.session_id, "event_key": record.event_key}
 
 
@@ -629,7 +640,7 @@ async def _lock_session_for_start(tx: Transaction, run: RunStart) -> Session | N
     return found
 
 
-async def _live_session_status(tx: Transaction, run: Run) -> SessionStatus | None:
+async def _live_session_status(tx: Transaction, run: RunState) -> SessionStatus | None:
     """The owning session's status seen in this transaction (§3.9); None when
     sessionless. A tombstoned or missing session fails (§9.3 step 2)."""
     if not run.session_id:
@@ -638,8 +649,8 @@ async def _live_session_status(tx: Transaction, run: Run) -> SessionStatus | Non
 
 
 async def _load_mutable_run(
-    tx: Transaction, run_id: str, record: Record | None
-) -> tuple[Run, SessionStatus | None, StoredRecord | None]:
+    tx: Transaction, run_id: str, record: RecordDraft | None
+) -> tuple[RunState, SessionStatus | None, RunRecord | None]:
     """§9.4 preamble: the run exists and its session is not a tombstone. Also
     returns the session's status and the record already under the command
     record's key (read now, compared only after validation)."""
@@ -655,13 +666,40 @@ async def _load_mutable_run(
     return run, status, target.existing
 
 
-def _check_record_owner(record: Record, run: Run, field: str) -> None:
+def appendable(target: RecordTarget, record: RecordDraft) -> bool:
+    """The common case of AppendRunRecord (§9.3), in which ``record`` is new
+    and written with no further question. The one list of the preconditions
+    ``Database.append_if_writable`` implements (and that
+    ``tests/core/test_fast_path_equivalence.py`` holds it and
+    ``append_run_record``'s full rules to):
+
+    1. the run exists and is running (not suspended or terminal);
+    2. the record's agent and session are the run's;
+    3. a run in a session: the session exists, is not a tombstone, is active;
+    4. no record of the run has the record's event key.
+
+    When it does not hold the full rules decide: replay, or which error.
+    """
+    run, session = target.run, target.session
+    return (
+        run is not None
+        and run.status is RunStatus.RUNNING
+        and (record.agent_id, record.session_id) == (run.agent_id, run.session_id)
+        and (
+            not run.session_id
+            or (isinstance(session, Session) and session.status is SessionStatus.ACTIVE)
+        )
+        and target.existing is None
+    )
+
+
+def _check_record_owner(record: RecordDraft, run: RunState, field: str) -> None:
     """A record's agent and session are its run's (§3.7)."""
     if record.agent_id != run.agent_id or record.session_id != run.session_id:
         raise RunRecordOwnerMismatchError(**_context(record), field=field)
 
 
-def _same(stored: StoredRecord | None, record: Record) -> StoredRecord | None:
+def _same(stored: RunRecord | None, record: RecordDraft) -> RunRecord | None:
     """§6.1: the stored record under this key if it is the same record, None if
     the key is free; a different record under the key is an event conflict."""
     if stored is None:
@@ -671,12 +709,12 @@ def _same(stored: StoredRecord | None, record: Record) -> StoredRecord | None:
     return stored
 
 
-async def _same_record(tx: Transaction, record: Record) -> StoredRecord | None:
+async def _same_record(tx: Transaction, record: RecordDraft) -> RunRecord | None:
     """``_same`` with the record read from the transaction."""
     return _same(await tx.record_by_key(record.run_id, record.event_key), record)
 
 
-def _missing_lifecycle_record(record: Record) -> CorruptStateError:
+def _missing_lifecycle_record(record: RecordDraft) -> CorruptStateError:
     return CorruptStateError(
         "stored run is missing a required lifecycle record", **_context(record)
     )
@@ -684,10 +722,10 @@ def _missing_lifecycle_record(record: Record) -> CorruptStateError:
 
 async def _close_run(
     tx: Transaction,
-    run: Run,
+    run: RunState,
     status: SessionStatus | None,
-    record: Record,
-    stored: StoredRecord | None,
+    record: RecordDraft,
+    stored: RunRecord | None,
     change: RunChange,
 ) -> AppendResult:
     """The last steps shared by suspension and termination (§9.4.2, §9.4.3): an
@@ -702,12 +740,14 @@ async def _close_run(
     return result
 
 
-async def _append(tx: Transaction, record: Record, status: SessionStatus | None) -> AppendResult:
+async def _append(
+    tx: Transaction, record: RecordDraft, status: SessionStatus | None
+) -> AppendResult:
     """Inserts a record the caller has checked is new."""
     return AppendResult(str(await tx.append_record(record)), True, status)
 
 
-def _check_link_is_new(stored_link: StoredRecord | None, link: Record) -> None:
+def _check_link_is_new(stored_link: RunRecord | None, link: RecordDraft) -> None:
     """A new child's link must not be stored yet: an identical link without its
     child run means the store lost data."""
     if stored_link is not None:
@@ -715,7 +755,7 @@ def _check_link_is_new(stored_link: StoredRecord | None, link: Record) -> None:
 
 
 async def _replay_record(
-    tx: Transaction, record: Record, status: SessionStatus | None
+    tx: Transaction, record: RecordDraft, status: SessionStatus | None
 ) -> AppendResult:
     """§8 rule 3: a retry re-appends each record of the stored outcome; each
     must already be stored exactly."""
@@ -725,7 +765,7 @@ async def _replay_record(
     return AppendResult(str(stored.id), False, status)
 
 
-def _same_run_identity(stored: Run, run: RunStart) -> bool:
+def _same_run_identity(stored: RunState, run: RunStart) -> bool:
     """§8 rule 1: the immutable identity of a start (predecessor excluded: it is
     only in the run_started payload, §3.5)."""
     return (
@@ -740,16 +780,16 @@ def _same_run_identity(stored: Run, run: RunStart) -> bool:
 
 async def _replay_session_start(
     tx: Transaction,
-    stored: Run,
+    stored: RunState,
     run: RunStart,
-    link: Record | None,
-    started: Record,
-    canceled: Record,
+    link: RecordDraft | None,
+    started: RecordDraft,
+    canceled: RecordDraft,
 ) -> RunStartResult:
     """§9.2.1 retry path [S]: identity, slot keys, then the stored outcome's
     records in order. Current session and run status do not matter."""
     keys = stored.keys
-    stop = stored.start_outcome is StartOutcome.STOP
+    stop = stored.start_outcome is RunStartOutcome.STOP
     if (
         not _same_run_identity(stored, run)
         or started.event_key != keys.start
@@ -765,12 +805,12 @@ async def _replay_session_start(
 
 
 def _check_sessionless_retry(
-    stored: Run, run: RunStart, link: Record | None, started: Record
+    stored: RunState, run: RunStart, link: RecordDraft | None, started: RecordDraft
 ) -> None:
     """§9.2.3 step 3 / §9.2.4 step 3: identity, outcome and slot keys."""
     if (
         not _same_run_identity(stored, run)
-        or stored.start_outcome is not StartOutcome.PROCEED
+        or stored.start_outcome is not RunStartOutcome.PROCEED
         or started.event_key != stored.keys.start
         or (link is not None and link.event_key != stored.keys.parent_link)
     ):
@@ -812,8 +852,8 @@ async def _check_continuation(tx: Transaction, run: RunStart) -> None:
 
 
 async def _check_parent_link(
-    tx: Transaction, link: Record, parent: Run | None = None
-) -> tuple[Run, StoredRecord | None]:
+    tx: Transaction, link: RecordDraft, parent: RunState | None = None
+) -> tuple[RunState, RunRecord | None]:
     """PLC (§9): the parent exists, owns the link, its session is alive, and
     the link's key holds no different record. Returns the parent and the link
     if it is already stored."""

@@ -1,6 +1,6 @@
 """Validation rules V1–V8 and the payload checks of §5.8, as pure functions.
 
-Each function checks one rule of STORE_CONTRACT §4 in the documented order and
+Each function checks one rule of docs/contract.md §4 in the documented order and
 raises the first failure. Nothing here reads the database: these checks run
 before a transaction starts, so a rejected command writes nothing. Messages are
 the upstream texts; ``field`` names the request field that broke the rule.
@@ -8,7 +8,7 @@ the upstream texts; ``field`` names the request field that broke the rule.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TypeVar, Unpack
 
 from runstore.contract import lifecycle
@@ -22,31 +22,16 @@ from runstore.contract.errors import (
     ValidationError,
     quote,
 )
-from runstore.server.core.model import (
-    NANOS_PER_MILLI,
-    TERMINAL_COMMAND_STATUSES,
-    Checkpoint,
-    Nanos,
-    Record,
-    Run,
-    RunStart,
-    RunStatus,
-)
+from runstore.contract.model import TERMINAL_COMMAND_STATUSES, Checkpoint, RunStatus
+from runstore.server.core.model import NANOS_PER_MILLI, Nanos, RecordDraft, RunStart, RunState
 
 MIN_NANOS = -(2**63)
 MAX_NANOS = 2**63 - 1
 """Times are stored as signed 64-bit nanoseconds (1677-09-21 to 2262-04-11 UTC)."""
 
-# RecordRunTerminal command status -> run_completed (status, phase) (§5.3).
-TERMINAL_PAYLOAD_OUTCOME: Mapping[RunStatus, tuple[str, str]] = {
-    RunStatus.COMPLETED: (lifecycle.COMPLETION_SUCCESS, "completed"),
-    RunStatus.FAILED: (lifecycle.COMPLETION_FAILED, "failed"),
-    RunStatus.CANCELED: (lifecycle.COMPLETION_CANCELED, "canceled"),
-}
-
 
 def _invalid(
-    message: str, field: str, record: Record | None = None, **context: Unpack[ErrorContext]
+    message: str, field: str, record: RecordDraft | None = None, **context: Unpack[ErrorContext]
 ) -> ValidationError:
     if record is not None:
         context.setdefault("run_id", record.run_id)
@@ -55,7 +40,7 @@ def _invalid(
     return ValidationError(message, field=field, **context)
 
 
-def _owner_mismatch(prefix: str, field: str, record: Record) -> RunRecordOwnerMismatchError:
+def _owner_mismatch(prefix: str, field: str, record: RecordDraft) -> RunRecordOwnerMismatchError:
     return RunRecordOwnerMismatchError(
         prefix + RunRecordOwnerMismatchError.default_message,
         run_id=record.run_id,
@@ -72,7 +57,7 @@ def is_whole_millisecond(nanos: Nanos) -> bool:
 # --- V1, V2 -----------------------------------------------------------------
 
 
-def check_record_envelope(record: Record | None, field: str, prefix: str = "") -> Record:
+def check_record_envelope(record: RecordDraft | None, field: str, prefix: str = "") -> RecordDraft:
     """V1: the fields every record needs, in the contract's order.
 
     ``prefix`` names the record in the message the way upstream does
@@ -101,7 +86,7 @@ def check_record_envelope(record: Record | None, field: str, prefix: str = "") -
     return record
 
 
-def check_ordinary_record(record: Record | None, field: str = "record") -> Record:
+def check_ordinary_record(record: RecordDraft | None, field: str = "record") -> RecordDraft:
     """V2: lifecycle types are written only by lifecycle operations."""
     record = check_record_envelope(record, field)
     if record.type in lifecycle.LIFECYCLE_TYPES:
@@ -117,12 +102,12 @@ _P = TypeVar("_P")
 
 
 def _decode_lifecycle_record(
-    record: Record | None,
+    record: RecordDraft | None,
     expected_type: str,
     decoder: Callable[[bytes], _P],
     field: str,
     prefix: str,
-) -> tuple[Record, _P]:
+) -> tuple[RecordDraft, _P]:
     """V1, then the record type, then the strict payload decode (§5.1)."""
     record = check_record_envelope(record, field, prefix)
     if record.type != expected_type:
@@ -202,7 +187,9 @@ def check_sessionless_run_start(run: RunStart, *, child: bool) -> None:
 # --- V4, V5, V6 -------------------------------------------------------------
 
 
-def _check_owned_by(record: Record, owner: RunStart | Run, field: str, prefix: str) -> None:
+def _check_owned_by(
+    record: RecordDraft, owner: RunStart | RunState, field: str, prefix: str
+) -> None:
     if (record.run_id, record.agent_id, record.session_id) != (
         owner.run_id,
         owner.agent_id,
@@ -211,7 +198,7 @@ def _check_owned_by(record: Record, owner: RunStart | Run, field: str, prefix: s
         raise _owner_mismatch(prefix, field, record)
 
 
-def check_started_record(record: Record | None, run: RunStart) -> Record:
+def check_started_record(record: RecordDraft | None, run: RunStart) -> RecordDraft:
     """V4: the ``run_started`` record agrees with the RunStart."""
     field, prefix = "started", "started record: "
     record, payload = _decode_lifecycle_record(
@@ -229,7 +216,9 @@ def check_started_record(record: Record | None, run: RunStart) -> Record:
     return record
 
 
-def check_ended_session_record(record: Record | None, run: RunStart, started: Record) -> Record:
+def check_ended_session_record(
+    record: RecordDraft | None, run: RunStart, started: RecordDraft
+) -> RecordDraft:
     """V5 [S]: the canceled ``run_completed`` a stopped start stores.
 
     Always required and validated, even when the session is active (§3.10).
@@ -262,7 +251,7 @@ def check_ended_session_record(record: Record | None, run: RunStart, started: Re
     return record
 
 
-def check_parent_link(record: Record | None, run: RunStart) -> Record:
+def check_parent_link(record: RecordDraft | None, run: RunStart) -> RecordDraft:
     """V6: the ``child_run_linked`` record written on the parent run.
 
     The link's agent and timestamp are not checked here; the store compares the
@@ -283,7 +272,7 @@ def check_parent_link(record: Record | None, run: RunStart) -> Record:
     return record
 
 
-def check_distinct_link_and_start_keys(parent_linked: Record, started: Record) -> None:
+def check_distinct_link_and_start_keys(parent_linked: RecordDraft, started: RecordDraft) -> None:
     """V6.6: a one-shot child's link and start come in one command."""
     if parent_linked.event_key == started.event_key:
         raise _invalid(
@@ -297,8 +286,8 @@ def check_distinct_link_and_start_keys(parent_linked: Record, started: Record) -
 
 
 def check_root_run_start(
-    run: RunStart, started: Record | None, canceled: Record | None
-) -> tuple[Record, Record]:
+    run: RunStart, started: RecordDraft | None, canceled: RecordDraft | None
+) -> tuple[RecordDraft, RecordDraft]:
     """§9.2.1 step 1: V3 (root), V4, V5."""
     check_session_run_start(run, child=False)
     started = check_started_record(started, run)
@@ -306,8 +295,11 @@ def check_root_run_start(
 
 
 def check_child_run_start(
-    run: RunStart, parent_linked: Record | None, started: Record | None, canceled: Record | None
-) -> tuple[Record, Record, Record]:
+    run: RunStart,
+    parent_linked: RecordDraft | None,
+    started: RecordDraft | None,
+    canceled: RecordDraft | None,
+) -> tuple[RecordDraft, RecordDraft, RecordDraft]:
     """§9.2.2 step 1: V3 (child), V6, V4, V5. The link and start keys may be
     equal: they live in different runs."""
     check_session_run_start(run, child=True)
@@ -316,15 +308,15 @@ def check_child_run_start(
     return link, started, check_ended_session_record(canceled, run, started)
 
 
-def check_one_shot_run_start(run: RunStart, started: Record | None) -> Record:
+def check_one_shot_run_start(run: RunStart, started: RecordDraft | None) -> RecordDraft:
     """§9.2.3 step 1: V3 (sessionless root), V4."""
     check_sessionless_run_start(run, child=False)
     return check_started_record(started, run)
 
 
 def check_one_shot_child_run_start(
-    run: RunStart, parent_linked: Record | None, started: Record | None
-) -> tuple[Record, Record]:
+    run: RunStart, parent_linked: RecordDraft | None, started: RecordDraft | None
+) -> tuple[RecordDraft, RecordDraft]:
     """§9.2.4 step 1: V3 (sessionless child), V6, V4, distinct keys."""
     check_sessionless_run_start(run, child=True)
     link = check_parent_link(parent_linked, run)
@@ -336,7 +328,9 @@ def check_one_shot_child_run_start(
 # --- Lifecycle commands (§9.4 step 2, §5.8) ---------------------------------
 
 
-def check_cancellation(run_id: str, reason: str, record: Record | None, run: Run) -> Record:
+def check_cancellation(
+    run_id: str, reason: str, record: RecordDraft | None, run: RunState
+) -> RecordDraft:
     """§9.4.1 step 2 and §5.6."""
     if not run_id or not reason:
         raise _invalid(
@@ -368,8 +362,8 @@ def check_cancellation(run_id: str, reason: str, record: Record | None, run: Run
 
 
 def check_suspension(
-    run_id: str, suspension: Checkpoint | None, record: Record | None, run: Run
-) -> tuple[Checkpoint, Record]:
+    run_id: str, suspension: Checkpoint | None, record: RecordDraft | None, run: RunState
+) -> tuple[Checkpoint, RecordDraft]:
     """§9.4.2 step 2 and §5.4. Checkpoint bytes and version are opaque."""
     if not run_id or suspension is None or not suspension.id or not suspension.data:
         missing = (
@@ -395,8 +389,8 @@ def check_suspension(
 
 
 def check_terminal(
-    run_id: str, status: RunStatus | None, record: Record | None, run: Run
-) -> tuple[RunStatus, Record]:
+    run_id: str, status: RunStatus | None, record: RecordDraft | None, run: RunState
+) -> tuple[RunStatus, RecordDraft]:
     """§9.4.3 step 2 and §5.3/§5.8, including cancellation provenance (§10.1)."""
     if not run_id or status not in TERMINAL_COMMAND_STATUSES:
         raise _invalid(
@@ -412,7 +406,7 @@ def check_terminal(
         record, lifecycle.RUN_COMPLETED, lifecycle.decode_run_completed, field, prefix
     )
     _check_owned_by(record, run, field, prefix)
-    if (payload.status, payload.phase) != TERMINAL_PAYLOAD_OUTCOME[status]:
+    if (payload.status, payload.phase) != lifecycle.TERMINAL_COMPLETION[status]:
         raise _invalid("terminal record outcome does not match command", f"{field}.payload", record)
     if dict(payload.labels) != dict(run.labels):
         raise _invalid("terminal record labels do not match run", f"{field}.payload", record)

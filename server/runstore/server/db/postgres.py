@@ -29,6 +29,8 @@ from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.engine import make_url
 
 from runstore.contract.errors import AbortedError, InternalError, RunstoreError, UnavailableError
+from runstore.server.config import DEFAULTS
+from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Transaction
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
@@ -50,15 +52,15 @@ _RETRYABLE_SQLSTATES: Final = frozenset(
 class PostgresOptions:
     """Pool and retry settings."""
 
-    pool_min: int = 2
+    pool_min: int = DEFAULTS.pg_pool_min
     """Connections the pool keeps open."""
-    pool_max: int = 16
+    pool_max: int = DEFAULTS.pg_pool_max
     """Connections the pool opens at most."""
-    connect_timeout: float = 10.0
+    connect_timeout: float = DEFAULTS.pg_connect_timeout
     """Seconds to open a connection."""
-    acquire_timeout: float = 10.0
+    acquire_timeout: float = DEFAULTS.pg_acquire_timeout
     """Seconds a call waits for a free pooled connection before UNAVAILABLE."""
-    statement_timeout: float = 30.0
+    statement_timeout: float = DEFAULTS.pg_statement_timeout
     """Seconds a statement may run before it is cancelled (UNAVAILABLE)."""
     transaction_attempts: int = 8
     """How often a write transaction runs before a race becomes ABORTED."""
@@ -179,19 +181,17 @@ class PostgresDatabase:
             raise UnavailableError("database is not open")
         return self._pool
 
-    async def write(
-        self,
-        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
-        *,
-        single_statement: bool = False,
-    ) -> T:
+    async def append_if_writable(self, record: RecordDraft) -> int | None:
+        """One statement, atomic by itself: no BEGIN/COMMIT round trips."""
         pool = self._require_pool()
-        if single_statement:  # atomic by itself: no BEGIN/COMMIT round trips
-            try:
-                async with self._acquire(pool) as conn:
-                    return await fn(_PostgresTransaction(conn, self._statements))
-            except Exception as exc:
-                raise _translate(exc) from exc
+        try:
+            async with self._acquire(pool) as conn:
+                return await _PostgresTransaction(conn, self._statements).append_if_writable(record)
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    async def write(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        pool = self._require_pool()
         attempts = max(1, self.options.transaction_attempts)
         for attempt in range(1, attempts + 1):
             try:

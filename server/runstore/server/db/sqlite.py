@@ -31,6 +31,8 @@ from runstore.contract.errors import (
     RunstoreError,
     UnavailableError,
 )
+from runstore.server.config import DEFAULTS, SQLITE_SYNCHRONOUS_LEVELS
+from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Transaction
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
@@ -39,18 +41,18 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SYNCHRONOUS_LEVELS: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
+SYNCHRONOUS_LEVELS: Final = SQLITE_SYNCHRONOUS_LEVELS
 
 
 @dataclass(frozen=True, slots=True)
 class SqliteOptions:
     """How the embedded database trades durability for speed."""
 
-    synchronous: str = "FULL"
+    synchronous: str = DEFAULTS.sqlite_synchronous
     """SQLite ``PRAGMA synchronous``: FULL syncs the WAL on every commit (a
     committed write survives power loss); NORMAL syncs only at checkpoints (a
     power loss may drop the last commits, never corrupt the file)."""
-    readers: int = 2
+    readers: int = DEFAULTS.sqlite_readers
     """Reader threads, each with its own connection."""
     busy_timeout_ms: int = 5000
     """How long a connection waits for a lock held by another process."""
@@ -416,12 +418,17 @@ class SqliteDatabase:
             await asyncio.to_thread(self._syncer.stop)
             self._syncer = None
 
-    async def write(
-        self,
-        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
-        *,
-        single_statement: bool = False,
-    ) -> T:
+    async def write(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        return await self._submit(self._writes, fn)
+
+    async def append_if_writable(self, record: RecordDraft) -> int | None:
+        """A write like any other: the writer thread serialises it, and group
+        commit already spares it a transaction of its own."""
+
+        async def fn(tx: Transaction) -> int | None:
+            assert isinstance(tx, SqlTransaction)
+            return await tx.append_if_writable(record)
+
         return await self._submit(self._writes, fn)
 
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:

@@ -40,17 +40,14 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from runstore.contract import lifecycle
+from runstore.contract.model import Checkpoint, RunStartOutcome, RunStatus, SessionStatus
 from runstore.server.core.model import (
-    Checkpoint,
     LifecycleKeys,
-    Record,
-    Run,
+    RecordDraft,
     RunChange,
-    RunStatus,
+    RunRecord,
+    RunState,
     Session,
-    SessionStatus,
-    StartOutcome,
-    StoredRecord,
 )
 from runstore.server.db.schema import (
     context_appends,
@@ -146,7 +143,9 @@ RECORD_COLUMNS = (
 
 _SESSION_STATUS: Mapping[str, SessionStatus] = {status.value: status for status in SessionStatus}
 _RUN_STATUS: Mapping[str, RunStatus] = {status.value: status for status in RunStatus}
-_START_OUTCOME: Mapping[str, StartOutcome] = {outcome.value: outcome for outcome in StartOutcome}
+_START_OUTCOME: Mapping[str, RunStartOutcome] = {
+    outcome.value: outcome for outcome in RunStartOutcome
+}
 
 
 @functools.lru_cache(maxsize=4096)
@@ -159,8 +158,8 @@ def session_from_row(row: Sequence[Any]) -> Session:
     return Session(row[0], _SESSION_STATUS[row[1]], row[2], row[3])
 
 
-def run_from_row(row: Sequence[Any]) -> Run:
-    return Run(
+def run_from_row(row: Sequence[Any]) -> RunState:
+    return RunState(
         row[0],
         row[1],
         row[2],
@@ -176,17 +175,15 @@ def run_from_row(row: Sequence[Any]) -> Run:
     )
 
 
-def record_from_row(row: Sequence[Any]) -> StoredRecord:
-    return StoredRecord(
-        row[0], row[1], row[2], row[3], row[4], row[5], row[6], bytes(row[7]), row[8]
-    )
+def record_from_row(row: Sequence[Any]) -> RunRecord:
+    return RunRecord(row[0], row[1], row[2], row[3], row[4], row[5], row[6], bytes(row[7]), row[8])
 
 
 def labels_to_text(labels: Mapping[str, str]) -> str:
     return json.dumps(dict(labels), sort_keys=True, ensure_ascii=False)
 
 
-def run_params(run: Run) -> dict[str, Any]:
+def run_params(run: RunState) -> dict[str, Any]:
     checkpoint = run.checkpoint
     return {
         "run_id": run.run_id,
@@ -224,7 +221,7 @@ def change_params(run_id: str, change: RunChange) -> dict[str, Any]:
     }
 
 
-def record_params(record: Record) -> dict[str, Any]:
+def record_params(record: RecordDraft) -> dict[str, Any]:
     return {
         "run_id": record.run_id,
         "event_key": record.event_key,
@@ -346,11 +343,11 @@ def _insert_record(in_session: bool) -> Any:
 
 
 def _append_if_writable(in_session: bool, row_locks: bool) -> Any:
-    """The common case of AppendRunRecord (§9.3) in one statement: inserts the
-    record only when every check would pass (the run exists and is running,
-    the record's agent and session are the run's, the session is active, the
-    key is unused) and returns its ID; otherwise inserts nothing and returns
-    no row, and the caller runs the full rules.
+    """``Database.append_if_writable`` in one statement: inserts the record and
+    returns its ID only when ``core.store.appendable`` holds (each condition
+    below is one of its items; ``tests/core/test_fast_path_equivalence.py``
+    checks they agree); otherwise inserts nothing and returns no row, and the
+    caller runs the full rules.
 
     With row locks it takes the session's lock, then the run's, like every
     writer. Its ID and position are read in the statement's snapshot: if a

@@ -10,18 +10,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runstore.contract.model import SessionStatus
 from runstore.server.core.model import (
     ContextHead,
     ContextVersion,
     MemoryEvent,
     Nanos,
-    Record,
-    Run,
+    RecordDraft,
     RunChange,
+    RunRecord,
+    RunState,
     Session,
-    SessionStatus,
     StoredAppend,
-    StoredRecord,
 )
 from runstore.server.core.ports import PURGED, RecordTarget, SessionLookup, Transaction
 from runstore.server.db import statements as sql
@@ -66,7 +66,7 @@ class SqlTransaction(Transaction):
             return PURGED
         return None
 
-    async def run(self, run_id: str, *, for_update: bool = False) -> Run | None:
+    async def run(self, run_id: str, *, for_update: bool = False) -> RunState | None:
         if for_update and self.row_locks:
             # Lock order: the run's session first (a no-op for sessionless runs).
             await self._run(self._sql.session_of_run_for_update, run_id=run_id)
@@ -94,17 +94,17 @@ class SqlTransaction(Transaction):
         existing = sql.record_from_row(existing_row) if existing_row[0] is not None else None
         return RecordTarget(run, session, existing)
 
-    async def record_by_key(self, run_id: str, event_key: str) -> StoredRecord | None:
+    async def record_by_key(self, run_id: str, event_key: str) -> RunRecord | None:
         row = await self._one(self._sql.record_by_key, run_id=run_id, event_key=event_key)
         return sql.record_from_row(row) if row is not None else None
 
-    async def record_by_id(self, run_id: str, record_id: int) -> StoredRecord | None:
+    async def record_by_id(self, run_id: str, record_id: int) -> RunRecord | None:
         row = await self._one(self._sql.record_by_id, run_id=run_id, record_id=record_id)
         return sql.record_from_row(row) if row is not None else None
 
     async def run_records(
         self, run_id: str, after: int, limit: int, max_bytes: int
-    ) -> list[StoredRecord]:
+    ) -> list[RunRecord]:
         rows = await self._all(
             self._sql.run_records, run_id=run_id, after=after, limit=limit, max_bytes=max_bytes
         )
@@ -112,7 +112,7 @@ class SqlTransaction(Transaction):
 
     async def session_records(
         self, session_id: str, after: int, limit: int, max_bytes: int
-    ) -> list[tuple[int, StoredRecord]]:
+    ) -> list[tuple[int, RunRecord]]:
         rows = await self._all(
             self._sql.session_records,
             session_id=session_id,
@@ -124,7 +124,7 @@ class SqlTransaction(Transaction):
 
     async def transcript_records(
         self, run_id: str, after: int, through: int, limit: int, max_bytes: int
-    ) -> list[StoredRecord]:
+    ) -> list[RunRecord]:
         rows = await self._all(
             self._sql.transcript_records,
             run_id=run_id,
@@ -135,7 +135,7 @@ class SqlTransaction(Transaction):
         )
         return [sql.record_from_row(row) for row in rows]
 
-    async def runs_by_session(self, session_id: str) -> list[Run]:
+    async def runs_by_session(self, session_id: str) -> list[RunState]:
         rows = await self._all(self._sql.runs_by_session, session_id=session_id)
         return [sql.run_from_row(row) for row in rows]
 
@@ -160,7 +160,7 @@ class SqlTransaction(Transaction):
         await self._run(self._sql.purge_session, session_id=session_id)
         await self._run(self._sql.insert_tombstone, session_id=session_id, purged_at=purged_at)
 
-    async def insert_run(self, run: Run) -> None:
+    async def insert_run(self, run: RunState) -> None:
         await self._run(self._sql.insert_run, **sql.run_params(run))
 
     async def change_run(self, run_id: str, change: RunChange) -> None:
@@ -170,7 +170,8 @@ class SqlTransaction(Transaction):
         """``_one``, or None when the statement hit a unique constraint."""
         return await self._one(statement, **params)
 
-    async def append_if_writable(self, record: Record) -> int | None:
+    async def append_if_writable(self, record: RecordDraft) -> int | None:
+        """The statement behind ``Database.append_if_writable`` (not a port method)."""
         statement = (
             self._sql.append_if_writable_in_session
             if record.session_id
@@ -179,7 +180,7 @@ class SqlTransaction(Transaction):
         row = await self._one_unless_conflict(statement, **sql.record_params(record))
         return int(row[0]) if row is not None else None
 
-    async def append_record(self, record: Record) -> int:
+    async def append_record(self, record: RecordDraft) -> int:
         statement = (
             self._sql.insert_session_record
             if record.session_id

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -12,10 +12,10 @@ from runstore.server.status import maps_errors
 from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import context_store_pb2_grpc as ctx_grpc
 
-Context: TypeAlias = grpc.aio.ServicerContext
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
-class ContextStoreServicer(ctx_grpc.ContextStoreServicer):  # type: ignore[misc]
+class ContextStoreServicer(ctx_grpc.ContextStoreServicer):
     def __init__(self, store: ContextStore) -> None:
         self._store = store
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -13,7 +13,7 @@ from runstore.server.status import maps_errors
 from runstore.v1 import memory_store_pb2 as ms
 from runstore.v1 import memory_store_pb2_grpc as ms_grpc
 
-Context: TypeAlias = grpc.aio.ServicerContext
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
 def _event_from_wire(message: ms.MemoryEvent, index: int) -> MemoryEvent:
@@ -35,7 +35,7 @@ def _event_to_wire(event: MemoryEvent) -> ms.MemoryEvent:
     )
 
 
-class MemoryStoreServicer(ms_grpc.MemoryStoreServicer):  # type: ignore[misc]
+class MemoryStoreServicer(ms_grpc.MemoryStoreServicer):
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
 

@@ -6,25 +6,27 @@ from typing import Any, TypeAlias
 
 import grpc
 
+from runstore.contract import wire
+from runstore.contract.model import RunRepairResult
 from runstore.server import convert
-from runstore.server.core.model import RepairResult
 from runstore.server.core.store import RuntimeStore
 from runstore.server.status import maps_errors
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
+from runstore.v1 import types_pb2 as pb
 
-Context: TypeAlias = grpc.aio.ServicerContext
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
-def _repair_fields(result: RepairResult) -> dict[str, Any]:
+def _repair_fields(result: RunRepairResult) -> dict[str, Any]:
     return {
-        "outcome": convert.REPAIR_OUTCOME_TO_WIRE[result.outcome],
-        "status": convert.RUN_STATUS_TO_WIRE[result.status],
+        "outcome": wire.REPAIR_OUTCOME_TO_WIRE[result.outcome],
+        "status": wire.RUN_STATUS_TO_WIRE[result.status],
         "record": convert.append_result_to_wire(result.record),
     }
 
 
-class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):  # type: ignore[misc]
+class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
     def __init__(self, store: RuntimeStore) -> None:
         self._store = store
 
@@ -33,7 +35,7 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):  # type: ignore[misc]
         self, request: rs.LoadSessionStatusRequest, context: Context
     ) -> rs.LoadSessionStatusResponse:
         status = await self._store.load_session_status(request.session_id)
-        return rs.LoadSessionStatusResponse(status=convert.SESSION_STATUS_TO_WIRE[status])
+        return rs.LoadSessionStatusResponse(status=wire.SESSION_STATUS_TO_WIRE[status])
 
     @maps_errors
     async def StartRootRun(
@@ -41,7 +43,7 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):  # type: ignore[misc]
     ) -> rs.StartRootRunResponse:
         result = await self._store.start_root_run(convert.root_run_start(request))
         return rs.StartRootRunResponse(
-            outcome=convert.START_OUTCOME_TO_WIRE[result.outcome],
+            outcome=wire.START_OUTCOME_TO_WIRE[result.outcome],
             started=convert.append_result_to_wire(result.started),
             canceled=convert.append_result_to_wire(result.canceled),
         )
@@ -52,7 +54,7 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):  # type: ignore[misc]
     ) -> rs.StartChildRunResponse:
         result = await self._store.start_child_run(convert.child_run_start(request))
         return rs.StartChildRunResponse(
-            outcome=convert.START_OUTCOME_TO_WIRE[result.outcome],
+            outcome=wire.START_OUTCOME_TO_WIRE[result.outcome],
             parent_record=convert.append_result_to_wire(result.parent_record),
             started=convert.append_result_to_wire(result.started),
             canceled=convert.append_result_to_wire(result.canceled),
@@ -131,7 +133,7 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):  # type: ignore[misc]
     ) -> rs.LoadRunSuspensionResponse:
         checkpoint = await self._store.load_run_suspension(request.run_id)
         return rs.LoadRunSuspensionResponse(
-            suspension={"id": checkpoint.id, "data": checkpoint.data}
+            suspension=pb.Checkpoint(id=checkpoint.id, data=checkpoint.data)
         )
 
     @maps_errors

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -12,10 +12,10 @@ from runstore.server.status import maps_errors
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import session_admin_pb2_grpc as sa_grpc
 
-Context: TypeAlias = grpc.aio.ServicerContext
+Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
 
-class SessionAdminServicer(sa_grpc.SessionAdminServicer):  # type: ignore[misc]
+class SessionAdminServicer(sa_grpc.SessionAdminServicer):
     def __init__(self, store: RuntimeStore) -> None:
         self._store = store
 

@@ -1,0 +1,225 @@
+"""The runtime store's vocabulary, shared by the client and the server core (§3).
+
+Enums whose values are also the stored column values, the small values both
+sides pass around unchanged, and the command shapes. Commands and pages are
+generic over the record (and run start) type, because each side holds records
+in its own shape: the client with UTC ``datetime`` times, the server with exact
+nanoseconds and, for commands, optional fields so that validation can name
+what a caller left out. Nothing here imports protobuf; ``runstore.contract.wire``
+maps these values to and from messages.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
+
+
+class SessionStatus(enum.StrEnum):
+    ACTIVE = "active"
+    ENDED = "ended"
+
+
+class RunStatus(enum.StrEnum):
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Everything but running is terminal, suspended included (§3.1)."""
+        return self is not RunStatus.RUNNING
+
+
+TERMINAL_COMMAND_STATUSES: Final = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED}
+)
+"""The statuses a RecordRunTerminal command may set (§3.10)."""
+
+
+class RunStartOutcome(enum.StrEnum):
+    PROCEED = "proceed"
+    STOP = "stop"
+
+
+class RunRepairOutcome(enum.StrEnum):
+    STORED = "stored"
+    ALREADY_STORED = "already_stored"
+    DIFFERENT_TERMINAL = "different_terminal"
+
+
+# --- Values -------------------------------------------------------------------
+
+T = TypeVar("T")
+"""The time type of a side: ``datetime`` on the client, ``Nanos`` on the server."""
+
+
+@dataclass(frozen=True, slots=True)
+class Session(Generic[T]):
+    """A session (§3.3); each side subclasses it with its own time type."""
+
+    id: str
+    status: SessionStatus
+    created_at: T
+    ended_at: T | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A continuation checkpoint (§3.6): opaque bytes, stored byte for byte."""
+
+    id: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RunMeta(Generic[T]):
+    """Run metadata (§3.5); each side subclasses it with its own time type."""
+
+    run_id: str
+    agent_id: str
+    session_id: str
+    parent_run_id: str
+    started_at: T
+    labels: Mapping[str, str]
+    start_outcome: RunStartOutcome
+    status: RunStatus
+    cancellation_reason: str
+    updated_at: T
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """The outcome of writing one record (§3.9); ``NO_RECORD`` is the zero value."""
+
+    id: str = ""
+    inserted: bool = False
+    session_status: SessionStatus | None = None
+
+
+NO_RECORD: Final = AppendResult()
+
+
+@dataclass(frozen=True, slots=True)
+class RunRepairResult:
+    """The result of a repair (§9.5): what happened, and the run's status after it."""
+
+    outcome: RunRepairOutcome
+    status: RunStatus
+    record: AppendResult = NO_RECORD
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """Where an idempotent append put its items (positions count from 0);
+    ``inserted`` is False on a replay of the same request (§12, §13)."""
+
+    first_position: int
+    count: int
+    inserted: bool
+
+
+# The generic shapes are frozen without slots: Python 3.11 cannot call a
+# subscripted alias (``Page[RunRecord](...)``) of a frozen dataclass with slots.
+
+R = TypeVar("R")
+"""The record type of a side: the client's ``RunRecord`` or the server's."""
+
+S = TypeVar("S")
+"""The run start type of a side."""
+
+
+@dataclass(frozen=True)
+class Page(Generic[R]):
+    """One page of records, oldest first; an empty ``next_cursor`` means the end."""
+
+    events: Sequence[R]
+    next_cursor: str = ""
+
+
+# --- Commands (§3.10) -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RootRunStart(Generic[S, R]):
+    run: S
+    started: R
+    canceled: R
+    """The record written if the session has ended; every root start carries one."""
+
+
+@dataclass(frozen=True)
+class ChildRunStart(Generic[S, R]):
+    run: S
+    parent_linked: R
+    started: R
+    canceled: R
+
+
+@dataclass(frozen=True)
+class OneShotRunStart(Generic[S, R]):
+    run: S
+    started: R
+
+
+@dataclass(frozen=True)
+class OneShotChildRunStart(Generic[S, R]):
+    run: S
+    parent_linked: R
+    started: R
+
+
+@dataclass(frozen=True)
+class RunCancellation(Generic[R]):
+    run_id: str
+    reason: str
+    record: R
+
+
+@dataclass(frozen=True)
+class RunSuspension(Generic[R]):
+    run_id: str
+    suspension: Checkpoint | None
+    """Never None in a client command; None on the server when the caller sent none."""
+    record: R
+
+
+@dataclass(frozen=True)
+class RunTerminal(Generic[R]):
+    run_id: str
+    status: RunStatus | None
+    """COMPLETED, FAILED or CANCELED; None on the server when the caller sent none."""
+    record: R
+
+
+# --- Start results (§3.11): what each start kind answers on the wire ------------
+
+
+@dataclass(frozen=True, slots=True)
+class RootRunStartResult:
+    outcome: RunStartOutcome
+    started: AppendResult
+    canceled: AppendResult = NO_RECORD
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRunStartResult:
+    outcome: RunStartOutcome
+    parent_record: AppendResult
+    started: AppendResult
+    canceled: AppendResult = NO_RECORD
+
+
+@dataclass(frozen=True, slots=True)
+class OneShotRunStartResult:
+    record: AppendResult
+
+
+@dataclass(frozen=True, slots=True)
+class OneShotChildRunStartResult:
+    parent_record: AppendResult
+    started: AppendResult

@@ -1,0 +1,280 @@
+"""The documentation in docs/ is checked against the code, so it cannot drift.
+
+* every JSON example of docs/payloads.md goes through the lifecycle codec;
+* every ErrorInfo reason the code registers has a row in docs/errors.md with
+  its gRPC code and permanence;
+* every contract citation (``§9.3``, ``V1``, ``D5``, ``Q12``) in the tracked
+  sources names a heading of docs/;
+* nothing tracked points at documents outside the repository.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runstore.contract import errors, lifecycle
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+# --- payloads.md --------------------------------------------------------------------
+
+CODECS: dict[str, tuple[Callable[[bytes], Any], Callable[[Any], bytes]]] = {
+    lifecycle.RUN_STARTED: (lifecycle.decode_run_started, lifecycle.encode_run_started),
+    lifecycle.RUN_COMPLETED: (lifecycle.decode_run_completed, lifecycle.encode_run_completed),
+    lifecycle.RUN_SUSPENDED: (lifecycle.decode_run_suspended, lifecycle.encode_run_suspended),
+    lifecycle.CHILD_RUN_LINKED: (
+        lifecycle.decode_child_run_linked,
+        lifecycle.encode_child_run_linked,
+    ),
+    lifecycle.CANCELLATION_INTENT: (
+        lifecycle.decode_cancellation_intent,
+        lifecycle.encode_cancellation_intent,
+    ),
+}
+VERDICTS = ("canonical", "accepted", "rejected")
+_FENCE = re.compile(r"^```(?P<info>[^\n]*)\n(?P<body>.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+def json_blocks() -> list[tuple[list[str], str]]:
+    """(label words after "json", body) of every JSON block of payloads.md."""
+    blocks = []
+    for match in _FENCE.finditer((DOCS / "payloads.md").read_text(encoding="utf-8")):
+        words = match["info"].split()
+        if words and words[0] == "json":
+            blocks.append((words, match["body"]))
+    return blocks
+
+
+def payload_examples() -> list[tuple[str, str, bytes]]:
+    """(record type, verdict, payload) of every labelled payload block."""
+    examples = []
+    for words, body in json_blocks():
+        if len(words) > 1 and words[1].startswith("runstore.v1."):
+            continue
+        assert len(words) in (2, 3), f"JSON block without a record type: {' '.join(words)!r}"
+        kind = words[1]
+        verdict = words[2] if len(words) == 3 else "canonical"
+        assert kind in CODECS, f"unknown record type {kind!r} in payloads.md"
+        assert verdict in VERDICTS, f"unknown verdict {verdict!r} in payloads.md"
+        examples.append((kind, verdict, body.rstrip("\n").encode("utf-8")))
+    return examples
+
+
+EXAMPLES = payload_examples()
+
+
+def test_payloads_md_shows_every_payload_and_status_pairing() -> None:
+    canonical = {(kind, body) for kind, verdict, body in EXAMPLES if verdict == "canonical"}
+    assert {kind for kind, _ in canonical} == set(CODECS)
+    completions = {
+        (decoded.status, decoded.phase)
+        for kind, body in canonical
+        if kind == lifecycle.RUN_COMPLETED
+        for decoded in [lifecycle.decode_run_completed(body)]
+    }
+    assert completions == {("success", "completed"), ("failed", "failed"), ("canceled", "canceled")}
+    assert any(verdict == "rejected" for _, verdict, _ in EXAMPLES)
+
+
+@pytest.mark.parametrize(("kind", "verdict", "payload"), EXAMPLES)
+def test_payloads_md_example_matches_the_codec(kind: str, verdict: str, payload: bytes) -> None:
+    decode, encode = CODECS[kind]
+    if verdict == "rejected":
+        with pytest.raises(lifecycle.PayloadError):
+            decode(payload)
+        return
+    decoded = decode(payload)
+    if verdict == "canonical":
+        # The bytes a Go worker (and runstore.client.records) would write.
+        assert encode(decoded) == payload
+    else:
+        assert encode(decoded) != payload, "an 'accepted' example that is canonical: drop the tag"
+
+
+REQUESTS = [
+    (words[1].removeprefix("runstore.v1."), body)
+    for words, body in json_blocks()
+    if len(words) > 1 and words[1].startswith("runstore.v1.")
+]
+
+
+@pytest.mark.parametrize(("message", "body"), REQUESTS)
+def test_payloads_md_command_parses_and_carries_canonical_payloads(message: str, body: str) -> None:
+    from google.protobuf import json_format
+
+    from runstore.v1 import runtime_store_pb2
+
+    request = json_format.Parse(body, getattr(runtime_store_pb2, message)())
+    records = [
+        getattr(request, name)
+        for name in ("started", "canceled", "parent_linked", "record")
+        if name in type(request).DESCRIPTOR.fields_by_name and request.HasField(name)
+    ]
+    assert records
+    for record in records:
+        decode, encode = CODECS[record.type]
+        assert encode(decode(record.payload)) == record.payload
+
+
+def test_payloads_md_shows_whole_commands() -> None:
+    assert {message for message, _ in REQUESTS} >= {
+        "StartRootRunRequest",
+        "RecordRunTerminalRequest",
+    }
+
+
+# --- errors.md ----------------------------------------------------------------------
+
+
+def error_rows() -> dict[str, tuple[set[str], str]]:
+    """reason -> (gRPC codes, permanent) from the table of docs/errors.md."""
+    rows: dict[str, tuple[set[str], str]] = {}
+    for line in (DOCS / "errors.md").read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not re.fullmatch(r"`[A-Z_]+`", cells[0]):
+            continue
+        reason = cells[0].strip("`")
+        assert reason not in rows, f"{reason} has two rows in docs/errors.md"
+        rows[reason] = ({code.strip() for code in cells[1].split(",")}, cells[2])
+    return rows
+
+
+@pytest.mark.parametrize("reason", sorted(errors.error_classes()))
+def test_every_error_reason_has_a_row_in_errors_md(reason: str) -> None:
+    cls = errors.error_classes()[reason]
+    rows = error_rows()
+    assert reason in rows, f"docs/errors.md has no row for {reason}"
+    codes, permanent = rows[reason]
+    assert cls.code in codes, f"{reason}: docs/errors.md says {codes}, the code says {cls.code}"
+    assert permanent == ("yes" if cls.permanent else "no"), reason
+
+
+def test_errors_md_codes_are_grpc_status_codes() -> None:
+    import grpc
+
+    for reason, (codes, permanent) in error_rows().items():
+        assert codes <= set(grpc.StatusCode.__members__), reason
+        assert permanent in ("yes", "no"), reason
+
+
+# --- citations ----------------------------------------------------------------------
+
+_HEADING = re.compile(r"^#{1,6}\s+§?(\d+(?:\.\d+)*|[VDQ]\d+)\b", re.MULTILINE)
+_SECTION = re.compile(r"§\s?(\d+(?:\.\d+)*)")
+# A rule token standing alone: not part of a word, a path or a version ("V1.2").
+_RULE = re.compile(r"(?<![\w./-])([VDQ]\d{1,2})(?![\w/-]|\.\d)")
+
+
+def tracked_files(*patterns: str) -> list[Path]:
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--", *patterns],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return [ROOT / name for name in listed.split("\0") if name and (ROOT / name).is_file()]
+
+
+def doc_anchors() -> set[str]:
+    anchors: set[str] = set()
+    for path in DOCS.glob("*.md"):
+        anchors.update(_HEADING.findall(path.read_text(encoding="utf-8")))
+    return anchors
+
+
+def citations(text: str) -> set[str]:
+    found = set(_SECTION.findall(text))
+    found.update(_RULE.findall(text))
+    return found
+
+
+def test_citation_extraction() -> None:
+    text = "see §9.3, §6.4 rule 2; V1–V9 and D10 (Q12). §14.16. Not: v2, DV3, D5x, 1.V2, V3.1, a/Q4"
+    assert citations(text) == {"9.3", "6.4", "14.16", "V1", "V9", "D10", "Q12"}
+
+
+def test_every_contract_citation_resolves_to_a_heading_in_docs() -> None:
+    anchors = doc_anchors()
+    assert {"9.3", "6.4", "V1", "D5", "D8", "Q12", "12", "12.1"} <= anchors
+    unresolved = []
+    sources = tracked_files("*.py", "*.proto", "*.md")
+    for path in sources:
+        relative = path.relative_to(ROOT).as_posix()
+        if re.fullmatch(r"client/runstore/v1/.*_pb2.*", relative):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            for cited in sorted(citations(line) - anchors):
+                unresolved.append(f"{relative}:{number}: {cited}")
+    assert not unresolved, "citations without a heading in docs/:\n" + "\n".join(unresolved)
+
+
+# --- nothing points outside the repository ------------------------------------------------
+
+# Spelled so that this file does not match the patterns it looks for.
+OUTSIDE = re.compile(r"\.\./shared|STORE_CONTRACT|DECISIONS\.md|upstream_fact[s]|[Ss]eed 004")
+
+
+# Headers other changes of this round are rewriting (the context store
+# modules); tolerated until they land, then this set is emptied.
+PENDING = frozenset(
+    {
+        "client/runstore/client/context.py",
+        "server/runstore/server/context_checks.py",
+        "server/runstore/server/core/context.py",
+    }
+)
+
+
+def test_no_tracked_file_refers_to_documents_outside_the_repository() -> None:
+    offenders = []
+    for path in tracked_files():
+        relative = path.relative_to(ROOT).as_posix()
+        if relative == "tests/test_docs.py" or relative in PENDING:
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if OUTSIDE.search(line):
+                offenders.append(f"{relative}:{number}: {line.strip()}")
+    assert not offenders, "point these at docs/ instead:\n" + "\n".join(offenders)
+
+
+def test_readme_links_the_project_documents() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for target in ("docs/contract.md", "docs/payloads.md", "docs/errors.md", "LICENSE"):
+        assert f"]({target})" in readme, target
+        assert (ROOT / target).is_file(), target
+    assert "](CHANGELOG.md)" in readme and (ROOT / "CHANGELOG.md").is_file()
+
+
+_LINK = re.compile(r"\]\((?!https?://)([^)#\s]+)?(?:#([^)\s]+))?\)")
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to '-'."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_relative_links_in_the_docs_resolve() -> None:
+    broken = []
+    for source in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        for target, anchor in _LINK.findall(source.read_text(encoding="utf-8")):
+            path = (source.parent / target).resolve() if target else source
+            if not path.exists():
+                broken.append(f"{source.name}: {target}")
+            elif anchor and path.suffix == ".md":
+                headings = re.findall(r"^#{1,6}\s+(.+)$", path.read_text(encoding="utf-8"), re.M)
+                if anchor not in {github_anchor(heading) for heading in headings}:
+                    broken.append(f"{source.name}: {target}#{anchor}")
+    assert not broken, broken
