@@ -160,7 +160,7 @@ def _bind_error(listen: str) -> str:
     except OSError as exc:
         return (exc.strerror or str(exc)).lower()
     except ValueError:
-        return "not a host:port address"
+        pass
     return "cannot bind"
 
 

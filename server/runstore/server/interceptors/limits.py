@@ -23,7 +23,7 @@ long-lived streams must not be refused for a budget meant for parked pages).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import grpc
 
@@ -35,6 +35,9 @@ SMALL_RESPONSE_BYTES = 64 * 1024
 
 EXEMPT_PREFIXES = ("/grpc.health.v1.Health/",)
 """Methods no limit applies to: health must answer while the server is loaded."""
+
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
 
 Behaviour = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
@@ -58,7 +61,7 @@ class ResponseBytesBudget:
         self.in_flight -= size
 
 
-class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class LimitsInterceptor(grpc.aio.ServerInterceptor):
     """Refuses a large unary response while the response-bytes budget is held."""
 
     def __init__(self, max_response_bytes_in_flight: int) -> None:
@@ -66,19 +69,22 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[_Req, _Resp] | None]
+        ],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[_Req, _Resp] | None:
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
         if handler is None or handler.unary_unary is None or method.startswith(EXEMPT_PREFIXES):
             return handler
-        return handler._replace(
-            unary_unary=self._limited(
-                handler.unary_unary, handler.response_serializer or _already_serialized
-            ),
+        serialize = handler.response_serializer or _already_serialized
+        # grpc's method handlers are named tuples.
+        limited = cast(Any, handler)._replace(
+            unary_unary=self._limited(cast(Behaviour, handler.unary_unary), serialize),
             response_serializer=_already_serialized,
         )
+        return cast("grpc.RpcMethodHandler[_Req, _Resp]", limited)
 
     def _limited(self, behaviour: Behaviour, serialize: Callable[[Any], bytes]) -> Behaviour:
         budget = self.budget
@@ -89,7 +95,11 @@ class LimitsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if not budget.try_charge(size):
                 del response
                 await abort(context, _overloaded(budget))
-            context.add_done_callback(lambda _: budget.release(size))
+
+            def release(_: object) -> None:
+                budget.release(size)
+
+            context.add_done_callback(cast(Any, release))
             return response
 
         return limited
