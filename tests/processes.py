@@ -70,3 +70,23 @@ async def server_process(
         if drain is not None:
             with contextlib.suppress(Exception):
                 await drain
+
+
+async def run_module(*args: str, kill_after: float = 60) -> tuple[int, bytes, bytes]:
+    """Runs ``python -m *args`` to its end (killed after ``kill_after`` seconds);
+    returns its exit code, stdout and stderr."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=kill_after)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode is not None
+    return process.returncode, stdout, stderr

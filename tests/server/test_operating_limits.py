@@ -14,7 +14,6 @@ import json
 import re
 import resource
 import socket
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ from runstore.client import Keepalive
 from runstore.server.config import ServerConfig
 from runstore.v1 import runtime_store_pb2 as rs
 from tests.hostile import descriptor_limits, rss_bytes, silent_sockets, zero_window_clients
-from tests.processes import server_process
+from tests.processes import run_module, server_process
 from tests.support import Run, Store
 
 MiB = 1024 * 1024
@@ -233,24 +232,15 @@ async def test_a_second_server_on_a_served_address_refuses_to_start(tmp_path: Pa
     async with server_process("--database-url", f"sqlite:///{tmp_path / 'first.db'}") as first:
         async with grpc.aio.insecure_channel(first.target) as channel:
             run = await Store(channel).root()
-        second = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
+        returncode, _, stderr = await run_module(
             "runstore.server.cli",
             "serve",
             "--listen",
             first.target,
             "--database-url",
             f"sqlite:///{tmp_path / 'second.db'}",
-            stderr=asyncio.subprocess.PIPE,
         )
-        try:
-            _, stderr = await asyncio.wait_for(second.communicate(), timeout=60)
-        finally:
-            if second.returncode is None:
-                second.kill()
-                await second.wait()
-        assert second.returncode == 2, stderr.decode()
+        assert returncode == 2, stderr.decode()
         ours = [line for line in stderr.decode().splitlines() if line.startswith("runstore:")]
         assert ours == [f"runstore: cannot listen on {first.target}: address already in use"]
         assert b"serving on" not in stderr
@@ -283,23 +273,10 @@ _LOGGED_TROUBLE = re.compile(r"^(?:[EWF]\d{4} |ERROR|WARNING|CRITICAL)|too_many_
 async def _idle_client(target: str, run_id: str, *args: float) -> tuple[str, str]:
     """Runs ``tests.idle_client``; returns the channel state after the idle time
     and everything the client logged."""
-    client = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "tests.idle_client",
-        target,
-        run_id,
-        *(str(arg) for arg in args),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    returncode, stdout, stderr = await run_module(
+        "tests.idle_client", target, run_id, *(str(arg) for arg in args)
     )
-    try:
-        stdout, stderr = await asyncio.wait_for(client.communicate(), timeout=60)
-    finally:
-        if client.returncode is None:
-            client.kill()
-            await client.wait()
-    assert client.returncode == 0, stderr.decode()
+    assert returncode == 0, stderr.decode()
     return json.loads(stdout)["state_after_idle"], stderr.decode()
 
 
