@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import ClassVar, TypedDict
 
+from runstore.contract._gofmt import quote as quote  # messages quote values as Go does
+
 ERROR_DOMAIN = "runstore"
 """ErrorInfo.domain of every runstore error (D4)."""
 
@@ -92,42 +94,6 @@ class RunstoreError(Exception):
             f"{key}={value!r}" for key, value in self.metadata().items() if key != "permanent"
         )
         return f"{type(self).__name__}({self.message!r}{', ' if context else ''}{context})"
-
-
-def quote(value: str) -> str:
-    """``value`` quoted the way Go's ``%q`` does, as upstream messages are.
-
-    Printable characters stay as they are; quotes, backslashes and control
-    characters are escaped, so a message never breaks across lines.
-    """
-    out = ['"']
-    for char in value:
-        code = ord(char)
-        if char in _GO_SHORT_ESCAPES:
-            out.append(_GO_SHORT_ESCAPES[char])
-        elif code < 0x20 or code == 0x7F:
-            out.append(f"\\x{code:02x}")
-        elif 0xD800 <= code <= 0xDFFF:
-            out.append("\\ufffd")
-        elif not char.isprintable() and char != " ":
-            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
-        else:
-            out.append(char)
-    out.append('"')
-    return "".join(out)
-
-
-_GO_SHORT_ESCAPES = {
-    '"': '\\"',
-    "\\": "\\\\",
-    "\a": "\\a",
-    "\b": "\\b",
-    "\f": "\\f",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\v": "\\v",
-}
 
 
 def error_class_for(reason: str) -> type[RunstoreError] | None:

@@ -19,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from runstore.contract.errors import quote
+from runstore.contract._gofmt import json_string, quote
+from runstore.contract._json import Members, NumberText, decoder, json_kind
 from runstore.contract.model import RunStatus
 
 RUN_STARTED: Final = "run_started"
@@ -125,27 +126,9 @@ class CancellationIntentPayload:
 
 # --- Go-compatible encoding ---------------------------------------------------
 
-_GO_ESCAPES = {
-    '"': '\\"',
-    "\\": "\\\\",
-    "\n": "\\n",
-    "\r": "\\r",
-    "\t": "\\t",
-    "\b": "\\b",
-    "\f": "\\f",
-    "<": "\\u003c",
-    ">": "\\u003e",
-    "&": "\\u0026",
-    "\u2028": "\\u2028",
-    "\u2029": "\\u2029",
-}
-for _code in range(0x20):
-    _GO_ESCAPES.setdefault(chr(_code), f"\\u{_code:04x}")
-_GO_ESCAPE_TABLE = str.maketrans(_GO_ESCAPES)
-
 
 def _go_string(value: str) -> str:
-    return '"' + value.translate(_GO_ESCAPE_TABLE) + '"'
+    return json_string(value, go=True)
 
 
 def _go_labels(labels: Mapping[str, str]) -> str:
@@ -233,44 +216,31 @@ def encode_cancellation_intent(payload: CancellationIntentPayload) -> bytes:
 # --- Strict decoding (§5.1) ---------------------------------------------------
 
 
-class _Float(str):
+class _Float(NumberText):
     """A JSON number with a fraction or exponent, kept as text so that integer
     fields can reject it (Go cannot decode ``1.0`` into an int)."""
 
 
-class _Int(str):
+class _Int(NumberText):
     """A JSON integer kept as text: only integer fields convert it, so a huge
     literal anywhere else costs nothing and cannot trip Python's int limits."""
 
 
-def _reject_constant(name: str) -> Any:
-    raise PayloadError(f"invalid character {name[0]!r} looking for beginning of value")
+def _duplicate_field(key: str) -> PayloadError:
+    return PayloadError(f"json: duplicate field {quote(key)}")
 
 
-def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise PayloadError(f"json: duplicate field {quote(key)}")
-        seen[key] = value
-    return seen
-
-
-class _Pairs(list[tuple[str, Any]]):
-    """An object decoded leniently: its members in order, repeats kept."""
+def _not_a_value(name: str) -> PayloadError:
+    return PayloadError(f"invalid character {name[0]!r} looking for beginning of value")
 
 
 _WHITESPACE = " \t\n\r"
 
-
-_STRICT_DECODER = json.JSONDecoder(
-    object_pairs_hook=_unique_pairs,
-    parse_float=_Float,
-    parse_int=_Int,
-    parse_constant=_reject_constant,
+_STRICT_DECODER = decoder(
+    parse_int=_Int, parse_float=_Float, duplicate_key=_duplicate_field, constant=_not_a_value
 )
-_LENIENT_DECODER = json.JSONDecoder(
-    object_pairs_hook=_Pairs, parse_float=_Float, parse_int=_Int, parse_constant=_reject_constant
+_LENIENT_DECODER = decoder(
+    parse_int=_Int, parse_float=_Float, duplicate_key=None, constant=_not_a_value
 )
 
 
@@ -306,33 +276,19 @@ def _strict_object(payload: bytes) -> dict[str, Any]:
     if value is None:
         raise PayloadError("record payload must not be null")
     if not isinstance(value, dict):
-        raise PayloadError(f"record payload must be a JSON object, not {_json_kind(value)}")
+        raise PayloadError(f"record payload must be a JSON object, not {json_kind(value)}")
     return value
-
-
-def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, _Float | _Int | int):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list) and not isinstance(value, _Pairs):
-        return "array"
-    return "object"
 
 
 _Reader = Callable[[Any, str], Any]
 
 
 def _type_error(value: Any, where: str, wanted: str) -> str:
-    return f"json: cannot unmarshal {_json_kind(value)} into field {where} of type {wanted}"
+    return f"json: cannot unmarshal {json_kind(value)} into field {where} of type {wanted}"
 
 
 def _is_text(value: Any) -> bool:
-    return isinstance(value, str) and not isinstance(value, _Float | _Int)
+    return isinstance(value, str) and not isinstance(value, NumberText)
 
 
 def _string(value: Any, where: str) -> str:
@@ -521,8 +477,8 @@ def decode_cancellation_intent(payload: bytes) -> CancellationIntentPayload:
     value = _decode_one_value(payload, _LENIENT_DECODER)
     if value is None:
         return CancellationIntentPayload(reason="")
-    if not isinstance(value, _Pairs):
-        raise PayloadError(f"record payload must be a JSON object, not {_json_kind(value)}")
+    if not isinstance(value, Members):
+        raise PayloadError(f"record payload must be a JSON object, not {json_kind(value)}")
     reason = ""
     for key, item in value:
         if key.casefold() == "reason":

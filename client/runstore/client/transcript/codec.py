@@ -1,11 +1,4 @@
-"""Transcript messages, their JSON codec, run-log replay and validators (§13).
-
-Transcript records (``transcript_messages_seeded`` / ``transcript_messages_appended``,
-§13.2) carry a JSON array of messages. The store never looks inside them (Q15);
-this module is the caller's side: typed messages and parts (§13.1), a strict codec
-that preserves numbers byte for byte, replay of a run log into one message list
-(§13.3) and the pure transcript validators (§13.4).
-"""
+"""The transcript JSON codec (§13.1): strict, and numbers kept byte for byte."""
 
 from __future__ import annotations
 
@@ -14,228 +7,44 @@ import binascii
 import decimal
 import json
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Final, Literal, Protocol, TypeAlias
+from typing import Final
 
-from runstore.client.model import Page, RunRecord
-from runstore.contract.lifecycle import TRANSCRIPT_TYPES
-
-JSONValue: TypeAlias = (
-    "bool | int | float | Decimal | str | list[JSONValue] | dict[str, JSONValue] | None"
+from runstore.client.transcript.model import (
+    _CITATION_KEYS,
+    _MESSAGE_KEYS,
+    _PART_KINDS,
+    _RANGE_KEYS,
+    IMAGE_FORMATS,
+    LOCATION_KINDS,
+    PART_KEYS,
+    ROLES,
+    CacheCheckpointPart,
+    Citation,
+    CitationLocation,
+    CitationsPart,
+    DocumentPart,
+    ImagePart,
+    JsonDecimal,
+    JSONObject,
+    JSONValue,
+    Message,
+    Part,
+    TextPart,
+    ThinkingPart,
+    ToolResultPart,
+    ToolUsePart,
+    TranscriptError,
 )
-"""A decoded JSON value. Decoding yields ``int`` for integers and ``JsonDecimal`` for
-other numbers, never ``float``; encoding also accepts finite floats, plain Decimals
-and tuples."""
-
-JSONObject: TypeAlias = "dict[str, JSONValue]"
-
-ROLES: Final = frozenset({"system", "user", "assistant"})
-IMAGE_FORMATS: Final = frozenset({"png", "jpeg", "gif", "webp"})
-DOCUMENT_FORMATS: Final = frozenset(
-    {"pdf", "csv", "doc", "docx", "xls", "xlsx", "html", "txt", "md"}
-)
-"""Listed by §13.1 for documents; informative only, the codec does not enforce it."""
-
-REPLAY_PAGE_SIZE: Final = 512
-"""Records per ListRunRecords call when rebuilding a transcript (§13.3)."""
+from runstore.contract._gofmt import json_string
+from runstore.contract._json import decoder, json_kind
 
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
 _MAX_INT_DIGITS: Final = 4000
 """Longer integer literals stay text (``JsonDecimal``): Python's int parser refuses
 very long strings, and the text is all we need to write them back."""
-
-
-class TranscriptError(ValueError):
-    """A transcript payload, message or run log is not acceptable; the message says why."""
-
-
-class TranscriptValidationError(TranscriptError):
-    """A message list breaks a §13.4 invariant."""
-
-
-class JsonDecimal(Decimal):
-    """A JSON number kept with its literal text so encoding writes it back byte for byte.
-
-    ``Decimal`` alone would turn ``1e400`` into ``1E+400``; §13.1 requires decoders to
-    preserve numbers exactly. It compares and computes like any Decimal.
-    """
-
-    __slots__ = ("text",)
-    text: str
-
-    def __new__(cls, text: str) -> JsonDecimal:
-        number = super().__new__(cls, text)
-        number.text = text
-        return number
-
-    def __repr__(self) -> str:
-        return f"JsonDecimal({self.text!r})"
-
-    # Decimal would rebuild a subclass from str(self) and lose the literal.
-    def __reduce__(self) -> tuple[type[JsonDecimal], tuple[str]]:
-        return (JsonDecimal, (self.text,))
-
-    def __copy__(self) -> JsonDecimal:
-        return self
-
-    def __deepcopy__(self, memo: object) -> JsonDecimal:
-        return self
-
-
-# --- Messages and parts (§13.1) -------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ThinkingPart:
-    """Provider reasoning: plaintext with a signature, or opaque redacted bytes."""
-
-    text: str = ""
-    signature: str = ""
-    redacted: bytes = b""
-    index: int = 0
-    final: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class TextPart:
-    """Visible text."""
-
-    text: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ImagePart:
-    """An inline image; ``format`` is one of ``IMAGE_FORMATS`` and ``bytes`` is required."""
-
-    format: str
-    bytes: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class DocumentPart:
-    """A document given by exactly one of ``bytes``, ``text``, ``chunks`` or ``uri``."""
-
-    name: str
-    format: str = ""
-    bytes: bytes = b""
-    text: str = ""
-    chunks: tuple[str, ...] = ()
-    uri: str = ""
-    context: str = ""
-    cite: bool = False
-
-
-LocationKind: TypeAlias = Literal["document_char", "document_chunk", "document_page"]
-LOCATION_KINDS: Final[tuple[LocationKind, ...]] = (
-    "document_char",
-    "document_chunk",
-    "document_page",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class CitationLocation:
-    """Where cited content sits in a source document; ``kind`` names the unit counted."""
-
-    kind: LocationKind
-    document_index: int = 0
-    start: int = 0
-    end: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Citation:
-    """Links generated text back to a source document."""
-
-    title: str = ""
-    source: str = ""
-    location: CitationLocation | None = None
-    source_content: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class CitationsPart:
-    """Text with the citations that support it."""
-
-    text: str = ""
-    citations: tuple[Citation, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ToolUsePart:
-    """A tool call requested by the assistant; ``input`` is a JSON object."""
-
-    id: str
-    name: str
-    input: JSONObject = field(default_factory=dict)
-    thought_signature: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResultPart:
-    """The answer to a tool call; ``content`` is any JSON value (error text if is_error)."""
-
-    tool_use_id: str
-    content: JSONValue = None
-    is_error: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class CacheCheckpointPart:
-    """A prompt-cache boundary marker; it has no fields."""
-
-
-Part: TypeAlias = (
-    ThinkingPart
-    | TextPart
-    | ImagePart
-    | DocumentPart
-    | CitationsPart
-    | ToolUsePart
-    | ToolResultPart
-    | CacheCheckpointPart
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One transcript message; part order is significant and never changed (§13.1)."""
-
-    role: str
-    """``system``, ``user`` or ``assistant``."""
-    parts: tuple[Part, ...] = ()
-    meta: JSONObject | None = None
-    """A free JSON object; None encodes as ``null``."""
-
-
-# JSON keys of each part kind in the order of the §13.1 table (after "kind").
-PART_KEYS: Final[Mapping[str, tuple[str, ...]]] = {
-    "thinking": ("text", "signature", "redacted", "index", "final"),
-    "text": ("text",),
-    "image": ("format", "bytes"),
-    "document": ("name", "format", "bytes", "text", "chunks", "uri", "context", "cite"),
-    "citations": ("text", "citations"),
-    "tool_use": ("id", "name", "input", "thought_signature"),
-    "tool_result": ("tool_use_id", "content", "is_error"),
-    "cache_checkpoint": (),
-}
-_PART_KINDS: Final[Mapping[type, str]] = {
-    ThinkingPart: "thinking",
-    TextPart: "text",
-    ImagePart: "image",
-    DocumentPart: "document",
-    CitationsPart: "citations",
-    ToolUsePart: "tool_use",
-    ToolResultPart: "tool_result",
-    CacheCheckpointPart: "cache_checkpoint",
-}
-_MESSAGE_KEYS: Final = ("role", "parts", "meta")
-_CITATION_KEYS: Final = ("title", "source", "location", "source_content")
-_RANGE_KEYS: Final = ("document_index", "start", "end")
 
 
 # --- Rules shared by encoder and decoder (§13.1 "Rules" column) ------------------------
@@ -284,16 +93,6 @@ def _check_part(part: Part, where: str) -> None:
 
 # --- Encoding ----------------------------------------------------------------------------
 
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
-
-
-def _quote(text: str) -> str:
-    """A JSON string in UTF-8 form; lone surrogates (legal JSON escapes) stay escaped."""
-    quoted = json.dumps(text, ensure_ascii=False)
-    if _SURROGATE.search(quoted):
-        quoted = _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", quoted)
-    return quoted
-
 
 def _write(value: object, out: list[str], where: str) -> None:
     """Writes one JSON value compactly; numbers decoded earlier keep their literal text."""
@@ -304,7 +103,7 @@ def _write(value: object, out: list[str], where: str) -> None:
     elif value is False:
         out.append("false")
     elif isinstance(value, str):
-        out.append(_quote(value))
+        out.append(json_string(value, go=False))
     elif isinstance(value, int):
         try:
             out.append(int.__repr__(value))
@@ -334,7 +133,7 @@ def _write(value: object, out: list[str], where: str) -> None:
                 raise TranscriptError(f"{where}: object key {key!r} is not a string")
             if index:
                 out.append(",")
-            out.append(_quote(key))
+            out.append(json_string(key, go=False))
             out.append(":")
             _write(item, out, f"{where}.{key}")
         out.append("}")
@@ -522,24 +321,19 @@ def _parse_int(text: str) -> int | JsonDecimal:
     return int(text)
 
 
-def _reject_constant(name: str) -> JSONValue:
-    raise TranscriptError(f"invalid JSON: {name} is not a JSON value")
+def _duplicate_key(key: str) -> TranscriptError:
+    return TranscriptError(f"invalid JSON: duplicate object key {key!r}")
 
 
-def _unique_object(pairs: list[tuple[str, JSONValue]]) -> JSONObject:
-    obj: JSONObject = {}
-    for key, value in pairs:
-        if key in obj:
-            raise TranscriptError(f"invalid JSON: duplicate object key {key!r}")
-        obj[key] = value
-    return obj
+def _not_a_value(name: str) -> TranscriptError:
+    return TranscriptError(f"invalid JSON: {name} is not a JSON value")
 
 
-_DECODER: Final = json.JSONDecoder(
-    object_pairs_hook=_unique_object,
-    parse_float=_parse_number,
+_DECODER: Final = decoder(
     parse_int=_parse_int,
-    parse_constant=_reject_constant,
+    parse_float=_parse_number,
+    duplicate_key=_duplicate_key,
+    constant=_not_a_value,
 )
 
 
@@ -559,18 +353,18 @@ def _parse(payload: bytes) -> JSONValue:
     return value
 
 
+_WITH_ARTICLE: Final = {
+    "null": "null",
+    "boolean": "a boolean",
+    "number": "a number",
+    "string": "a string",
+    "array": "an array",
+    "object": "an object",
+}
+
+
 def _json_kind(value: JSONValue) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | Decimal | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object"
+    return _WITH_ARTICLE[json_kind(value)]
 
 
 def _object(value: JSONValue, where: str, keys: Sequence[str]) -> JSONObject:
@@ -808,242 +602,3 @@ def decode_messages(payload: bytes) -> list[Message]:
             f"transcript payload must be a JSON array of messages, not {_json_kind(value)}"
         )
     return [_message(item, f"messages[{index}]") for index, item in enumerate(value)]
-
-
-# --- Rebuilding a transcript from the run log (§13.3) -----------------------------------
-
-
-def replay_run_log_events(records: Iterable[RunRecord | None]) -> tuple[list[Message], bool]:
-    """Concatenates the messages of the transcript records in ``records`` (§13.3).
-
-    Nulls and other record types are skipped. Returns the messages and whether at
-    least one transcript record was seen (an empty transcript array still counts).
-
-    Raises:
-        TranscriptError: a transcript payload does not decode; names event key and run.
-    """
-    messages: list[Message] = []
-    found = False
-    for record in records:
-        if record is None or record.type not in TRANSCRIPT_TYPES:
-            continue
-        try:
-            messages.extend(decode_messages(record.payload))
-        except TranscriptError as exc:
-            raise TranscriptError(
-                f"decode runlog event {record.event_key!r} for run {record.run_id!r}: {exc}"
-            ) from exc
-        found = True
-    return messages, found
-
-
-class RunLogReader(Protocol):
-    """The one store read ``build_messages_from_run_log`` needs (ListRunRecords, §9.6.3)."""
-
-    async def list_run_records(self, run_id: str, cursor: str, limit: int) -> Page: ...
-
-
-def _check_page(run_id: str, cursor: str, page: Page, seen: set[str]) -> None:
-    """Rejects a page no correct store returns (§6.4 rule 5, [N] client checks)."""
-
-    def broken(reason: str) -> TranscriptError:
-        return TranscriptError(
-            f"broken store page for run {run_id!r} at cursor {cursor!r}: {reason}"
-        )
-
-    for index, record in enumerate(page.events):
-        if record is None:
-            raise broken(f"record {index} is null")
-        if record.run_id != run_id:
-            raise broken(f"record {index} belongs to run {record.run_id!r}")
-        if not record.id:
-            raise broken(f"record {index} has no ID")
-        if record.id in seen:
-            raise broken(f"record ID {record.id!r} repeats")
-        seen.add(record.id)
-    if not page.next_cursor:
-        return
-    if not page.events:
-        raise broken(f"next cursor {page.next_cursor!r} comes with an empty page")
-    if page.next_cursor == cursor:
-        raise broken("next cursor repeats the request cursor")
-    if page.next_cursor != page.events[-1].id:
-        raise broken(
-            f"next cursor {page.next_cursor!r} is not the last returned record ID "
-            f"{page.events[-1].id!r}"
-        )
-
-
-async def build_messages_from_run_log(store: RunLogReader, run_id: str) -> list[Message]:
-    """Rebuilds a run's transcript from its run log (§13.3, CORE).
-
-    Pages ListRunRecords from the empty cursor, ``REPLAY_PAGE_SIZE`` records at a
-    time, until the next cursor is empty, checking every page as the [N] client does,
-    and replays the transcript records in order. Published seeds ([N] SeedEndID and
-    prefix replay) are not consulted: only the run's own records count.
-
-    Raises:
-        TranscriptError: no store or run ID; a broken page; an undecodable transcript
-            record; or no transcript record at all.
-    """
-    if store is None:
-        raise TranscriptError("runlog store is required")
-    if not run_id:
-        raise TranscriptError("run id is required")
-    messages: list[Message] = []
-    found = False
-    seen: set[str] = set()
-    cursor = ""
-    while True:
-        page = await store.list_run_records(run_id, cursor, REPLAY_PAGE_SIZE)
-        _check_page(run_id, cursor, page, seen)
-        delta, page_found = replay_run_log_events(page.events)
-        messages.extend(delta)
-        found = found or page_found
-        if not page.next_cursor:
-            break
-        cursor = page.next_cursor
-    if not found:
-        raise TranscriptError(f"runlog for run {run_id!r} has no transcript message events")
-    return messages
-
-
-# --- Validators (§13.4) -----------------------------------------------------------------
-
-
-def _tool_uses(message: Message) -> list[ToolUsePart]:
-    return [part for part in message.parts if isinstance(part, ToolUsePart)]
-
-
-def _tool_results(message: Message) -> list[ToolResultPart]:
-    return [part for part in message.parts if isinstance(part, ToolResultPart)]
-
-
-def _nil(index: int) -> TranscriptValidationError:
-    return TranscriptValidationError(f"transcript: message[{index}] is nil")
-
-
-def _check_answer(uses: list[ToolUsePart], group: str, answer: Message, answer_index: int) -> None:
-    """Rule 5: the user answer holds exactly the group's tool results, by ID."""
-    where = f"transcript: user message[{answer_index}]"
-    results = _tool_results(answer)
-    if not results:
-        raise TranscriptValidationError(
-            f"{where} must contain tool_result parts for the tool_use of {group}"
-        )
-    if len(results) != len(uses):
-        raise TranscriptValidationError(
-            f"{where} must contain exactly {len(uses)} tool_result parts for {group}, "
-            f"got {len(results)}"
-        )
-    result_ids: set[str] = set()
-    for result in results:
-        if not result.tool_use_id:
-            raise TranscriptValidationError(f"{where} has a tool_result with an empty tool_use_id")
-        if result.tool_use_id in result_ids:
-            raise TranscriptValidationError(
-                f"{where} repeats tool_result tool_use_id {result.tool_use_id!r}"
-            )
-        result_ids.add(result.tool_use_id)
-    use_ids = {use.id for use in uses}
-    missing = sorted(use_ids - result_ids)
-    if missing:
-        raise TranscriptValidationError(
-            f"{where} is missing tool_result for tool_use id {missing[0]!r} of {group}"
-        )
-    extra = sorted(result_ids - use_ids)
-    if extra:  # unreachable with equal counts and unique IDs; kept for clarity
-        raise TranscriptValidationError(
-            f"{where} has tool_result id {extra[0]!r} matching no tool_use of {group}"
-        )
-
-
-def validate_planner_transcript(messages: Sequence[Message | None]) -> None:
-    """Checks the tool-loop invariants of §13.4 before planning resumes.
-
-    Consecutive assistant messages form a group; a group with tool uses must be
-    answered by the very next message, a user message carrying exactly one
-    tool_result per tool_use ID. A tool_result anywhere else is an error. Pure: the
-    input is never modified.
-
-    Raises:
-        TranscriptValidationError: the first broken rule, naming the message index.
-    """
-    index = 0
-    count = len(messages)
-    while index < count:
-        message = messages[index]
-        if message is None:
-            raise _nil(index)
-        if message.role != "assistant":
-            if _tool_results(message):
-                raise TranscriptValidationError(
-                    f"transcript: {message.role} message[{index}] contains tool_result parts "
-                    "that do not answer an immediately preceding assistant tool_use group"
-                )
-            index += 1
-            continue
-        start = index
-        uses: list[ToolUsePart] = []
-        while index < count:
-            member = messages[index]
-            if member is None or member.role != "assistant":
-                break
-            uses.extend(_tool_uses(member))
-            index += 1
-        if not uses:
-            continue
-        group = (
-            f"assistant message[{start}]"
-            if index - start == 1
-            else f"assistant messages[{start}..{index - 1}]"
-        )
-        use_ids: set[str] = set()
-        for use in uses:
-            if not use.id:
-                raise TranscriptValidationError(
-                    f"transcript: {group} has a tool_use with an empty id"
-                )
-            if use.id in use_ids:
-                raise TranscriptValidationError(
-                    f"transcript: {group} repeats tool_use id {use.id!r}"
-                )
-            use_ids.add(use.id)
-        if index >= count:
-            raise TranscriptValidationError(
-                f"transcript: {group} with tool_use must be followed by a user tool_result "
-                "message, but the transcript ends"
-            )
-        answer = messages[index]
-        if answer is None:
-            raise _nil(index)
-        if answer.role != "user":
-            raise TranscriptValidationError(
-                f"transcript: {group} with tool_use must be followed immediately by a user "
-                f"tool_result message, not {answer.role} message[{index}]"
-            )
-        _check_answer(uses, group, answer, index)
-        index += 1
-
-
-def validate_bedrock(messages: Sequence[Message | None], thinking_enabled: bool) -> None:
-    """Adds Bedrock's thinking rule to a canonically valid transcript (§13.4).
-
-    With thinking enabled, every non-null assistant message holding a tool_use must
-    start with a ThinkingPart (per message, not per group). Canonical validation is
-    the caller's job. Pure: the input is never modified.
-
-    Raises:
-        TranscriptValidationError: the first assistant message breaking the rule.
-    """
-    if not thinking_enabled:
-        return
-    for index, message in enumerate(messages):
-        if message is None or message.role != "assistant" or not _tool_uses(message):
-            continue
-        if not isinstance(message.parts[0], ThinkingPart):
-            kinds = ", ".join(_PART_KINDS.get(type(part), "?") for part in message.parts)
-            raise TranscriptValidationError(
-                f"bedrock: assistant message[{index}] with tool_use must start with thinking "
-                f"(parts: {kinds})"
-            )
