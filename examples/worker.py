@@ -7,6 +7,16 @@ The host creates a session. The worker starts a root run, delegates a tool
 call to a child run, writes the conversation as transcript records, suspends
 the root run with a checkpoint while it waits for the user, continues it in a
 successor run, completes, and rebuilds the transcript from the run log.
+
+Against a server with authentication on (README, "Securing runstore"), each
+side proves itself with a token of its own role, over TLS when ``--ca`` names
+the CA that signed the server's certificate:
+
+    RUNSTORE_HOST_TOKEN=... RUNSTORE_WORKER_TOKEN=... \\
+        .venv/bin/python examples/worker.py --target runstore.internal:50051 --ca ca.crt
+
+The host (role ``host``) creates, lists and ends the session; the worker (role
+``worker``) writes the runs, and could not end or purge the session if it tried.
 """
 
 from __future__ import annotations
@@ -14,16 +24,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import uuid
 from datetime import datetime
 
 from runstore.client import (
     Checkpoint,
+    PermissionDeniedError,
     RemoteSessionAdmin,
     RemoteStore,
     RunRecord,
     RunStart,
     RunStatus,
+    TLSConfig,
     records,
 )
 from runstore.client.transcript import (
@@ -53,9 +66,18 @@ def transcript_record(
     )
 
 
-async def main(target: str) -> None:
+async def main(
+    target: str,
+    *,
+    host_token: str | None = None,
+    worker_token: str | None = None,
+    tls: TLSConfig | None = None,
+) -> None:
     tag = uuid.uuid4().hex[:8]
-    async with RemoteSessionAdmin(target) as host, RemoteStore(target) as store:
+    async with (
+        RemoteSessionAdmin(target, tls=tls, token=host_token) as host,
+        RemoteStore(target, tls=tls, token=worker_token) as store,
+    ):
         session = await host.create_session(f"chat-{tag}", records.now())
         print(f"session {session.id}: {session.status}")
 
@@ -131,6 +153,13 @@ async def main(target: str) -> None:
             print(f"  {message.role:>9}: {describe(message)}")
         runs = await host.list_runs_by_session(session.id)
         print("runs: " + ", ".join(f"{run.run_id}={run.status}" for run in runs))
+        if worker_token is not None:
+            # Roles at work: the worker's token cannot end the host's session.
+            async with RemoteSessionAdmin(target, tls=tls, token=worker_token) as as_worker:
+                try:
+                    await as_worker.end_session(session.id, records.now())
+                except PermissionDeniedError as refused:
+                    print(f"the worker may not end the session: {refused}")
         await host.end_session(session.id, records.now())
 
 
@@ -149,5 +178,15 @@ def describe(message: Message) -> str:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="127.0.0.1:50051", help="runstore address")
-    asyncio.run(main(parser.parse_args().target))
+    parser.add_argument("--ca", help="CA certificate of the server (turns TLS on)")
+    args = parser.parse_args()
+    asyncio.run(
+        main(
+            args.target,
+            # Tokens come from the environment, never from the command line.
+            host_token=os.environ.get("RUNSTORE_HOST_TOKEN") or None,
+            worker_token=os.environ.get("RUNSTORE_WORKER_TOKEN") or None,
+            tls=TLSConfig(ca=args.ca) if args.ca else None,
+        )
+    )
     print(f"done at {datetime.now():%H:%M:%S}")

@@ -7,7 +7,7 @@ import contextlib
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -36,10 +36,12 @@ async def serve_process(*args: str) -> AsyncIterator[tuple[asyncio.subprocess.Pr
 
 @asynccontextmanager
 async def server_process(
-    *args: str, preexec_fn: Callable[[], None] | None = None
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> AsyncIterator[ServerProcess]:
-    """Starts ``runstore serve`` on an ephemeral port (``preexec_fn`` runs in the
-    child before it starts, e.g. to lower its limits)."""
+    """``runstore serve`` on an ephemeral port; ``env`` replaces the environment,
+    ``preexec_fn`` runs in the child before it starts (e.g. to lower its limits)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -49,7 +51,7 @@ async def server_process(
         "127.0.0.1:0",
         *args,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
         preexec_fn=preexec_fn,
     )
     assert process.stderr is not None

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from runstore.server.config import ServerConfig
+from tests.certs import Authority
+from tests.secured import Entry, running_server, write_auth_file
 from tests.support import Store, unique
 
 
@@ -100,3 +103,55 @@ async def test_a_session_round_trip_and_a_rich_error(store: Store) -> None:
     assert code != 0
     assert "NotFound" in output
     assert '"reason":"RUN_NOT_FOUND"' in output.replace(" ", "")
+
+
+# --- With TLS and a token: what the README's "Securing runstore" session shows ---
+
+
+async def _grpcurl_secure(*args: str) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        _grpcurl(),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output, _ = await process.communicate()
+    return process.returncode or 0, output.decode()
+
+
+async def test_list_over_mtls_with_a_bearer_token(database_url: str, tmp_path: Path) -> None:
+    ca = Authority()
+    cert, key = ca.server().write(tmp_path, "server")
+    client_cert, client_key = ca.client("grpcurl").write(tmp_path, "client")
+    (tmp_path / "ca.crt").write_bytes(ca.pem)
+    operator = Entry("reader")
+    config = ServerConfig(
+        listen="127.0.0.1:0",
+        database_url=database_url,
+        tls_cert=str(cert),
+        tls_key=str(key),
+        tls_client_ca=str(tmp_path / "ca.crt"),
+        auth_file=str(write_auth_file(tmp_path / "auth.toml", {"operator": operator})),
+    )
+    async with running_server(config) as running:
+        target = f"127.0.0.1:{running.port}"
+        tls = (
+            "-cacert",
+            str(tmp_path / "ca.crt"),
+            "-cert",
+            str(client_cert),
+            "-key",
+            str(client_key),
+        )
+        code, output = await _grpcurl_secure(
+            *tls, "-H", f"authorization: Bearer {operator.token}", target, "list"
+        )
+        assert code == 0, output
+        assert {"runstore.v1.RuntimeStore", "runstore.v1.SessionAdmin"} <= set(output.split())
+
+        code, output = await _grpcurl_secure(*tls, target, "list")
+        assert code != 0
+        assert "Unauthenticated" in output
+
+        code, output = await _grpcurl_secure("-plaintext", target, "list")
+        assert code != 0

@@ -233,7 +233,7 @@ async def test_a_second_server_on_a_served_address_refuses_to_start(tmp_path: Pa
         async with grpc.aio.insecure_channel(first.target) as channel:
             run = await Store(channel).root()
         returncode, _, stderr = await run_module(
-            "runstore.server.cli",
+            "runstore.server",
             "serve",
             "--listen",
             first.target,

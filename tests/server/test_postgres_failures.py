@@ -47,7 +47,8 @@ async def _terminate_runstore_backends(url: str) -> int:
     try:
         killed: int = await admin.fetchval(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE application_name = 'runstore' AND pid <> pg_backend_pid()"
+            "WHERE application_name = 'runstore' AND pid <> pg_backend_pid() "
+            "AND datname = current_database()"
         )
     finally:
         await admin.close()

@@ -42,6 +42,9 @@ EXPECTED = {
     "CONTEXT_NOT_FOUND": ("NOT_FOUND", True),
     "CONTEXT_VERSION_NOT_FOUND": ("NOT_FOUND", True),
     "CONTEXT_VERSION_CONFLICT": ("ABORTED", True),
+    # Access (authentication and roles): permanent, never retried.
+    "UNAUTHENTICATED": ("UNAUTHENTICATED", True),
+    "PERMISSION_DENIED": ("PERMISSION_DENIED", True),
     # An operating limit of the server (README "Operating limits"): retry later.
     "OVERLOADED": ("RESOURCE_EXHAUSTED", False),
     # Client-side only: a status outside the table (no ErrorInfo from runstore).

@@ -4,9 +4,10 @@
 
 Workers use ``RemoteStore`` (the ``Store`` protocol); the host uses
 ``RemoteSessionAdmin``. ``SyncRemoteStore`` / ``SyncRemoteSessionAdmin`` block
-instead. Errors are the classes below, rebuilt from the server's ErrorInfo:
-catch ``ContractError`` for failures a retry cannot fix; ``TransientError`` is
-retried for you per ``RetryPolicy``.
+instead; ``tls=TLSConfig(...)`` and ``token=`` secure any of them. Errors are
+the classes below, rebuilt from the server's ErrorInfo: catch ``ContractError``
+for failures a retry cannot fix; ``TransientError`` is retried for you per
+``RetryPolicy``.
 """
 
 from runstore.client import context as context
@@ -49,7 +50,14 @@ from runstore.client.model import (
     SessionStatus,
 )
 from runstore.client.protocols import SessionAdmin, Store
-from runstore.client.remote import Keepalive, RemoteSessionAdmin, RemoteStore, open_channel
+from runstore.client.remote import (
+    Keepalive,
+    RemoteSessionAdmin,
+    RemoteStore,
+    TLSConfig,
+    TokenSource,
+    open_channel,
+)
 from runstore.client.retry import NO_RETRY, RetryClock, RetryPolicy
 from runstore.client.sync import SyncRemoteSessionAdmin, SyncRemoteStore
 from runstore.contract.errors import (
@@ -74,6 +82,7 @@ from runstore.contract.errors import (
     NotFoundError,
     OverloadedError,
     ParentRunIDRequiredError,
+    PermissionDeniedError,
     PreconditionError,
     ReadArgumentError,
     RunCancellationConflictError,
@@ -92,6 +101,7 @@ from runstore.contract.errors import (
     SessionNotFoundError,
     SessionPurgedError,
     TransientError,
+    UnauthenticatedError,
     UnavailableError,
     UnexpectedRpcError,
     ValidationError,
@@ -136,6 +146,7 @@ __all__ = [
     "OverloadedError",
     "Page",
     "ParentRunIDRequiredError",
+    "PermissionDeniedError",
     "PreconditionError",
     "ReadArgumentError",
     "RemoteContextStore",
@@ -177,7 +188,10 @@ __all__ = [
     "Store",
     "SyncRemoteSessionAdmin",
     "SyncRemoteStore",
+    "TLSConfig",
+    "TokenSource",
     "TransientError",
+    "UnauthenticatedError",
     "UnavailableError",
     "UnexpectedRpcError",
     "ValidationError",

@@ -1,4 +1,4 @@
-"""The versioned conversation context over gRPC, typed (seed 004, D5).
+"""The versioned conversation context over gRPC, typed (docs/contract.md, "Context store"; D5).
 
 Snapshots hold ``transcript.Message`` values (the §13.1 message and part
 classes, shared with the transcript helpers) plus ``ImageURLPart`` for images

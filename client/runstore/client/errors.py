@@ -20,8 +20,10 @@ from runstore.contract.errors import (
     CallCancelledError,
     DeadlineExceededError,
     InternalError,
+    PermissionDeniedError,
     RunstoreError,
     TransientError,
+    UnauthenticatedError,
     UnavailableError,
     UnexpectedRpcError,
     error_class_for,
@@ -30,12 +32,16 @@ from runstore.contract.errors import (
 _STATUS_DETAILS_KEY: Final = "grpc-status-details-bin"
 _CONTEXT_KEYS: Final = ("run_id", "session_id", "event_key", "field")
 
-_TRANSIENT_BY_CODE: Final[Mapping[grpc.StatusCode, type[TransientError]]] = {
+_BY_CODE: Final[Mapping[grpc.StatusCode, type[RunstoreError]]] = {
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
     grpc.StatusCode.ABORTED: AbortedError,
     grpc.StatusCode.INTERNAL: InternalError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
     grpc.StatusCode.CANCELLED: CallCancelledError,
+    # A proxy or gRPC itself may refuse without runstore's ErrorInfo: still
+    # never retried.
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
 }
 
 
@@ -71,7 +77,7 @@ def from_rpc_error(error: grpc.RpcError) -> RunstoreError:
             elif key != "permanent":
                 details[key] = value
     if cls is None or cls is TransientError:
-        cls = _TRANSIENT_BY_CODE.get(code, UnexpectedRpcError)
+        cls = _BY_CODE.get(code, UnexpectedRpcError)
     rebuilt = cls(message, details=details, **context)
     rebuilt.status_code = code.name
     rebuilt.__cause__ = error

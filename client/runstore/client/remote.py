@@ -1,19 +1,23 @@
 """``RemoteStore`` and ``RemoteSessionAdmin``: the protocols over gRPC (asyncio).
 
 One channel per client object (or a shared one you pass in); every call has a
-per-attempt deadline, optional metadata (tokens), and transient failures are
-retried with the identical command (``RetryPolicy``). Errors arrive as the
-classes of ``runstore.contract.errors``.
+per-attempt deadline, optional metadata, a bearer token (``token=``) over TLS
+(``tls=``), and transient failures are retried with the identical command
+(``RetryPolicy``). Errors arrive as the classes of ``runstore.contract.errors``;
+``UnauthenticatedError`` and ``PermissionDeniedError`` are never retried.
 
 Clients are not thread-safe: use one per event loop (or ``runstore.client.sync``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+import inspect
+import os
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
@@ -81,6 +85,53 @@ class Keepalive:
     None keeps gRPC's 30 minutes."""
 
 
+PEMSource: TypeAlias = bytes | str | os.PathLike[str]
+"""PEM data as ``bytes``, or the path of a file holding it (``str`` or ``Path``)."""
+
+TokenSource: TypeAlias = str | Callable[[], str] | Callable[[], Awaitable[str]]
+"""A bearer token, or a callable asked before every attempt (for tokens that rotate)."""
+
+
+def _pem(source: PEMSource | None) -> bytes | None:
+    if source is None or isinstance(source, bytes):
+        return source
+    return Path(source).read_bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class TLSConfig:
+    """TLS to the server and, for mTLS, this client's certificate.
+
+    Each of ``ca``, ``cert`` and ``key`` is PEM bytes or a file path; files are
+    read when the client is created.
+    """
+
+    ca: PEMSource | None = None
+    """CA that signed the server's certificate; None trusts the system roots."""
+    cert: PEMSource | None = None
+    """This client's certificate chain (mTLS); needs ``key``."""
+    key: PEMSource | None = None
+    """The private key of ``cert``."""
+    server_name: str | None = None
+    """Name to verify the server's certificate against, when not the target's host."""
+
+    def __post_init__(self) -> None:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError("TLSConfig: cert and key go together (mTLS)")
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=_pem(self.ca),
+            private_key=_pem(self.key),
+            certificate_chain=_pem(self.cert),
+        )
+
+    def channel_options(self) -> list[tuple[str, Any]]:
+        if self.server_name is None:
+            return []
+        return [("grpc.ssl_target_name_override", self.server_name)]
+
+
 def open_channel(
     target: str,
     *,
@@ -121,6 +172,8 @@ class _Client:
         *,
         channel: grpc.aio.Channel | None = None,
         credentials: grpc.ChannelCredentials | None = None,
+        tls: TLSConfig | None = None,
+        token: TokenSource | None = None,
         timeout: float | None = 10.0,
         metadata: Sequence[tuple[str, str]] = (),
         retry: RetryPolicy = DEFAULT_RETRY,
@@ -131,6 +184,15 @@ class _Client:
     ) -> None:
         if (target is None) == (channel is None):
             raise ValueError("pass either a target or a channel")
+        if tls is not None and credentials is not None:
+            raise ValueError("pass tls= or credentials=, not both")
+        if tls is not None and channel is not None:
+            raise ValueError("tls= configures a channel this client opens; not with channel=")
+        if token is not None and any(key.lower() == "authorization" for key, _ in metadata):
+            raise ValueError("pass token= or an authorization metadata entry, not both")
+        if tls is not None:
+            credentials = tls.credentials()
+            options = [*tls.channel_options(), *options]
         self._owns_channel = channel is None
         self.channel: grpc.aio.Channel = channel or open_channel(
             target or "", credentials=credentials, keepalive=keepalive, options=options
@@ -138,16 +200,27 @@ class _Client:
         self.timeout = timeout
         """Deadline of each attempt, in seconds (clipped to the retry deadline)."""
         self.metadata = tuple(metadata)
+        self._token = token
         self.retry = retry
         self._on_retry = on_retry
         self._clock = clock
+
+    async def _call_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The metadata of one attempt: a rotating token is asked for every time."""
+        if self._token is None:
+            return self.metadata
+        token = self._token if isinstance(self._token, str) else self._token()
+        if inspect.isawaitable(token):
+            token = await token
+        return (*self.metadata, ("authorization", f"Bearer {token}"))
 
     async def _call(
         self, method: grpc.aio.UnaryUnaryMultiCallable[Req, Resp], request: Req
     ) -> Resp:
         async def attempt(seconds: float | None) -> Resp:
+            metadata = await self._call_metadata()
             try:
-                return await method(request, timeout=seconds, metadata=self.metadata or None)
+                return await method(request, timeout=seconds, metadata=metadata or None)
             except grpc.aio.AioRpcError as error:
                 raise from_rpc_error(error) from error
 
@@ -177,9 +250,12 @@ class RemoteStore(_Client):
     Args:
         target: ``host:port`` of a runstore server (or pass ``channel``).
         channel: An existing ``grpc.aio`` channel; not closed by ``close()``.
-        credentials: TLS channel credentials; plaintext when None.
+        credentials: Raw gRPC channel credentials (or use ``tls``); plaintext when None.
+        tls: TLS to the server, and the client certificate for mTLS.
+        token: Bearer token sent as ``authorization: Bearer ...``: a string, or a
+            callable (sync or async) returning the current one, asked per attempt.
         timeout: Seconds each attempt may take (the server gets the deadline).
-        metadata: Sent with every call (for example an authorization token).
+        metadata: Sent with every call.
         retry: How transient failures are retried; ``NO_RETRY`` disables it.
         keepalive: HTTP/2 keepalive settings; None disables pings.
         options: Extra gRPC channel options.

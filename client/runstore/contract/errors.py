@@ -343,6 +343,38 @@ class InvalidTranscriptPositionError(InvalidArgumentError):
     default_message = "invalid transcript position"
 
 
+# --- Access (authentication and roles) ------------------------------------------
+
+
+class AccessError(ContractError):
+    """The caller may not make this call; retrying with the same credentials cannot help.
+
+    Metadata ``method`` names the refused gRPC method. Neither error says
+    whether the session or run asked about exists.
+    """
+
+    @property
+    def method(self) -> str:
+        """The refused gRPC method, e.g. ``/runstore.v1.SessionAdmin/EndSession``."""
+        return self.details.get("method", "")
+
+
+class UnauthenticatedError(AccessError):
+    """No credential, or one the server does not know (a wrong or revoked token)."""
+
+    reason = "UNAUTHENTICATED"
+    code = "UNAUTHENTICATED"
+    default_message = "authentication required"
+
+
+class PermissionDeniedError(AccessError):
+    """The caller is known, but its role may not call the method."""
+
+    reason = "PERMISSION_DENIED"
+    code = "PERMISSION_DENIED"
+    default_message = "permission denied"
+
+
 # --- Product memory (D5) ----------------------------------------------------------
 
 

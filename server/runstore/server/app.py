@@ -21,6 +21,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from sqlalchemy.engine import make_url
 
+from runstore.server.auth import Security
+from runstore.server.auth.secrets import redacted
 from runstore.server.config import ServerConfig
 from runstore.server.core.context import ContextStore
 from runstore.server.core.memory import MemoryStore
@@ -60,6 +62,7 @@ class RunningServer:
     server: grpc.aio.Server
     port: int
     health: health.aio.HealthServicer
+    security: Security
 
 
 @contextlib.asynccontextmanager
@@ -164,10 +167,17 @@ def _bind_error(listen: str) -> str:
     return "cannot bind"
 
 
-async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
-    """A started server with every service, health and reflection."""
+async def build_server(
+    config: ServerConfig, stores: Stores, security: Security | None = None
+) -> RunningServer:
+    """A started server with every service, health and reflection.
+
+    ``security`` defaults to what ``config`` asks for (TLS files, auth file,
+    the secure-by-default rule); ``SecurityError`` says why it may not start.
+    """
+    security = security if security is not None else Security.from_config(config)
     server = grpc.aio.server(
-        options=server_options(config), interceptors=server_interceptors(config)
+        options=server_options(config), interceptors=server_interceptors(config, security)
     )
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
         RuntimeStoreServicer(stores.runtime), server
@@ -192,8 +202,13 @@ async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
         ),
         server,
     )
+    credentials = security.server_credentials()
     try:
-        port = server.add_insecure_port(config.listen)
+        port = (
+            server.add_secure_port(config.listen, credentials)
+            if credentials is not None
+            else server.add_insecure_port(config.listen)
+        )
     except RuntimeError:
         port = 0
     if port == 0:
@@ -201,7 +216,7 @@ async def build_server(config: ServerConfig, stores: Stores) -> RunningServer:
     await server.start()
     for name in ("", *SERVICE_NAMES):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server, port, health_servicer)
+    return RunningServer(server, port, health_servicer, security)
 
 
 def raise_descriptor_limit() -> int:
@@ -220,19 +235,23 @@ def raise_descriptor_limit() -> int:
 
 
 async def serve(config: ServerConfig) -> None:
-    """Serves until SIGTERM or SIGINT, then lets in-flight calls finish."""
+    """Serves until SIGTERM or SIGINT, then lets in-flight calls finish; SIGHUP
+    re-reads the auth file and the TLS files."""
     descriptors = raise_descriptor_limit()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    security = Security.from_config(config)  # refuses before touching the database
+    loop.add_signal_handler(signal.SIGHUP, security.reload)
     async with open_database(config) as db:
-        running = await build_server(config, create_stores(config, db))
+        running = await build_server(config, create_stores(config, db), security)
         log.info(
-            "runstore serving on %s (port %d), database %s, descriptor limit %d",
+            "runstore serving on %s (port %d), database %s, %s, descriptor limit %d",
             config.listen,
             running.port,
-            make_url(config.database_url).render_as_string(hide_password=True),
+            redacted(config.database_url),
+            security.describe(),
             descriptors,
         )
         try:

@@ -1,4 +1,5 @@
-"""``runstore serve`` and ``runstore migrate``: thin shells over ``app`` and ``migrate``."""
+"""``runstore serve``, ``runstore migrate`` and ``runstore auth add-token``: thin shells
+over ``app``, ``migrate`` and ``auth``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ import logging
 import sys
 from collections.abc import Sequence
 from importlib import metadata
+from pathlib import Path
 
 from runstore.server import app, config
+from runstore.server.auth import SecurityError
+from runstore.server.auth.principals import AuthFileError, add_token
+from runstore.server.auth.roles import ROLES
+from runstore.server.auth.secrets import DatabaseURLError, resolve_database_url
 from runstore.server.db import migrate
 
 
@@ -22,12 +28,41 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve gRPC")
     config.add_arguments(serve)
     upgrade = commands.add_parser("migrate", help="upgrade the database schema to head")
-    config.add_arguments(upgrade, names=("database_url", "log_level"))
+    config.add_arguments(upgrade, names=("database_url", "database_url_file", "log_level"))
+    _add_auth_commands(commands)
     return parser
+
+
+def _add_auth_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    auth = commands.add_parser("auth", help="manage the principals of an --auth-file")
+    actions = auth.add_subparsers(dest="auth_command", required=True)
+    add = actions.add_parser(
+        "add-token", help="add a principal with a new bearer token (printed once)"
+    )
+    add.add_argument("--auth-file", required=True, help="the TOML file (created if missing)")
+    add.add_argument("--name", required=True, help="the principal's unique name")
+    add.add_argument("--role", required=True, choices=sorted(ROLES), help="its one role")
+
+
+def _auth_command(args: argparse.Namespace) -> int:
+    try:
+        token = add_token(Path(args.auth_file), args.name, args.role)
+    except (AuthFileError, OSError) as exc:
+        print(f"runstore: {exc}", file=sys.stderr)
+        return 2
+    print(token)
+    print(
+        f"added principal {args.name!r} (role {args.role}) to {args.auth_file}; the token "
+        "above is shown only now (SIGHUP a running server to load it)",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "auth":
+        return _auth_command(args)
     try:
         settings = config.load(args)
     except config.ConfigError as exc:
@@ -38,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
+        settings = resolve_database_url(settings, args.database_url)
         if args.command == "serve":
             asyncio.run(app.serve(settings))
         else:
@@ -47,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"schema already at {head}")
             else:
                 print(f"schema upgraded from {before.current or 'empty'} to {head}")
-    except (migrate.SchemaError, app.ListenError) as exc:
+    except (migrate.SchemaError, SecurityError, DatabaseURLError, app.ListenError) as exc:
         print(f"runstore: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -80,8 +80,13 @@ class ServerConfig:
     listen: str = _setting(
         "127.0.0.1:50051", "address to serve gRPC on (host:port)", listen_address
     )
-    database_url: str = _setting(
-        DEFAULT_DATABASE_URL, "sqlite:///path/to/file.db or postgresql://user@host/db"
+    database_url: str = field(
+        default=DEFAULT_DATABASE_URL,
+        repr=False,  # may carry a password: never printed with the settings
+        metadata={
+            "help": "sqlite:///path/to/file.db or postgresql://user@host/db (keep a password "
+            "out of it: use RUNSTORE_DATABASE_URL, --database-url-file or PGPASSFILE)"
+        },
     )
     migrate: bool = _setting(False, "upgrade the schema to head before serving")
     sqlite_synchronous: str = _setting(
@@ -140,6 +145,16 @@ class ServerConfig:
     )
 
     # --- Security: TLS, authentication ---------------------------------------
+    tls_cert: str = _setting("", "PEM certificate chain to serve TLS with (re-read on SIGHUP)")
+    tls_key: str = _setting("", "PEM private key of --tls-cert (re-read on SIGHUP)")
+    tls_client_ca: str = _setting(
+        "", "PEM CA that must have signed every client's certificate (mTLS)"
+    )
+    auth_file: str = _setting("", "TOML file of principals and roles; turns authentication on")
+    insecure: bool = _setting(False, "serve a non-loopback address without TLS or an auth file")
+    database_url_file: str = _setting(
+        "", "file holding the database URL (keeps its password out of argv)"
+    )
 
     # --- Operations: metrics, logs --------------------------------------------
 

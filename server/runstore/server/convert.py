@@ -20,7 +20,9 @@ from runstore.contract.wire import (
     SESSION_STATUS_TO_WIRE,
     START_OUTCOME_TO_WIRE,
 )
+from runstore.server.core import context_shape as shape
 from runstore.server.core import model, validation
+from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import types_pb2 as pb
 
@@ -181,4 +183,48 @@ def record_to_wire(record: model.RunRecord) -> pb.RunRecord:
         id=str(record.id),
         **wire.copy_fields(record, wire.RECORD_FIELDS),
         timestamp=timestamp_to_wire(record.timestamp),
+    )
+
+
+# --- Context store: what the shape rules read, with the bytes kept ----------
+
+
+def _content_block_from_wire(block: ctx.ContentBlock) -> shape.ContentBlock:
+    kind = block.WhichOneof("block")
+    value: shape.BlockValue | None = None
+    if kind == "image":
+        value = shape.ImageBlock(block.image.format, bool(block.image.data or block.image.url))
+    elif kind == "document":
+        document = block.document
+        sources = (document.data, document.text, document.chunks, document.uri)
+        value = shape.DocumentBlock(
+            document.name, sum(1 for source in sources if source), tuple(document.chunks)
+        )
+    elif kind == "tool_use":
+        value = shape.ToolUseBlock(block.tool_use.id, block.tool_use.name, block.tool_use.input)
+    elif kind == "tool_result":
+        value = shape.ToolResultBlock(block.tool_result.tool_use_id, block.tool_result.content)
+    elif kind == "citations":
+        value = shape.CitationsBlock(
+            tuple(
+                citation.location.kind if citation.HasField("location") else None
+                for citation in block.citations.citations
+            )
+        )
+    return shape.ContentBlock(block.type, kind, value)
+
+
+def context_message_from_wire(message: ctx.ContextMessage) -> shape.ContextMessage:
+    return shape.ContextMessage(
+        type=message.type,
+        meta=message.meta,
+        content=tuple(_content_block_from_wire(block) for block in message.content),
+        wire=message.SerializeToString(deterministic=True),
+    )
+
+
+def context_snapshot_from_wire(snapshot: ctx.ContextSnapshot) -> shape.ContextSnapshot:
+    return shape.ContextSnapshot(
+        messages=tuple(context_message_from_wire(message) for message in snapshot.messages),
+        wire=snapshot.SerializeToString(deterministic=True),
     )

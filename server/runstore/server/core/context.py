@@ -1,16 +1,15 @@
-"""The versioned conversation context (seed 004, D5).
+"""The versioned conversation context (docs/contract.md, "Context store"; D5).
 
 A snapshot per key replaced only by a save that names the current version, so
 an older result can never overwrite a newer one; the last N versions stay
 readable; an append-only transcript per key keeps the full history after
-compaction. Snapshots and transcript messages are serialised wire messages,
-stored and returned byte for byte: the store checks their shape at the edge
-and otherwise never reinterprets them.
+compaction. Snapshots and transcript messages come with their serialised wire
+form: their shape is checked here (``context_shape``), and then the bytes are
+stored and returned as they are, never reinterpreted.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,13 +19,13 @@ from runstore.contract.errors import (
     ContextNotFoundError,
     ContextVersionConflictError,
     ContextVersionNotFoundError,
-    IdempotencyConflictError,
     ReadArgumentError,
     ValidationError,
 )
 from runstore.contract.model import AppendOutcome
 from runstore.server.config import DEFAULTS
-from runstore.server.core import paging
+from runstore.server.core import context_shape, idempotency, paging
+from runstore.server.core.context_shape import ContextMessage, ContextSnapshot
 from runstore.server.core.model import ContextVersion, Nanos, StoredAppend
 from runstore.server.core.ports import Database, Transaction
 
@@ -97,12 +96,14 @@ class ContextStore:
 
         return await self._db.read(tx_fn)
 
-    async def save_context(self, key: str, snapshot: bytes, expected_version: int) -> int:
+    async def save_context(self, key: str, context: ContextSnapshot, expected_version: int) -> int:
         """Replaces the snapshot if ``expected_version`` is current (0 creates).
 
         Retrying a save that already succeeded (its reply was lost) finds its
         own snapshot as the current version and returns that version.
         """
+        context_shape.check_messages(context.messages, "snapshot.messages")
+        snapshot = context.wire
         _check_key(key)
         if expected_version < 0:
             raise ValidationError("expected_version must not be negative", field="expected_version")
@@ -139,23 +140,22 @@ class ContextStore:
         return await self._db.write(tx_fn)
 
     async def append_transcript(
-        self, key: str, messages: Sequence[bytes], idempotency_key: str
+        self, key: str, checked: Sequence[ContextMessage], idempotency_key: str
     ) -> AppendOutcome:
         """Appends messages in order, atomically; a retried idempotent call
         appends nothing (D5)."""
+        context_shape.check_messages(checked, "messages")
+        messages = [message.wire for message in checked]
         _check_key(key)
-        digest = _digest(messages)
+        digest = idempotency.digest(messages)
 
         async def tx_fn(tx: Transaction) -> AppendOutcome:
             head = await tx.lock_context(key)
             if idempotency_key:
                 earlier = await tx.context_append_request(key, idempotency_key)
                 if earlier is not None:
-                    if earlier.digest != digest:
-                        raise IdempotencyConflictError(
-                            details={"key": key, "idempotency_key": idempotency_key}
-                        )
-                    return AppendOutcome(earlier.first_position, earlier.count, False)
+                    details = {"key": key, "idempotency_key": idempotency_key}
+                    return idempotency.replay(earlier, digest, details)
             first = head.transcript_count
             if messages:
                 await tx.append_context_transcript(key, first, list(messages))
@@ -188,11 +188,3 @@ class ContextStore:
 def _check_key(key: str) -> None:
     if not key:
         raise ValidationError("context key is required", field="key")
-
-
-def _digest(messages: Sequence[bytes]) -> bytes:
-    digest = hashlib.sha256()
-    for message in messages:
-        digest.update(len(message).to_bytes(8, "big"))
-        digest.update(message)
-    return digest.digest()

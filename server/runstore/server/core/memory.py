@@ -7,16 +7,15 @@ call append nothing (Q18, D5).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from runstore.contract.errors import IdempotencyConflictError, ReadArgumentError, ValidationError
+from runstore.contract.errors import ReadArgumentError, ValidationError
 from runstore.contract.model import AppendOutcome
 from runstore.server.config import DEFAULTS
-from runstore.server.core import paging
+from runstore.server.core import idempotency, paging
 from runstore.server.core.model import MemoryEvent, StoredAppend
 from runstore.server.core.ports import Database, Transaction
 
@@ -69,17 +68,16 @@ def check_memory_event(event: MemoryEvent, index: int) -> None:
 
 def _digest(events: Sequence[MemoryEvent]) -> bytes:
     """What an idempotent retry must repeat exactly."""
-    digest = hashlib.sha256()
-    for event in events:
+    return idempotency.digest(
+        part
+        for event in events
         for part in (
             event.type.encode(),
             str(event.timestamp).encode(),
             event.data,
             json.dumps(dict(event.labels), sort_keys=True).encode(),
-        ):
-            digest.update(len(part).to_bytes(8, "big"))
-            digest.update(part)
-    return digest.digest()
+        )
+    )
 
 
 class MemoryStore:
@@ -121,7 +119,7 @@ class MemoryStore:
             if idempotency_key:
                 earlier = await tx.memory_append_request(agent_id, run_id, idempotency_key)
                 if earlier is not None:
-                    return _replayed(earlier, digest, idempotency_key)
+                    return idempotency.replay(earlier, digest, {"idempotency_key": idempotency_key})
             if events:
                 await tx.append_memory_events(agent_id, run_id, count, list(events))
             if idempotency_key:
@@ -138,11 +136,3 @@ def _check_ids(agent_id: str, run_id: str) -> None:
         raise ValidationError("agent id is required", field="agent_id")
     if not run_id:
         raise ValidationError("run id is required", field="run_id")
-
-
-def _replayed(earlier: StoredAppend, digest: bytes, key: str) -> AppendOutcome:
-    """D5: the same key with the same content appends nothing; with other
-    content it is a conflict."""
-    if earlier.digest != digest:
-        raise IdempotencyConflictError(details={"idempotency_key": key})
-    return AppendOutcome(earlier.first_position, earlier.count, False)

@@ -10,18 +10,29 @@ from __future__ import annotations
 
 import grpc
 
+from runstore.server.auth import Security
 from runstore.server.config import ServerConfig
+from runstore.server.interceptors.auth import AuthInterceptor
 from runstore.server.interceptors.limits import LimitsInterceptor
 
 
-def server_interceptors(config: ServerConfig) -> list[grpc.aio.ServerInterceptor]:
+def server_interceptors(
+    config: ServerConfig, security: Security | None = None
+) -> list[grpc.aio.ServerInterceptor]:
     """The chain ``build_server`` installs, outermost first."""
+    security = security or Security()
     chain: list[grpc.aio.ServerInterceptor] = []
     # 1. Request ids: taken from x-request-id or generated (Hardening I).
 
     # 2. Access log and metrics (Operations).
 
     # 3. Authentication and roles (Security).
+    chain.append(
+        AuthInterceptor(
+            security.principals,
+            certificates=security.tls is not None and security.tls.mutual,
+        )
+    )
 
     # 4. Limits on calls and response bytes in flight (Hardening II). It
     #    serialises unary responses: from here outward a response is its bytes.

@@ -6,7 +6,7 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from runstore.server import context_checks, convert
+from runstore.server import convert
 from runstore.server.core.context import ContextStore
 from runstore.server.status import maps_errors
 from runstore.v1 import context_store_pb2 as ctx
@@ -36,7 +36,7 @@ class ContextStoreServicer(ctx_grpc.ContextStoreServicer):
     async def SaveContext(
         self, request: ctx.SaveContextRequest, context: Context
     ) -> ctx.SaveContextResponse:
-        snapshot = context_checks.snapshot_bytes(request.snapshot)
+        snapshot = convert.context_snapshot_from_wire(request.snapshot)
         version = await self._store.save_context(request.key, snapshot, request.expected_version)
         return ctx.SaveContextResponse(version=version)
 
@@ -50,7 +50,7 @@ class ContextStoreServicer(ctx_grpc.ContextStoreServicer):
     async def AppendTranscript(
         self, request: ctx.AppendTranscriptRequest, context: Context
     ) -> ctx.AppendTranscriptResponse:
-        messages = context_checks.message_bytes(request.messages)
+        messages = [convert.context_message_from_wire(message) for message in request.messages]
         outcome = await self._store.append_transcript(
             request.key, messages, request.idempotency_key
         )

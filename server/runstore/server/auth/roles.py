@@ -1,0 +1,83 @@
+"""Who may call what: one table from every gRPC method to the roles allowed.
+
+The interceptor consults only this table. A method without an entry is denied
+to every principal (deny by default), so a new RPC stays closed until someone
+decides who may call it; a test checks every method of every served service has
+an entry. Health is open to anyone (load balancers carry no credentials);
+reflection needs any valid principal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+ADMIN: Final = "admin"
+"""Everything, including administration RPCs that later issues add."""
+HOST: Final = "host"
+"""Session administration, conversation state (memory, context) and every read."""
+WORKER: Final = "worker"
+"""Runtime writes and reads, memory and context; never session administration."""
+READER: Final = "reader"
+"""Read-only methods only (Load*, List*, Get*)."""
+
+ROLES: Final = frozenset({ADMIN, HOST, WORKER, READER})
+
+_EVERYONE: Final = ROLES
+_HOST_WORKER: Final = frozenset({ADMIN, HOST, WORKER})
+_WORKER: Final = frozenset({ADMIN, WORKER})
+_HOST: Final = frozenset({ADMIN, HOST})
+_HOST_READER: Final = frozenset({ADMIN, HOST, READER})
+
+_RUNTIME: Final = "/runstore.v1.RuntimeStore/"
+_SESSIONS: Final = "/runstore.v1.SessionAdmin/"
+_MEMORY: Final = "/runstore.v1.MemoryStore/"
+_CONTEXT: Final = "/runstore.v1.ContextStore/"
+
+OPEN_METHODS: Final = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
+"""Methods anyone may call, with or without credentials."""
+
+METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
+    # RuntimeStore: the workers' service; its reads are open to every role.
+    _RUNTIME + "LoadSessionStatus": _EVERYONE,
+    _RUNTIME + "StartRootRun": _WORKER,
+    _RUNTIME + "StartChildRun": _WORKER,
+    _RUNTIME + "StartOneShotRun": _WORKER,
+    _RUNTIME + "StartOneShotChildRun": _WORKER,
+    _RUNTIME + "AppendRunRecord": _WORKER,
+    _RUNTIME + "RecordRunCancellation": _WORKER,
+    _RUNTIME + "RecordRunSuspension": _WORKER,
+    _RUNTIME + "RecordRunTerminal": _WORKER,
+    _RUNTIME + "RepairRunSuspension": _WORKER,
+    _RUNTIME + "RepairRunTerminal": _WORKER,
+    _RUNTIME + "LoadRun": _EVERYONE,
+    _RUNTIME + "LoadRunSuspension": _EVERYONE,
+    _RUNTIME + "ListRunRecords": _EVERYONE,
+    _RUNTIME + "ListSessionRunRecords": _EVERYONE,
+    _RUNTIME + "ListRunTranscriptRecords": _EVERYONE,
+    # SessionAdmin: the host's service; workers may not even read it.
+    _SESSIONS + "CreateSession": _HOST,
+    _SESSIONS + "LoadSession": _HOST_READER,
+    _SESSIONS + "EndSession": _HOST,
+    _SESSIONS + "PurgeSession": _HOST,
+    _SESSIONS + "ListRunsBySession": _HOST_READER,
+    # MemoryStore and ContextStore: conversation state kept by host and workers.
+    _MEMORY + "LoadRun": _EVERYONE,
+    _MEMORY + "AppendEvents": _HOST_WORKER,
+    _CONTEXT + "GetContext": _EVERYONE,
+    _CONTEXT + "SaveContext": _HOST_WORKER,
+    _CONTEXT + "DeleteContext": _HOST_WORKER,
+    _CONTEXT + "AppendTranscript": _HOST_WORKER,
+    _CONTEXT + "ListTranscript": _EVERYONE,
+    # Reflection: any valid principal (it names every method, so not anonymous).
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": _EVERYONE,
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": _EVERYONE,
+}
+
+AUDITED_METHODS: Final = frozenset({_SESSIONS + "EndSession", _SESSIONS + "PurgeSession"})
+"""Methods logged with the calling principal's name, whatever the outcome."""
+
+
+def allowed(method: str, role: str) -> bool:
+    """Whether ``role`` may call ``method`` (False for a method not in the table)."""
+    return role in METHOD_ROLES.get(method, frozenset())

@@ -1,0 +1,463 @@
+"""Every RPC of every service × every role, no credential and a bogus token.
+
+Each call is either allowed (it succeeds: every request is one that really
+writes or finds what it reads) or refused exactly: UNAUTHENTICATED for no or a
+wrong credential, PERMISSION_DENIED for a role the table does not allow, both
+with ErrorInfo metadata ``method``. A refused call writes nothing: the whole
+database is compared before and after. Runs on a fresh database per backend.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from runstore.server.app import SERVICE_NAMES
+from runstore.server.auth import roles
+from runstore.server.config import ServerConfig
+from runstore.v1 import context_store_pb2 as ctx
+from runstore.v1 import memory_store_pb2 as ms
+from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import session_admin_pb2 as sa
+from runstore.v1 import types_pb2 as pb
+from tests import postgres
+from tests.secured import (
+    ROLES,
+    Entry,
+    bearer,
+    channel_with_token,
+    dump_database,
+    refusal,
+    running_server,
+    write_auth_file,
+)
+from tests.support import Run, Store, now_ms, run_start, ts, unique
+
+UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
+PERMISSION_DENIED = grpc.StatusCode.PERMISSION_DENIED
+CALLERS = (*ROLES, "none", "bogus")
+
+
+@dataclass
+class Secured:
+    admin: Store
+    """Stubs whose every call carries the admin token (for setting up state)."""
+    anonymous: Store
+    """Stubs on a channel that sends no credential of its own."""
+    tokens: dict[str, str]
+    database_url: str
+
+    def metadata(self, caller: str) -> tuple[tuple[str, str], ...] | None:
+        if caller == "none":
+            return None
+        if caller == "bogus":
+            return bearer(secrets.token_urlsafe(24))
+        return bearer(self.tokens[caller])
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    ],
+)
+async def secured(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Secured]:
+    directory = tmp_path_factory.mktemp("matrix")
+    entries = {role: Entry(role) for role in ROLES}
+    auth_file = write_auth_file(directory / "auth.toml", entries)
+    if request.param == "sqlite":
+        async for secured in _serve(f"sqlite:///{directory / 'runstore.db'}", auth_file, entries):
+            yield secured
+        return
+    async with postgres.fresh_database() as url:
+        async for secured in _serve(url, auth_file, entries):
+            yield secured
+
+
+async def _serve(url: str, auth_file: Path, entries: dict[str, Entry]) -> AsyncIterator[Secured]:
+    config = ServerConfig(
+        listen="127.0.0.1:0", database_url=url, migrate=True, auth_file=str(auth_file)
+    )
+    async with running_server(config) as running:
+        target = f"127.0.0.1:{running.port}"
+        async with (
+            channel_with_token(target, entries["admin"].token) as admin,
+            grpc.aio.insecure_channel(target) as anonymous,
+        ):
+            yield Secured(
+                Store(admin, target=target),
+                Store(anonymous, target=target),
+                {role: entry.token for role, entry in entries.items()},
+                url,
+            )
+
+
+# --- One request per method, each one that succeeds when allowed ---------------------
+
+Builder = Callable[[Store], Awaitable[Any]]
+
+
+def _memory_event() -> ms.MemoryEvent:
+    return ms.MemoryEvent(type="user_message", timestamp=ts(now_ms()), data=b'{"message":"hi"}')
+
+
+def _context_message() -> ctx.ContextMessage:
+    return ctx.ContextMessage(
+        type="user", content=[ctx.ContentBlock(type="text", text=ctx.TextBlock(text="hi"))]
+    )
+
+
+async def _suspended(store: Store) -> Run:
+    run = await store.root()
+    await store.runtime.RecordRunSuspension(run.suspension_request())
+    return run
+
+
+async def _ended_session(store: Store) -> str:
+    session_id = await store.session()
+    await store.end(session_id)
+    return session_id
+
+
+async def _memory_run(store: Store) -> tuple[str, str]:
+    agent, run = unique("agent"), unique("mrun")
+    await store.memory.AppendEvents(
+        ms.AppendEventsRequest(agent_id=agent, run_id=run, events=[_memory_event()])
+    )
+    return agent, run
+
+
+async def _context_key(store: Store) -> str:
+    key = unique("ctx")
+    await store.context.SaveContext(
+        ctx.SaveContextRequest(key=key, snapshot=ctx.ContextSnapshot(system_prompt="s"))
+    )
+    await store.context.AppendTranscript(
+        ctx.AppendTranscriptRequest(key=key, messages=[_context_message()])
+    )
+    return key
+
+
+async def _child(store: Store) -> Any:
+    parent = await store.root()
+    child = run_start(session_id=parent.start.session_id, parent_run_id=parent.id)
+    return child.child_request(parent.start.agent_id)
+
+
+async def _one_shot_child(store: Store) -> Any:
+    parent = await store.one_shot()
+    child = run_start(parent_run_id=parent.id)
+    return child.one_shot_child_request(parent.start.agent_id)
+
+
+async def _root_request(store: Store) -> Any:
+    return run_start(session_id=await store.session()).root_request()
+
+
+async def _one_shot_request(store: Store) -> Any:
+    return run_start().one_shot_request()
+
+
+async def _append(store: Store) -> Any:
+    return rs.AppendRunRecordRequest(record=(await store.root()).record(unique("key")))
+
+
+async def _cancel(store: Store) -> Any:
+    return (await store.root()).cancellation_request()
+
+
+async def _suspend(store: Store) -> Any:
+    return (await store.root()).suspension_request()
+
+
+async def _terminal(store: Store) -> Any:
+    return (await store.root()).terminal_request()
+
+
+async def _repair_suspension(store: Store) -> Any:
+    request = (await store.root()).suspension_request()
+    return rs.RepairRunSuspensionRequest(
+        run_id=request.run_id, suspension=request.suspension, record=request.record
+    )
+
+
+async def _repair_terminal(store: Store) -> Any:
+    request = (await store.root()).terminal_request()
+    return rs.RepairRunTerminalRequest(
+        run_id=request.run_id, status=request.status, record=request.record
+    )
+
+
+async def _session_status(store: Store) -> Any:
+    return rs.LoadSessionStatusRequest(session_id=await store.session())
+
+
+async def _load_run(store: Store) -> Any:
+    return rs.LoadRunRequest(run_id=(await store.root()).id)
+
+
+async def _load_suspension(store: Store) -> Any:
+    return rs.LoadRunSuspensionRequest(run_id=(await _suspended(store)).id)
+
+
+async def _list_records(store: Store) -> Any:
+    return rs.ListRunRecordsRequest(run_id=(await store.root()).id, limit=10)
+
+
+async def _list_session_records(store: Store) -> Any:
+    return rs.ListSessionRunRecordsRequest(session_id=await store.session(), limit=10)
+
+
+async def _list_transcript(store: Store) -> Any:
+    return rs.ListRunTranscriptRecordsRequest(
+        run_id=(await store.root()).id, through_record_id="1", limit=10
+    )
+
+
+async def _create_session(store: Store) -> Any:
+    return sa.CreateSessionRequest(session_id=unique("session"), created_at=ts(now_ms()))
+
+
+async def _load_session(store: Store) -> Any:
+    return sa.LoadSessionRequest(session_id=await store.session())
+
+
+async def _end_session(store: Store) -> Any:
+    return sa.EndSessionRequest(session_id=await store.session(), ended_at=ts(now_ms()))
+
+
+async def _purge_session(store: Store) -> Any:
+    return sa.PurgeSessionRequest(session_id=await _ended_session(store))
+
+
+async def _runs_by_session(store: Store) -> Any:
+    return sa.ListRunsBySessionRequest(session_id=(await store.root()).start.session_id)
+
+
+async def _memory_load(store: Store) -> Any:
+    agent, run = await _memory_run(store)
+    return ms.MemoryLoadRunRequest(agent_id=agent, run_id=run)
+
+
+async def _memory_append(store: Store) -> Any:
+    agent, run = await _memory_run(store)
+    return ms.AppendEventsRequest(
+        agent_id=agent, run_id=run, events=[_memory_event()], idempotency_key=unique("idem")
+    )
+
+
+async def _get_context(store: Store) -> Any:
+    return ctx.GetContextRequest(key=await _context_key(store))
+
+
+async def _save_context(store: Store) -> Any:
+    return ctx.SaveContextRequest(
+        key=await _context_key(store),
+        snapshot=ctx.ContextSnapshot(system_prompt="t"),
+        expected_version=1,
+    )
+
+
+async def _delete_context(store: Store) -> Any:
+    return ctx.DeleteContextRequest(key=await _context_key(store))
+
+
+async def _append_transcript(store: Store) -> Any:
+    return ctx.AppendTranscriptRequest(
+        key=await _context_key(store), messages=[_context_message()], idempotency_key=unique("i")
+    )
+
+
+async def _list_context_transcript(store: Store) -> Any:
+    return ctx.ListTranscriptRequest(key=await _context_key(store))
+
+
+BUILDERS: dict[str, tuple[str, Builder]] = {
+    "/runstore.v1.RuntimeStore/LoadSessionStatus": ("runtime", _session_status),
+    "/runstore.v1.RuntimeStore/StartRootRun": ("runtime", _root_request),
+    "/runstore.v1.RuntimeStore/StartChildRun": ("runtime", _child),
+    "/runstore.v1.RuntimeStore/StartOneShotRun": ("runtime", _one_shot_request),
+    "/runstore.v1.RuntimeStore/StartOneShotChildRun": ("runtime", _one_shot_child),
+    "/runstore.v1.RuntimeStore/AppendRunRecord": ("runtime", _append),
+    "/runstore.v1.RuntimeStore/RecordRunCancellation": ("runtime", _cancel),
+    "/runstore.v1.RuntimeStore/RecordRunSuspension": ("runtime", _suspend),
+    "/runstore.v1.RuntimeStore/RecordRunTerminal": ("runtime", _terminal),
+    "/runstore.v1.RuntimeStore/RepairRunSuspension": ("runtime", _repair_suspension),
+    "/runstore.v1.RuntimeStore/RepairRunTerminal": ("runtime", _repair_terminal),
+    "/runstore.v1.RuntimeStore/LoadRun": ("runtime", _load_run),
+    "/runstore.v1.RuntimeStore/LoadRunSuspension": ("runtime", _load_suspension),
+    "/runstore.v1.RuntimeStore/ListRunRecords": ("runtime", _list_records),
+    "/runstore.v1.RuntimeStore/ListSessionRunRecords": ("runtime", _list_session_records),
+    "/runstore.v1.RuntimeStore/ListRunTranscriptRecords": ("runtime", _list_transcript),
+    "/runstore.v1.SessionAdmin/CreateSession": ("admin", _create_session),
+    "/runstore.v1.SessionAdmin/LoadSession": ("admin", _load_session),
+    "/runstore.v1.SessionAdmin/EndSession": ("admin", _end_session),
+    "/runstore.v1.SessionAdmin/PurgeSession": ("admin", _purge_session),
+    "/runstore.v1.SessionAdmin/ListRunsBySession": ("admin", _runs_by_session),
+    "/runstore.v1.MemoryStore/LoadRun": ("memory", _memory_load),
+    "/runstore.v1.MemoryStore/AppendEvents": ("memory", _memory_append),
+    "/runstore.v1.ContextStore/GetContext": ("context", _get_context),
+    "/runstore.v1.ContextStore/SaveContext": ("context", _save_context),
+    "/runstore.v1.ContextStore/DeleteContext": ("context", _delete_context),
+    "/runstore.v1.ContextStore/AppendTranscript": ("context", _append_transcript),
+    "/runstore.v1.ContextStore/ListTranscript": ("context", _list_context_transcript),
+}
+
+READ_ONLY_PREFIXES = ("Load", "List", "Get")
+
+
+def _served_methods() -> set[str]:
+    from google.protobuf import descriptor_pool
+
+    pool = descriptor_pool.Default()
+    return {
+        f"/{name}/{method.name}"
+        for name in SERVICE_NAMES
+        for method in pool.FindServiceByName(name).methods
+    }
+
+
+def test_every_runstore_method_is_in_the_matrix_and_the_role_table() -> None:
+    """A new RPC fails here until it has a role-table entry and a matrix request."""
+    served = _served_methods()
+    assert served == set(BUILDERS)
+    assert served <= set(roles.METHOD_ROLES)
+
+
+def _call(store: Store, method: str, request: Any, caller: str, secured: Secured) -> Any:
+    stub_name, _ = BUILDERS[method]
+    stub = getattr(store, stub_name)
+    return getattr(stub, method.rsplit("/", 1)[1])(request, metadata=secured.metadata(caller))
+
+
+@pytest.mark.parametrize("method", sorted(BUILDERS))
+async def test_every_caller_is_allowed_or_refused_exactly(secured: Secured, method: str) -> None:
+    _, build = BUILDERS[method]
+    allowed = roles.METHOD_ROLES[method]
+    # Refusals first: one request that would write (or read) for real if allowed.
+    request = await build(secured.admin)
+    before = await dump_database(secured.database_url)
+    for caller in CALLERS:
+        if caller in allowed:
+            continue
+        expected = (
+            (PERMISSION_DENIED, "PERMISSION_DENIED", method)
+            if caller in ROLES
+            else (UNAUTHENTICATED, "UNAUTHENTICATED", method)
+        )
+        got = await refusal(_call(secured.anonymous, method, request, caller, secured))
+        assert got == expected, (caller, got)
+    assert await dump_database(secured.database_url) == before, "a refused call wrote"
+    # Then every allowed role succeeds with a fresh request of its own.
+    for caller in ROLES:
+        if caller in allowed:
+            await _call(secured.anonymous, method, await build(secured.admin), caller, secured)
+
+
+def test_the_table_gives_each_role_what_the_issue_says() -> None:
+    for method, allowed in roles.METHOD_ROLES.items():
+        name = method.rsplit("/", 1)[1]
+        service = method.split("/")[1]
+        read_only = name.startswith(READ_ONLY_PREFIXES) or "Reflection" in service
+        assert "admin" in allowed, method
+        assert ("reader" in allowed) == read_only, method
+        if read_only or service in ("runstore.v1.MemoryStore", "runstore.v1.ContextStore"):
+            assert "host" in allowed, method
+        if service == "runstore.v1.SessionAdmin":
+            assert "worker" not in allowed, method
+            assert "host" in allowed, method
+        if service in (
+            "runstore.v1.RuntimeStore",
+            "runstore.v1.MemoryStore",
+            "runstore.v1.ContextStore",
+        ):
+            assert "worker" in allowed, method
+        if service == "runstore.v1.RuntimeStore" and not read_only:
+            assert "host" not in allowed, method
+
+
+async def test_health_is_open_to_anyone(secured: Secured) -> None:
+    health = health_pb2_grpc.HealthStub(secured.anonymous.channel)
+    for caller in CALLERS:
+        response = await health.Check(
+            health_pb2.HealthCheckRequest(service="runstore.v1.RuntimeStore"),
+            metadata=secured.metadata(caller),
+        )
+        assert response.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def _list_services(secured: Secured, caller: str) -> list[str]:
+    stub = reflection_pb2_grpc.ServerReflectionStub(secured.anonymous.channel)
+    call = stub.ServerReflectionInfo(
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+        metadata=secured.metadata(caller),
+    )
+    names: list[str] = []
+    async for response in call:
+        names.extend(service.name for service in response.list_services_response.service)
+    return names
+
+
+async def test_reflection_needs_a_valid_principal(secured: Secured) -> None:
+    for caller in ROLES:
+        assert "runstore.v1.SessionAdmin" in await _list_services(secured, caller)
+    method = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+    for caller in ("none", "bogus"):
+        got = await refusal(_list_services(secured, caller))
+        assert got == (UNAUTHENTICATED, "UNAUTHENTICATED", method)
+
+
+async def test_a_worker_cannot_end_or_purge_a_session(secured: Secured) -> None:
+    session_id = await secured.admin.session()
+    for request, call in (
+        (sa.EndSessionRequest(session_id=session_id, ended_at=ts(now_ms())), "EndSession"),
+        (sa.PurgeSessionRequest(session_id=session_id), "PurgeSession"),
+    ):
+        got = await refusal(
+            getattr(secured.anonymous.admin, call)(request, metadata=secured.metadata("worker"))
+        )
+        assert got[:2] == (PERMISSION_DENIED, "PERMISSION_DENIED")
+    status = await secured.admin.runtime.LoadSessionStatus(
+        rs.LoadSessionStatusRequest(session_id=session_id)
+    )
+    assert status.status == pb.SESSION_STATUS_ACTIVE
+
+
+async def test_refusals_do_not_reveal_whether_a_session_exists(secured: Secured) -> None:
+    existing = await secured.admin.session()
+    answers = set()
+    for session_id in (existing, unique("never-created")):
+        for caller in ("none", "bogus", "worker"):
+            answers.add(
+                (
+                    caller,
+                    await refusal(
+                        secured.anonymous.admin.LoadSession(
+                            sa.LoadSessionRequest(session_id=session_id),
+                            metadata=secured.metadata(caller),
+                        )
+                    ),
+                )
+            )
+    assert len(answers) == 3  # one answer per caller, the same for both sessions
+
+
+async def test_a_malformed_authorization_header_is_unauthenticated(secured: Secured) -> None:
+    for value in ("Basic dXNlcjpwYXNz", "Bearer", secured.tokens["admin"]):
+        got = await refusal(
+            secured.anonymous.admin.LoadSession(
+                sa.LoadSessionRequest(session_id="x"), metadata=(("authorization", value),)
+            )
+        )
+        assert got == (UNAUTHENTICATED, "UNAUTHENTICATED", "/runstore.v1.SessionAdmin/LoadSession")
