@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -170,7 +171,25 @@ async def _make_op(client: Client, workload: str, spec: dict[str, Any]) -> Op:
         )
         _check_last_page(await client.runtime.ListSessionRunRecords(session_request), spec)
         return lambda: client.runtime.ListSessionRunRecords(session_request)
+    if workload == "listing":
+        return await _listing_op(client, spec)
     raise ValueError(f"unknown workload {workload!r}")
+
+
+async def _listing_op(client: Client, spec: dict[str, Any]) -> Op:
+    """One ListSessions or ListRuns page of 100; it must be full and have a next page."""
+    if spec["rpc"] == "ListSessions":
+        request: Any = json_format.ParseDict(spec["request"], sa.ListSessionsRequest())
+        call = client.admin.ListSessions
+    else:
+        request = json_format.ParseDict(spec["request"], sa.ListRunsRequest())
+        call = client.admin.ListRuns
+    request.page_size = 100
+    page = await call(request)
+    items = page.sessions if spec["rpc"] == "ListSessions" else page.runs
+    if len(items) != 100 or not page.next_page_token:
+        raise RuntimeError(f"{spec['case']}: expected a full page, got {len(items)} rows")
+    return lambda: call(request)
 
 
 async def measure(client: Client, spec: dict[str, Any]) -> dict[str, Any]:
@@ -199,7 +218,7 @@ async def measure(client: Client, spec: dict[str, Any]) -> dict[str, Any]:
     elapsed = time.perf_counter() - began
     latencies.sort()
     return {
-        **{k: v for k, v in spec.items() if k not in ("run_id", "session_id", "cursor")},
+        **{k: v for k, v in spec.items() if k not in ("run_id", "session_id", "cursor", "request")},
         "ops": len(latencies),
         "ops_per_s": len(latencies) / elapsed,
         "p50_ms": 1000 * statistics.median(latencies) if latencies else None,

@@ -32,6 +32,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy.engine import make_url
 
+from bench import listings
 from runstore.server.db import migrate
 from runstore.server.db.postgres import asyncpg_dsn
 
@@ -182,16 +183,25 @@ async def run_driver(target: str, measurements: list[dict[str, Any]]) -> list[di
 
 def plan_for(args: argparse.Namespace) -> list[dict[str, Any]]:
     small, large = args.history
+    cases: list[dict[str, Any]] = [{"workload": name} for name in WRITE_WORKLOADS]
+    for size in (small, large):
+        session_id, run_id = _history_ids(size)
+        page = {"history": size, "cursor": str(size - 100)}
+        cases.append({"workload": "list_run", "run_id": run_id, **page})
+        cases.append({"workload": "list_session", "session_id": session_id, **page})
+    return _paired(args, [c for c in cases if c["workload"] in args.workloads])
+
+
+def listing_plan(args: argparse.Namespace, size: int) -> list[dict[str, Any]]:
+    """One page of each listing shape over a table of ``size`` rows."""
+    cases = [{"workload": "listing", "table": size, **case} for case in listings.cases(size)]
+    return _paired(args, cases)
+
+
+def _paired(args: argparse.Namespace, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     measurements = []
     for concurrency in args.concurrency:
         base = {"concurrency": concurrency, "duration": args.duration, "warmup": args.warmup}
-        cases: list[dict[str, Any]] = [{"workload": name} for name in WRITE_WORKLOADS]
-        for size in (small, large):
-            session_id, run_id = _history_ids(size)
-            page = {"history": size, "cursor": str(size - 100)}
-            cases.append({"workload": "list_run", "run_id": run_id, **page})
-            cases.append({"workload": "list_session", "session_id": session_id, **page})
-        cases = [c for c in cases if c["workload"] in args.workloads]
         # Each store measurement comes right after a ceiling measurement of its
         # own, so a ratio compares two figures taken seconds apart on a noisy
         # machine; repetitions interleave instead of running back to back.
@@ -204,6 +214,8 @@ def plan_for(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _label(row: dict[str, Any]) -> str:
+    if "table" in row:
+        return f"{row['case']} (table of {row['table']:,})"
     if "history" in row:
         return f"{row['workload']} (last page of {row['history']:,})"
     return row["workload"]
@@ -258,15 +270,26 @@ def render(summary: list[dict[str, Any]], header: str) -> str:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     summary: list[dict[str, Any]] = []
     for backend in args.backend:
-        async with database(backend, args.postgres_url) as url:
-            await migrate.upgrade(url)
-            for size in args.history if args.workloads & {"list_run", "list_session"} else ():
+        raw: list[dict[str, Any]] = []
+        if args.workloads - {"listings"}:
+            async with database(backend, args.postgres_url) as url:
+                await migrate.upgrade(url)
+                for size in args.history if args.workloads & {"list_run", "list_session"} else ():
+                    if backend == "sqlite":
+                        await asyncio.to_thread(seed_sqlite, url, size)
+                    else:
+                        await seed_postgres(url, size)
+                async with server(url, args.sqlite_synchronous) as target:
+                    raw += await run_driver(target, plan_for(args))
+        for size in args.tables if "listings" in args.workloads else ():
+            async with database(backend, args.postgres_url) as url:
+                await migrate.upgrade(url)
                 if backend == "sqlite":
-                    await asyncio.to_thread(seed_sqlite, url, size)
+                    await asyncio.to_thread(listings.seed_sqlite, url, size)
                 else:
-                    await seed_postgres(url, size)
-            async with server(url, args.sqlite_synchronous) as target:
-                raw = await run_driver(target, plan_for(args))
+                    await listings.seed_postgres(url, size)
+                async with server(url, args.sqlite_synchronous) as target:
+                    raw += await run_driver(target, listing_plan(args, size))
         summary.extend(summarise(backend, raw))
     return {
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -279,6 +302,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "repeat": args.repeat,
             "concurrency": args.concurrency,
             "history": args.history,
+            "tables": args.tables,
             "sqlite_synchronous": args.sqlite_synchronous,
             "append_payload_bytes": 1024,
         },
@@ -320,10 +344,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--history", default=None, help="two history sizes for the page reads (e.g. 10000,1000000)"
     )
+    parser.add_argument(
+        "--tables",
+        default=None,
+        help="two table sizes (sessions and runs) for the listings (e.g. 10000,1000000)",
+    )
     parser.add_argument("--sqlite-synchronous", default="FULL", help="FULL or NORMAL")
     parser.add_argument(
         "--workloads",
-        default="append,start_terminal,turn,list_run,list_session",
+        default="append,start_terminal,turn,list_run,list_session,listings",
         help="comma-separated workloads (the ceiling is always measured)",
     )
     parser.add_argument("--output", type=Path, default=None, help="JSON file to write")
@@ -341,6 +370,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.history = [int(h) for h in history.split(",")]
     if len(args.history) != 2:
         parser.error("--history takes two sizes")
+    tables = args.tables or ("10000,100000" if args.quick else "10000,1000000")
+    args.tables = [int(t) for t in tables.split(",")]
+    if len(args.tables) != 2 or min(args.tables) < 5000:
+        parser.error("--tables takes two sizes of at least 5000 (every timed page must be full)")
     return args
 
 

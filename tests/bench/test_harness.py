@@ -36,6 +36,8 @@ def _run_bench(tmp_path: Path, *args: str) -> dict:
             "1,2",
             "--history",
             "150,400",
+            "--tables",
+            "5000,6000",
             "--output",
             str(output),
             *args,
@@ -62,6 +64,9 @@ def _check_report(report: dict, backend: str) -> None:
             "list_run (last page of 400)",
             "list_session (last page of 150)",
             "list_session (last page of 400)",
+            "sessions, deep page (table of 5,000)",
+            "runs, agent + 2 statuses (table of 6,000)",
+            "runs, sessionless (table of 6,000)",
         ):
             assert (workload, in_flight) in rows
     for row in report["results"]:

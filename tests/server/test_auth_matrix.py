@@ -245,6 +245,15 @@ async def _runs_by_session(store: Store) -> Any:
     return sa.ListRunsBySessionRequest(session_id=(await store.root()).start.session_id)
 
 
+async def _list_sessions(store: Store) -> Any:
+    await _ended_session(store)
+    return sa.ListSessionsRequest(statuses=[pb.SESSION_STATUS_ENDED], page_size=1)
+
+
+async def _list_runs(store: Store) -> Any:
+    return sa.ListRunsRequest(session_id=(await store.root()).start.session_id, page_size=1)
+
+
 async def _memory_load(store: Store) -> Any:
     agent, run = await _memory_run(store)
     return ms.MemoryLoadRunRequest(agent_id=agent, run_id=run)
@@ -305,6 +314,8 @@ BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.SessionAdmin/EndSession": ("admin", _end_session),
     "/runstore.v1.SessionAdmin/PurgeSession": ("admin", _purge_session),
     "/runstore.v1.SessionAdmin/ListRunsBySession": ("admin", _runs_by_session),
+    "/runstore.v1.SessionAdmin/ListSessions": ("admin", _list_sessions),
+    "/runstore.v1.SessionAdmin/ListRuns": ("admin", _list_runs),
     "/runstore.v1.MemoryStore/LoadRun": ("memory", _memory_load),
     "/runstore.v1.MemoryStore/AppendEvents": ("memory", _memory_append),
     "/runstore.v1.ContextStore/GetContext": ("context", _get_context),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
@@ -106,5 +107,11 @@ async def test_runstore_migrate_command(empty_url: str) -> None:
         return out.decode()
 
     head = migrate.head_revision()
-    assert await migrate_once() == f"schema upgraded from empty to {head}\n"
+    history = reversed(
+        list(ScriptDirectory.from_config(migrate._alembic_config()).walk_revisions())
+    )
+    applied = "".join(
+        f"applied {script.revision}: {script.doc.strip().splitlines()[0]}\n" for script in history
+    )
+    assert await migrate_once() == f"{applied}schema upgraded from empty to {head}\n"
     assert await migrate_once() == f"schema already at {head}\n"

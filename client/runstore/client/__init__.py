@@ -38,6 +38,7 @@ from runstore.client.model import (
     RootRunStartResult,
     RunCancellation,
     RunMeta,
+    RunPage,
     RunRecord,
     RunRepairOutcome,
     RunRepairResult,
@@ -47,6 +48,7 @@ from runstore.client.model import (
     RunSuspension,
     RunTerminal,
     Session,
+    SessionPage,
     SessionStatus,
 )
 from runstore.client.protocols import SessionAdmin, Store
@@ -163,6 +165,7 @@ __all__ = [
     "RunMeta",
     "RunNotActiveError",
     "RunNotFoundError",
+    "RunPage",
     "RunRecord",
     "RunRecordOwnerMismatchError",
     "RunRepairOutcome",
@@ -183,6 +186,7 @@ __all__ = [
     "SessionEndedError",
     "SessionHasActiveRunsError",
     "SessionNotFoundError",
+    "SessionPage",
     "SessionPurgedError",
     "SessionStatus",
     "Store",

@@ -15,6 +15,7 @@ from runstore.v1 import types_pb2 as pb
 
 # The tables under their client names (the wire's own names are in ``runstore.contract.wire``).
 SESSION_STATUS = wire.SESSION_STATUS_FROM_WIRE
+SESSION_STATUS_TO_WIRE = wire.SESSION_STATUS_TO_WIRE
 RUN_STATUS = wire.RUN_STATUS_FROM_WIRE
 RUN_STATUS_TO_WIRE = wire.RUN_STATUS_TO_WIRE
 START_OUTCOME = wire.START_OUTCOME_FROM_WIRE
@@ -103,6 +104,16 @@ def from_checkpoint(message: pb.Checkpoint) -> model.Checkpoint:
 
 def from_page(message: Any) -> model.Page:
     return model.Page(events=from_records(message.events), next_cursor=message.next_cursor)
+
+
+def from_session_page(message: Any) -> model.SessionPage:
+    return model.SessionPage(
+        [from_session(session) for session in message.sessions], message.next_page_token
+    )
+
+
+def from_run_page(message: Any) -> model.RunPage:
+    return model.RunPage([from_run_meta(run) for run in message.runs], message.next_page_token)
 
 
 # --- Commands -------------------------------------------------------------------

@@ -48,6 +48,7 @@ __all__ = [
     "RootRunStartResult",
     "RunCancellation",
     "RunMeta",
+    "RunPage",
     "RunRecord",
     "RunRepairOutcome",
     "RunRepairResult",
@@ -57,6 +58,7 @@ __all__ = [
     "RunSuspension",
     "RunTerminal",
     "Session",
+    "SessionPage",
     "SessionStatus",
 ]
 
@@ -104,14 +106,42 @@ class RunMeta(contract.RunMeta[datetime]):
     """Run metadata (§3.5), its times as UTC ``datetime``."""
 
 
-Page: TypeAlias = contract.Page[RunRecord]
+class Page(contract.Page[RunRecord]):
+    """One page of records, oldest first; an empty ``next_cursor`` means the end."""
 
-# --- Commands (§3.10) -----------------------------------------------------------
 
-RootRunStart: TypeAlias = contract.RootRunStart[RunStart, RunRecord]
-ChildRunStart: TypeAlias = contract.ChildRunStart[RunStart, RunRecord]
-OneShotRunStart: TypeAlias = contract.OneShotRunStart[RunStart, RunRecord]
-OneShotChildRunStart: TypeAlias = contract.OneShotChildRunStart[RunStart, RunRecord]
-RunCancellation: TypeAlias = contract.RunCancellation[RunRecord]
-RunSuspension: TypeAlias = contract.RunSuspension[RunRecord]
-RunTerminal: TypeAlias = contract.RunTerminal[RunRecord]
+SessionPage: TypeAlias = contract.ListPage[Session]
+"""One page of ListSessions: ``items`` and ``next_page_token``."""
+RunPage: TypeAlias = contract.ListPage[RunMeta]
+"""One page of ListRuns: ``items`` and ``next_page_token``."""
+
+
+# --- Commands (§3.10): the shared shapes bound to the client's values ------------
+
+
+class RootRunStart(contract.RootRunStart[RunStart, RunRecord]):
+    """StartRootRun: the run, its ``run_started`` and its ended-session record."""
+
+
+class ChildRunStart(contract.ChildRunStart[RunStart, RunRecord]):
+    """StartChildRun: also the parent's ``child_run_linked`` record."""
+
+
+class OneShotRunStart(contract.OneShotRunStart[RunStart, RunRecord]):
+    """StartOneShotRun: a sessionless run and its ``run_started``."""
+
+
+class OneShotChildRunStart(contract.OneShotChildRunStart[RunStart, RunRecord]):
+    """StartOneShotChildRun: a sessionless child and the parent's link."""
+
+
+class RunCancellation(contract.RunCancellation[RunRecord]):
+    """RecordRunCancellation: the reason and its ``runtime.cancellation_intent``."""
+
+
+class RunSuspension(contract.RunSuspension[RunRecord]):
+    """RecordRunSuspension (and its repair): the checkpoint and ``run_suspended``."""
+
+
+class RunTerminal(contract.RunTerminal[RunRecord]):
+    """RecordRunTerminal (and its repair): the status and ``run_completed``."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -37,12 +37,14 @@ from runstore.client.model import (
     RootRunStartResult,
     RunCancellation,
     RunMeta,
+    RunPage,
     RunRecord,
     RunRepairResult,
     RunStatus,
     RunSuspension,
     RunTerminal,
     Session,
+    SessionPage,
     SessionStatus,
 )
 from runstore.client.retry import (
@@ -53,6 +55,7 @@ from runstore.client.retry import (
     call_with_retry,
 )
 from runstore.contract.errors import RunstoreError
+from runstore.contract.model import Item, ListPage
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
 from runstore.v1 import session_admin_pb2 as sa
@@ -394,3 +397,77 @@ class RemoteSessionAdmin(_Client):
         )
         response = await self._call(self.stub.ListRunsBySession, request)
         return [convert.from_run_meta(run) for run in response.runs]
+
+    async def list_sessions(
+        self,
+        *,
+        statuses: Collection[SessionStatus] = (),
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> SessionPage:
+        """One page of sessions by ``created_at``, then ID (§9.8.1).
+
+        ``created_after`` is inclusive, ``created_before`` exclusive; an empty
+        ``statuses`` keeps every status. Pass ``next_page_token`` back as
+        ``page_token`` with the same filters for the next page.
+        """
+        request = sa.ListSessionsRequest(
+            statuses=[convert.SESSION_STATUS_TO_WIRE[status] for status in statuses],
+            page_size=page_size,
+            page_token=page_token,
+        )
+        if created_after is not None:
+            request.created_after.CopyFrom(convert.timestamp(created_after))
+        if created_before is not None:
+            request.created_before.CopyFrom(convert.timestamp(created_before))
+        return convert.from_session_page(await self._call(self.stub.ListSessions, request))
+
+    async def list_runs(
+        self,
+        *,
+        session_id: str = "",
+        agent_id: str = "",
+        statuses: Collection[RunStatus] = (),
+        started_after: datetime | None = None,
+        started_before: datetime | None = None,
+        sessionless_only: bool = False,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> RunPage:
+        """One page of runs by ``started_at``, then run ID (§9.8.2); filters as
+        in ``list_sessions``, and ``sessionless_only`` for one-shot runs."""
+        request = sa.ListRunsRequest(
+            session_id=session_id,
+            agent_id=agent_id,
+            statuses=[convert.RUN_STATUS_TO_WIRE[status] for status in statuses],
+            sessionless_only=sessionless_only,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        if started_after is not None:
+            request.started_after.CopyFrom(convert.timestamp(started_after))
+        if started_before is not None:
+            request.started_before.CopyFrom(convert.timestamp(started_before))
+        return convert.from_run_page(await self._call(self.stub.ListRuns, request))
+
+    def iter_sessions(self, **filters: Any) -> AsyncIterator[Session]:
+        """Every session ``list_sessions(**filters)`` lists, page after page."""
+        return _every(lambda token: self.list_sessions(**filters, page_token=token))
+
+    def iter_runs(self, **filters: Any) -> AsyncIterator[RunMeta]:
+        """Every run ``list_runs(**filters)`` lists, page after page."""
+        return _every(lambda token: self.list_runs(**filters, page_token=token))
+
+
+async def _every(fetch: Callable[[str], Awaitable[ListPage[Item]]]) -> AsyncIterator[Item]:
+    """The items of every page, following ``next_page_token`` to the end."""
+    token = ""
+    while True:
+        page = await fetch(token)
+        for item in page.items:
+            yield item
+        token = page.next_page_token
+        if not token:
+            return

@@ -28,12 +28,14 @@ from runstore.client.model import (
     RootRunStartResult,
     RunCancellation,
     RunMeta,
+    RunPage,
     RunRecord,
     RunRepairResult,
     RunStatus,
     RunSuspension,
     RunTerminal,
     Session,
+    SessionPage,
     SessionStatus,
 )
 from runstore.client.remote import RemoteSessionAdmin, RemoteStore
@@ -167,3 +169,47 @@ class SyncRemoteSessionAdmin(_Facade):
         self, session_id: str, statuses: Collection[RunStatus] = ()
     ) -> list[RunMeta]:
         return self._thread.run(self._remote.list_runs_by_session(session_id, statuses))
+
+    def list_sessions(
+        self,
+        *,
+        statuses: Collection[SessionStatus] = (),
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> SessionPage:
+        return self._thread.run(
+            self._remote.list_sessions(
+                statuses=statuses,
+                created_after=created_after,
+                created_before=created_before,
+                page_size=page_size,
+                page_token=page_token,
+            )
+        )
+
+    def list_runs(
+        self,
+        *,
+        session_id: str = "",
+        agent_id: str = "",
+        statuses: Collection[RunStatus] = (),
+        started_after: datetime | None = None,
+        started_before: datetime | None = None,
+        sessionless_only: bool = False,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> RunPage:
+        return self._thread.run(
+            self._remote.list_runs(
+                session_id=session_id,
+                agent_id=agent_id,
+                statuses=statuses,
+                started_after=started_after,
+                started_before=started_before,
+                sessionless_only=sessionless_only,
+                page_size=page_size,
+                page_token=page_token,
+            )
+        )

@@ -141,6 +141,46 @@ class Page(Generic[R]):
     next_cursor: str = ""
 
 
+Item = TypeVar("Item")
+"""The item type of a listing: a side's ``Session`` or ``RunMeta``."""
+
+
+@dataclass(frozen=True)
+class ListPage(Generic[Item]):
+    """One page of a listing (§9.8); an empty ``next_page_token`` means the end."""
+
+    items: Sequence[Item]
+    next_page_token: str = ""
+
+
+@dataclass(frozen=True)
+class SessionFilter(Generic[T]):
+    """What ListSessions keeps (§9.8.1); empty or None means no restriction."""
+
+    statuses: frozenset[SessionStatus] | None = None
+    """None lists every status; an empty set matches nothing."""
+    created_after: T | None = None
+    """Inclusive lower bound of ``created_at``."""
+    created_before: T | None = None
+    """Exclusive upper bound of ``created_at``."""
+
+
+@dataclass(frozen=True)
+class RunFilter(Generic[T]):
+    """What ListRuns keeps (§9.8.2); empty or None means no restriction."""
+
+    session_id: str = ""
+    agent_id: str = ""
+    statuses: frozenset[RunStatus] | None = None
+    """None lists every status; an empty set matches nothing."""
+    started_after: T | None = None
+    """Inclusive lower bound of ``started_at``."""
+    started_before: T | None = None
+    """Exclusive upper bound of ``started_at``."""
+    sessionless_only: bool = False
+    """Only runs without a session; not together with ``session_id``."""
+
+
 # --- Commands (§3.10) -----------------------------------------------------------
 
 

@@ -223,3 +223,154 @@ class ListRunsBySessionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListRunsBySessionResponse: _TypeAlias = ListRunsBySessionResponse  # noqa: Y015
+
+@_typing.final
+class ListSessionsRequest(_message.Message):
+    """Listings (§9.8) are paged the AIP-158 way: page_size 0 takes the server's
+    default, a larger value than the server's maximum is lowered to it, a
+    negative one is INVALID_ARGUMENT_READ; next_page_token is empty on the last
+    page and is sent back unchanged, with the same filters, as page_token. A
+    walk returns every row that existed when it began exactly once.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUSES_FIELD_NUMBER: _builtins.int
+    CREATED_AFTER_FIELD_NUMBER: _builtins.int
+    CREATED_BEFORE_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    page_token: _builtins.str
+    @_builtins.property
+    def statuses(self) -> _containers.RepeatedScalarFieldContainer[_types_pb2.SessionStatus.ValueType]:
+        """Only sessions in one of these statuses; empty lists both. Unknown values
+        match nothing. Purged sessions are never listed.
+        """
+
+    @_builtins.property
+    def created_after(self) -> _timestamp_pb2.Timestamp:
+        """Only sessions created at or after this time (inclusive)."""
+
+    @_builtins.property
+    def created_before(self) -> _timestamp_pb2.Timestamp:
+        """Only sessions created before this time (exclusive)."""
+
+    def __init__(
+        self,
+        *,
+        statuses: _abc.Iterable[_types_pb2.SessionStatus.ValueType] | None = ...,
+        created_after: _timestamp_pb2.Timestamp | None = ...,
+        created_before: _timestamp_pb2.Timestamp | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_after", b"created_after", "created_before", b"created_before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_after", b"created_after", "created_before", b"created_before", "page_size", b"page_size", "page_token", b"page_token", "statuses", b"statuses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSessionsRequest: _TypeAlias = ListSessionsRequest  # noqa: Y015
+
+@_typing.final
+class ListSessionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def sessions(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Session]: ...
+    def __init__(
+        self,
+        *,
+        sessions: _abc.Iterable[_types_pb2.Session] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "sessions", b"sessions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSessionsResponse: _TypeAlias = ListSessionsResponse  # noqa: Y015
+
+@_typing.final
+class ListRunsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    STATUSES_FIELD_NUMBER: _builtins.int
+    STARTED_AFTER_FIELD_NUMBER: _builtins.int
+    STARTED_BEFORE_FIELD_NUMBER: _builtins.int
+    SESSIONLESS_ONLY_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """Only runs of this session."""
+    agent_id: _builtins.str
+    """Only runs of this agent."""
+    sessionless_only: _builtins.bool
+    """Only runs without a session (one-shot runs and their children); not with
+    session_id.
+    """
+    page_size: _builtins.int
+    page_token: _builtins.str
+    @_builtins.property
+    def statuses(self) -> _containers.RepeatedScalarFieldContainer[_types_pb2.RunStatus.ValueType]:
+        """Only runs in one of these statuses; empty lists all. Unknown values match
+        nothing.
+        """
+
+    @_builtins.property
+    def started_after(self) -> _timestamp_pb2.Timestamp:
+        """Only runs started at or after this time (inclusive)."""
+
+    @_builtins.property
+    def started_before(self) -> _timestamp_pb2.Timestamp:
+        """Only runs started before this time (exclusive)."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        agent_id: _builtins.str = ...,
+        statuses: _abc.Iterable[_types_pb2.RunStatus.ValueType] | None = ...,
+        started_after: _timestamp_pb2.Timestamp | None = ...,
+        started_before: _timestamp_pb2.Timestamp | None = ...,
+        sessionless_only: _builtins.bool = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["started_after", b"started_after", "started_before", b"started_before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id", "sessionless_only", b"sessionless_only", "started_after", b"started_after", "started_before", b"started_before", "statuses", b"statuses"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunsRequest: _TypeAlias = ListRunsRequest  # noqa: Y015
+
+@_typing.final
+class ListRunsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def runs(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.RunMeta]: ...
+    def __init__(
+        self,
+        *,
+        runs: _abc.Iterable[_types_pb2.RunMeta] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "runs", b"runs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListRunsResponse: _TypeAlias = ListRunsResponse  # noqa: Y015

@@ -59,6 +59,16 @@ class SessionAdminStub:
                 request_serializer=runstore_dot_v1_dot_session__admin__pb2.ListRunsBySessionRequest.SerializeToString,
                 response_deserializer=runstore_dot_v1_dot_session__admin__pb2.ListRunsBySessionResponse.FromString,
                 _registered_method=True)
+        self.ListSessions = channel.unary_unary(
+                '/runstore.v1.SessionAdmin/ListSessions',
+                request_serializer=runstore_dot_v1_dot_session__admin__pb2.ListSessionsRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_session__admin__pb2.ListSessionsResponse.FromString,
+                _registered_method=True)
+        self.ListRuns = channel.unary_unary(
+                '/runstore.v1.SessionAdmin/ListRuns',
+                request_serializer=runstore_dot_v1_dot_session__admin__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_session__admin__pb2.ListRunsResponse.FromString,
+                _registered_method=True)
 
 
 class SessionAdminServicer:
@@ -99,6 +109,21 @@ class SessionAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSessions(self, request, context):
+        """One page of sessions ordered by created_at then session_id (§9.8.1).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRuns(self, request, context):
+        """One page of runs, with or without a session, ordered by started_at then
+        run_id (§9.8.2).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +151,16 @@ def add_SessionAdminServicer_to_server(servicer, server):
                     servicer.ListRunsBySession,
                     request_deserializer=runstore_dot_v1_dot_session__admin__pb2.ListRunsBySessionRequest.FromString,
                     response_serializer=runstore_dot_v1_dot_session__admin__pb2.ListRunsBySessionResponse.SerializeToString,
+            ),
+            'ListSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSessions,
+                    request_deserializer=runstore_dot_v1_dot_session__admin__pb2.ListSessionsRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_session__admin__pb2.ListSessionsResponse.SerializeToString,
+            ),
+            'ListRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRuns,
+                    request_deserializer=runstore_dot_v1_dot_session__admin__pb2.ListRunsRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_session__admin__pb2.ListRunsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +298,60 @@ class SessionAdmin:
             '/runstore.v1.SessionAdmin/ListRunsBySession',
             runstore_dot_v1_dot_session__admin__pb2.ListRunsBySessionRequest.SerializeToString,
             runstore_dot_v1_dot_session__admin__pb2.ListRunsBySessionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.SessionAdmin/ListSessions',
+            runstore_dot_v1_dot_session__admin__pb2.ListSessionsRequest.SerializeToString,
+            runstore_dot_v1_dot_session__admin__pb2.ListSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.SessionAdmin/ListRuns',
+            runstore_dot_v1_dot_session__admin__pb2.ListRunsRequest.SerializeToString,
+            runstore_dot_v1_dot_session__admin__pb2.ListRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,12 @@ class SessionAdminStub:
     """Deletes an ended session without running runs, leaving a tombstone (§9.1.5)."""
     ListRunsBySession: _grpc.UnaryUnaryMultiCallable[_session_admin_pb2.ListRunsBySessionRequest, _session_admin_pb2.ListRunsBySessionResponse]
     """Run metadata of a session ordered by started_at then run_id (§9.1.6)."""
+    ListSessions: _grpc.UnaryUnaryMultiCallable[_session_admin_pb2.ListSessionsRequest, _session_admin_pb2.ListSessionsResponse]
+    """One page of sessions ordered by created_at then session_id (§9.8.1)."""
+    ListRuns: _grpc.UnaryUnaryMultiCallable[_session_admin_pb2.ListRunsRequest, _session_admin_pb2.ListRunsResponse]
+    """One page of runs, with or without a session, ordered by started_at then
+    run_id (§9.8.2).
+    """
 
 @_typing.type_check_only
 class SessionAdminAsyncStub(SessionAdminStub):
@@ -55,6 +61,12 @@ class SessionAdminAsyncStub(SessionAdminStub):
     """Deletes an ended session without running runs, leaving a tombstone (§9.1.5)."""
     ListRunsBySession: _aio.UnaryUnaryMultiCallable[_session_admin_pb2.ListRunsBySessionRequest, _session_admin_pb2.ListRunsBySessionResponse]  # type: ignore[assignment]
     """Run metadata of a session ordered by started_at then run_id (§9.1.6)."""
+    ListSessions: _aio.UnaryUnaryMultiCallable[_session_admin_pb2.ListSessionsRequest, _session_admin_pb2.ListSessionsResponse]  # type: ignore[assignment]
+    """One page of sessions ordered by created_at then session_id (§9.8.1)."""
+    ListRuns: _aio.UnaryUnaryMultiCallable[_session_admin_pb2.ListRunsRequest, _session_admin_pb2.ListRunsResponse]  # type: ignore[assignment]
+    """One page of runs, with or without a session, ordered by started_at then
+    run_id (§9.8.2).
+    """
 
 class SessionAdminServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -96,5 +108,23 @@ class SessionAdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_admin_pb2.ListRunsBySessionResponse, _abc.Awaitable[_session_admin_pb2.ListRunsBySessionResponse]]:
         """Run metadata of a session ordered by started_at then run_id (§9.1.6)."""
+
+    @_abc_1.abstractmethod
+    def ListSessions(
+        self,
+        request: _session_admin_pb2.ListSessionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_admin_pb2.ListSessionsResponse, _abc.Awaitable[_session_admin_pb2.ListSessionsResponse]]:
+        """One page of sessions ordered by created_at then session_id (§9.8.1)."""
+
+    @_abc_1.abstractmethod
+    def ListRuns(
+        self,
+        request: _session_admin_pb2.ListRunsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_admin_pb2.ListRunsResponse, _abc.Awaitable[_session_admin_pb2.ListRunsResponse]]:
+        """One page of runs, with or without a session, ordered by started_at then
+        run_id (§9.8.2).
+        """
 
 def add_SessionAdminServicer_to_server(servicer: SessionAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

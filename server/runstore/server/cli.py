@@ -1,5 +1,6 @@
 """``runstore serve``, ``runstore migrate`` and ``runstore auth add-token``: thin shells
-over ``app``, ``migrate`` and ``auth``."""
+over ``app``, ``migrate`` and ``auth``; the operator's commands (``sessions``, ``runs``,
+``records``, ``health``) are ``admin``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-from runstore.server import app, config
+from runstore.server import admin, app, config
 from runstore.server.auth import SecurityError
 from runstore.server.auth.principals import AuthFileError, add_token
 from runstore.server.auth.roles import ROLES
@@ -30,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     upgrade = commands.add_parser("migrate", help="upgrade the database schema to head")
     config.add_arguments(upgrade, names=("database_url", "database_url_file", "log_level"))
     _add_auth_commands(commands)
+    admin.add_commands(commands)
     return parser
 
 
@@ -59,10 +61,19 @@ def _auth_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_applied(revision: str, description: str) -> None:
+    print(f"applied {revision}: {description}", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "auth":
         return _auth_command(args)
+    if args.command in admin.COMMANDS:
+        try:
+            return admin.run(args)
+        except KeyboardInterrupt:
+            return 130
     try:
         settings = config.load(args)
     except config.ConfigError as exc:
@@ -77,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             asyncio.run(app.serve(settings))
         else:
-            before = asyncio.run(migrate.upgrade(settings.database_url))
+            before = asyncio.run(migrate.upgrade(settings.database_url, _print_applied))
             head = migrate.head_revision()
             if before.at_head:
                 print(f"schema already at {head}")

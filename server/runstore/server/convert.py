@@ -136,6 +136,34 @@ def run_statuses_from_wire(statuses: Any) -> set[vocab.RunStatus] | None:
     return {RUN_STATUS_FROM_WIRE[value] for value in statuses if value in RUN_STATUS_FROM_WIRE}
 
 
+def _statuses_from_wire(statuses: Any, table: Any) -> frozenset[Any] | None:
+    """An empty filter keeps every status; unknown values match nothing."""
+    if not statuses:
+        return None
+    return frozenset(table[value] for value in statuses if value in table)
+
+
+def session_filter_from_wire(request: Any) -> vocab.SessionFilter[model.Nanos]:
+    """The filters of a ListSessionsRequest."""
+    return vocab.SessionFilter(
+        statuses=_statuses_from_wire(request.statuses, wire.SESSION_STATUS_FROM_WIRE),
+        created_after=nanos_from_wire(request, "created_after", "created_after"),
+        created_before=nanos_from_wire(request, "created_before", "created_before"),
+    )
+
+
+def run_filter_from_wire(request: Any) -> vocab.RunFilter[model.Nanos]:
+    """The filters of a ListRunsRequest."""
+    return vocab.RunFilter(
+        session_id=request.session_id,
+        agent_id=request.agent_id,
+        statuses=_statuses_from_wire(request.statuses, RUN_STATUS_FROM_WIRE),
+        started_after=nanos_from_wire(request, "started_after", "started_after"),
+        started_before=nanos_from_wire(request, "started_before", "started_before"),
+        sessionless_only=request.sessionless_only,
+    )
+
+
 # --- Results out ------------------------------------------------------------
 
 

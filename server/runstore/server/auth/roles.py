@@ -61,6 +61,8 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
     _SESSIONS + "EndSession": _HOST,
     _SESSIONS + "PurgeSession": _HOST,
     _SESSIONS + "ListRunsBySession": _HOST_READER,
+    _SESSIONS + "ListSessions": _HOST_READER,
+    _SESSIONS + "ListRuns": _HOST_READER,
     # MemoryStore and ContextStore: conversation state kept by host and workers.
     _MEMORY + "LoadRun": _EVERYONE,
     _MEMORY + "AppendEvents": _HOST_WORKER,

@@ -14,6 +14,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
+from runstore.contract.model import RunFilter, SessionFilter
+from runstore.server.core.listing import PageKey
 from runstore.server.core.model import (
     ContextHead,
     ContextVersion,
@@ -115,6 +117,20 @@ class Transaction(Protocol):
         ...
 
     async def session_has_running_runs(self, session_id: str) -> bool: ...
+
+    async def list_sessions(
+        self, query: SessionFilter[Nanos], after: PageKey | None, limit: int
+    ) -> list[Session]:
+        """At most ``limit`` live sessions matching ``query`` with (created_at,
+        session_id) greater than ``after``, in that order."""
+        ...
+
+    async def list_runs(
+        self, query: RunFilter[Nanos], after: PageKey | None, limit: int
+    ) -> list[RunState]:
+        """At most ``limit`` runs matching ``query`` with (started_at, run_id)
+        greater than ``after``, in that order; without their checkpoints."""
+        ...
 
     async def insert_session(self, session: Session) -> None: ...
 

@@ -13,9 +13,9 @@ session first, so every writer acquires locks in the same order.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from runstore.contract import lifecycle
 from runstore.contract.errors import (
@@ -44,14 +44,18 @@ from runstore.contract.model import (
     NO_RECORD,
     AppendResult,
     Checkpoint,
+    ListPage,
+    RunFilter,
     RunRepairOutcome,
     RunRepairResult,
     RunStartOutcome,
     RunStatus,
+    SessionFilter,
     SessionStatus,
 )
 from runstore.server.config import DEFAULTS
 from runstore.server.core import paging, validation
+from runstore.server.core.listing import Listing, Row, run_listing, session_listing
 from runstore.server.core.model import (
     ChildRunStart,
     LifecycleKeys,
@@ -191,6 +195,40 @@ class RuntimeStore:
             return runs if statuses is None else [run for run in runs if run.status in statuses]
 
         return await self._db.read(tx_fn)
+
+    # --- Listings (§9.8) ----------------------------------------------------
+
+    async def list_sessions(
+        self, query: SessionFilter[Nanos], page_size: int, page_token: str
+    ) -> ListPage[Session]:
+        """§9.8.1: live sessions by created_at, then ID; keyset pages."""
+        listing = session_listing(query, page_size, page_token)
+
+        async def tx_fn(tx: Transaction) -> list[Session]:
+            return await tx.list_sessions(listing.query, listing.after, listing.size + 1)
+
+        return await self._listed(listing, tx_fn)
+
+    async def list_runs(
+        self, query: RunFilter[Nanos], page_size: int, page_token: str
+    ) -> ListPage[RunState]:
+        """§9.8.2: runs by started_at, then run ID; keyset pages."""
+        listing = run_listing(query, page_size, page_token)
+
+        async def tx_fn(tx: Transaction) -> list[RunState]:
+            return await tx.list_runs(listing.query, listing.after, listing.size + 1)
+
+        return await self._listed(listing, tx_fn)
+
+    async def _listed(
+        self,
+        listing: Listing[Any, Row],
+        fetch: Callable[[Transaction], Coroutine[Any, Any, list[Row]]],
+    ) -> ListPage[Row]:
+        """One page read in one snapshot, with one row more than the page."""
+        if listing.matches_nothing:
+            return ListPage([])
+        return listing.page(await self._db.read(fetch))
 
     # --- Starts (§9.2) -------------------------------------------------------
 

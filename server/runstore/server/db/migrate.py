@@ -9,9 +9,10 @@ replicas or deploy jobs that migrate at the same time take turns.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from alembic import command
 from alembic.config import Config
@@ -88,9 +89,20 @@ def _read_state(connection: Connection) -> SchemaState:
     return SchemaState(current, head_revision(), bool(tables & set(metadata.tables)))
 
 
-def _upgrade(connection: Connection) -> None:
+AppliedRevision = Callable[[str, str], None]
+"""Told ``(revision, first line of its description)`` as each revision is applied."""
+
+
+def _upgrade(connection: Connection, on_applied: AppliedRevision | None = None) -> None:
     config = _alembic_config()
     config.attributes["connection"] = connection
+    if on_applied is not None:
+
+        def applied(*, step: Any, **_: Any) -> None:
+            revision = step.up_revision
+            on_applied(step.up_revision_id, (revision.doc or "").strip().splitlines()[0])
+
+        config.attributes["on_version_apply"] = [applied]
     command.upgrade(config, "head")
 
 
@@ -110,7 +122,7 @@ async def schema_state(database_url: str) -> SchemaState:
         await engine.dispose()
 
 
-async def upgrade(database_url: str) -> SchemaState:
+async def upgrade(database_url: str, on_applied: AppliedRevision | None = None) -> SchemaState:
     """Upgrades the database to head; returns the state it found before."""
     url = async_url(database_url)
     _prepare(url)
@@ -127,7 +139,7 @@ async def upgrade(database_url: str) -> SchemaState:
                 _check_known(before)
             if not before.at_head:
                 log.info("migrating schema from %s to %s", before.current or "empty", before.head)
-                await connection.run_sync(_upgrade)
+                await connection.run_sync(_upgrade, on_applied)
                 await connection.commit()
             return before
     finally:

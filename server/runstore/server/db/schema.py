@@ -40,6 +40,9 @@ sessions = Table(
     Column("status", String(16), nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("ended_at", BigInteger, nullable=True),
+    # ListSessions (§9.8.1): the order, alone and after a status.
+    Index(None, "created_at", "session_id"),
+    Index(None, "status", "created_at", "session_id"),
 )
 
 session_tombstones = Table(
@@ -71,8 +74,15 @@ runs = Table(
     # The write-once checkpoint (§3.6).
     Column("checkpoint_id", Text, nullable=True),
     Column("checkpoint_data", LargeBinary, nullable=True),
-    # ListRunsBySession (ordered, Q10) and PurgeSession's running-run check.
+    # ListRunsBySession (ordered, Q10) and PurgeSession's running-run check;
+    # ListRuns by session, and sessionless runs (session_id '').
     Index(None, "session_id", "started_at", "run_id"),
+    # ListRuns (§9.8.2): the order alone and after each equality filter.
+    Index(None, "started_at", "run_id"),
+    Index(None, "agent_id", "started_at", "run_id"),
+    Index(None, "status", "started_at", "run_id"),
+    Index(None, "session_id", "status", "started_at", "run_id"),
+    Index(None, "agent_id", "status", "started_at", "run_id"),
 )
 
 records = Table(

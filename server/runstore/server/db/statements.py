@@ -14,7 +14,7 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -62,6 +62,9 @@ from runstore.server.db.schema import (
     session_tombstones,
     sessions,
 )
+
+if TYPE_CHECKING:
+    from runstore.server.db.listings import ListingStatements
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +176,11 @@ def run_from_row(row: Sequence[Any]) -> RunState:
         LifecycleKeys(row[10], row[11], row[12], row[13], row[14]),
         Checkpoint(row[15], bytes(row[16])) if row[15] is not None else None,
     )
+
+
+def listed_run_from_row(row: Sequence[Any]) -> RunState:
+    """A run read by a listing: every column but the checkpoint's."""
+    return run_from_row((*row, None, None))
 
 
 def record_from_row(row: Sequence[Any]) -> RunRecord:
@@ -695,12 +703,17 @@ class Statements:
     grow_context_transcript: Compiled
     context_append_request: Compiled
     insert_context_append: Compiled
+    listings: ListingStatements
+    """ListSessions and ListRuns, compiled per filter shape on first use."""
 
     @classmethod
     def compile(cls, dialect: Dialect) -> Statements:
+        from runstore.server.db.listings import ListingStatements
+
         sources = {
             **_statement_sources(),
             **_fast_path_sources(dialect),
             **_product_memory_sources(dialect),
         }
-        return cls(**{name: compile_for(stmt, dialect) for name, stmt in sources.items()})
+        compiled = {name: compile_for(stmt, dialect) for name, stmt in sources.items()}
+        return cls(**compiled, listings=ListingStatements(dialect))

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runstore.contract.model import SessionStatus
+from runstore.contract.model import RunFilter, SessionFilter, SessionStatus
+from runstore.server.core.listing import PageKey
 from runstore.server.core.model import (
     ContextHead,
     ContextVersion,
@@ -138,6 +139,18 @@ class SqlTransaction(Transaction):
     async def runs_by_session(self, session_id: str) -> list[RunState]:
         rows = await self._all(self._sql.runs_by_session, session_id=session_id)
         return [sql.run_from_row(row) for row in rows]
+
+    async def list_sessions(
+        self, query: SessionFilter[Nanos], after: PageKey | None, limit: int
+    ) -> list[Session]:
+        statement, params = self._sql.listings.sessions(query, after, limit)
+        return [sql.session_from_row(row) for row in await self._all(statement, **params)]
+
+    async def list_runs(
+        self, query: RunFilter[Nanos], after: PageKey | None, limit: int
+    ) -> list[RunState]:
+        statement, params = self._sql.listings.runs(query, after, limit)
+        return [sql.listed_run_from_row(row) for row in await self._all(statement, **params)]
 
     async def session_has_running_runs(self, session_id: str) -> bool:
         row = await self._one(self._sql.session_has_running_runs, session_id=session_id)

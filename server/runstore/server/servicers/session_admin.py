@@ -57,3 +57,25 @@ class SessionAdminServicer(sa_grpc.SessionAdminServicer):
             request.session_id, convert.run_statuses_from_wire(request.statuses)
         )
         return sa.ListRunsBySessionResponse(runs=[convert.run_to_wire(run) for run in runs])
+
+    @maps_errors
+    async def ListSessions(
+        self, request: sa.ListSessionsRequest, context: Context
+    ) -> sa.ListSessionsResponse:
+        page = await self._store.list_sessions(
+            convert.session_filter_from_wire(request), request.page_size, request.page_token
+        )
+        return sa.ListSessionsResponse(
+            sessions=[convert.session_to_wire(session) for session in page.items],
+            next_page_token=page.next_page_token,
+        )
+
+    @maps_errors
+    async def ListRuns(self, request: sa.ListRunsRequest, context: Context) -> sa.ListRunsResponse:
+        page = await self._store.list_runs(
+            convert.run_filter_from_wire(request), request.page_size, request.page_token
+        )
+        return sa.ListRunsResponse(
+            runs=[convert.run_to_wire(run) for run in page.items],
+            next_page_token=page.next_page_token,
+        )

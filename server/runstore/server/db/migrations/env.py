@@ -19,6 +19,8 @@ context.configure(
     version_table=VERSION_TABLE,
     render_as_batch=connection.dialect.name == "sqlite",
     compare_type=True,
+    # Told after each revision is applied (``runstore migrate`` prints it).
+    on_version_apply=context.config.attributes.get("on_version_apply", ()),
 )
 with context.begin_transaction():
     context.run_migrations()

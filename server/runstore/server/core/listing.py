@@ -1,0 +1,171 @@
+"""ListSessions and ListRuns (docs/contract.md §9.8): page sizes, page tokens
+and the filters' rules, dialect-free.
+
+Pages are cut by keyset, never by offset: a listing is ordered by an
+immutable key (``created_at`` or ``started_at``, then the ID, which is unique),
+and a page token holds the key of the last row returned. The next page reads
+the rows after that key, so a walk returns every row that existed when it began
+exactly once, whatever is inserted meanwhile, and a page costs the same at any
+depth. The token also holds a digest of the filters, so a token is only
+accepted with the filters that produced it (AIP-158).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
+
+from runstore.contract.errors import ReadArgumentError
+from runstore.contract.model import ListPage, RunFilter, RunStatus, SessionFilter, SessionStatus
+from runstore.server.core.model import Nanos, RunState, Session
+
+DEFAULT_PAGE_SIZE: Final = 100
+"""Rows per page when the request's ``page_size`` is 0."""
+
+MAX_PAGE_SIZE: Final = 1000
+"""A larger ``page_size`` is lowered to this (AIP-158)."""
+
+PageKey = tuple[Nanos, str]
+"""The ordering key of a listed row: its time, then its ID."""
+
+E = TypeVar("E", SessionStatus, RunStatus)
+Row = TypeVar("Row", Session, RunState)
+Query = TypeVar("Query", SessionFilter[Nanos], RunFilter[Nanos])
+
+
+def page_size(requested: int) -> int:
+    """AIP-158: 0 is the default, too large is the maximum, negative is an error."""
+    if requested < 0:
+        raise ReadArgumentError("page_size must not be negative", field="page_size")
+    if requested == 0:
+        return DEFAULT_PAGE_SIZE
+    return min(requested, MAX_PAGE_SIZE)
+
+
+def status_filter(statuses: Collection[E] | None, every: Collection[E]) -> frozenset[E] | None:
+    """None when the filter keeps every status (so no index on status is needed)."""
+    if statuses is None:
+        return None
+    kept = frozenset(statuses)
+    return None if kept >= frozenset(every) else kept
+
+
+def _digest(kind: str, filters: object) -> str:
+    text = json.dumps([kind, filters], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def session_filter_digest(query: SessionFilter[Nanos]) -> str:
+    statuses = sorted(s.value for s in query.statuses) if query.statuses is not None else None
+    return _digest("sessions", [statuses, query.created_after, query.created_before])
+
+
+def run_filter_digest(query: RunFilter[Nanos]) -> str:
+    statuses = sorted(s.value for s in query.statuses) if query.statuses is not None else None
+    return _digest(
+        "runs",
+        [
+            query.session_id,
+            query.agent_id,
+            statuses,
+            query.started_after,
+            query.started_before,
+            query.sessionless_only,
+        ],
+    )
+
+
+def encode_token(digest: str, key: PageKey) -> str:
+    """An opaque token: the last key returned and the filters' digest."""
+    text = json.dumps({"f": digest, "t": key[0], "id": key[1]}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_token(digest: str, token: str) -> PageKey | None:
+    """The key after which the page starts; None for the first page."""
+    if not token:
+        return None
+    invalid = ReadArgumentError("invalid page_token", field="page_token")
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        at, last_id, seen_digest = data["t"], data["id"], data["f"]
+    except (binascii.Error, ValueError, TypeError, KeyError) as exc:
+        raise invalid from exc
+    if not (isinstance(at, int) and isinstance(last_id, str) and isinstance(seen_digest, str)):
+        raise invalid
+    if seen_digest != digest:
+        raise ReadArgumentError(
+            "page_token was issued for other filters; send the same filters on every page",
+            field="page_token",
+        )
+    return (at, last_id)
+
+
+def _empty_range(after: Nanos | None, before: Nanos | None) -> bool:
+    return after is not None and before is not None and after >= before
+
+
+@dataclass(frozen=True)
+class Listing(Generic[Query, Row]):
+    """The rules of one listing call, before and after its query."""
+
+    query: Query
+    """The filters as the database applies them (statuses normalised)."""
+    size: int
+    after: PageKey | None
+    """The key after which the page starts; None for the first page."""
+    matches_nothing: bool
+    """The filters exclude every row: no query needed."""
+    _digest: str
+    _key: Callable[[Row], PageKey]
+
+    def page(self, rows: list[Row]) -> ListPage[Row]:
+        """``rows`` were fetched with one more than a page, to tell if more follow."""
+        if len(rows) <= self.size:
+            return ListPage(rows)
+        return ListPage(
+            rows[: self.size], encode_token(self._digest, self._key(rows[self.size - 1]))
+        )
+
+
+def session_listing(
+    query: SessionFilter[Nanos], size: int, token: str
+) -> Listing[SessionFilter[Nanos], Session]:
+    """ListSessions (§9.8.1): by created_at, then session ID."""
+    digest = session_filter_digest(query)
+    statuses = status_filter(query.statuses, list(SessionStatus))
+    return Listing(
+        SessionFilter(statuses, query.created_after, query.created_before),
+        page_size(size),
+        decode_token(digest, token),
+        statuses == frozenset() or _empty_range(query.created_after, query.created_before),
+        digest,
+        lambda session: (session.created_at, session.id),
+    )
+
+
+def run_listing(
+    query: RunFilter[Nanos], size: int, token: str
+) -> Listing[RunFilter[Nanos], RunState]:
+    """ListRuns (§9.8.2): by started_at, then run ID."""
+    if query.sessionless_only and query.session_id:
+        raise ReadArgumentError(
+            "sessionless_only lists runs without a session; do not also give session_id",
+            field="sessionless_only",
+        )
+    digest = run_filter_digest(query)
+    statuses = status_filter(query.statuses, list(RunStatus))
+    return Listing(
+        dataclasses.replace(query, statuses=statuses),
+        page_size(size),
+        decode_token(digest, token),
+        statuses == frozenset() or _empty_range(query.started_after, query.started_before),
+        digest,
+        lambda run: (run.started_at, run.run_id),
+    )

@@ -1,0 +1,356 @@
+"""The operator's commands against a live server, in both output formats.
+
+Most commands run ``runstore.server.cli.main`` in a thread of the test process
+(the server is a real one on a real port, reached over gRPC), with its own
+stdin, stdout and stderr; a few run the installed entry point as a process to
+check what an operator's shell sees: the exit code and no traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import io
+import json
+import random
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from runstore.server import cli
+from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import session_admin_pb2 as sa
+from runstore.v1 import types_pb2 as pb
+from tests.support import Run, Store, run_start, unique
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    def lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.out.splitlines()]
+
+
+def _main(argv: list[str], stdin: str) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        mock.patch.object(sys, "stdin", io.StringIO(stdin)),
+    ):
+        try:
+            code = cli.main(argv)
+        except SystemExit as exit_:  # argparse
+            code = exit_.code if isinstance(exit_.code, int) else 2
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+_one_at_a_time = asyncio.Lock()
+
+
+async def runstore(store: Store, *argv: str, stdin: str = "") -> Result:
+    """``runstore ARGV --target <the test server>``; stdout/stderr are process-wide,
+    so commands take turns."""
+    async with _one_at_a_time:
+        return await asyncio.to_thread(_main, [*argv, "--target", store.target], stdin)
+
+
+def seconds_window() -> int:
+    return -4_000_000_000 + random.randrange(1_000_000) * 1000
+
+
+def iso(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+
+
+async def create(store: Store, session_id: str, seconds: int) -> None:
+    await store.admin.CreateSession(
+        sa.CreateSessionRequest(session_id=session_id, created_at=Timestamp(seconds=seconds))
+    )
+
+
+async def started(store: Store, **fields: Any) -> Run:
+    run = run_start(**fields)
+    if run.start.session_id:
+        await store.runtime.StartRootRun(run.root_request())
+    else:
+        await store.runtime.StartOneShotRun(run.one_shot_request())
+    return run
+
+
+# --- sessions ---------------------------------------------------------------------
+
+
+async def test_sessions_list_in_both_formats_with_filters_and_pages(store: Store) -> None:
+    base = seconds_window()
+    ids = [unique("cli") for _ in range(5)]
+    for offset, session_id in enumerate(ids):
+        await create(store, session_id, base + offset)
+    await store.admin.EndSession(sa.EndSessionRequest(session_id=ids[1], ended_at=Timestamp()))
+    window = ["--created-after", iso(base), "--created-before", iso(base + 1000)]
+
+    as_json = await runstore(store, "sessions", "list", *window, "--json")
+    assert as_json.code == 0, as_json.err
+    rows = as_json.lines()
+    assert [row["id"] for row in rows] == ids
+    assert rows[1]["status"] == "ended" and rows[1]["ended_at"] is not None
+    assert rows[0]["created_at"] == iso(base).replace("Z", ".000000Z")
+
+    human = await runstore(store, "sessions", "list", *window)
+    assert human.code == 0
+    lines = human.out.splitlines()
+    assert lines[0].split() == ["SESSION", "STATUS", "CREATED", "ENDED"]
+    assert [line.split()[0] for line in lines[2:]] == ids
+
+    ended = await runstore(store, "sessions", "list", *window, "--status", "ended", "--json")
+    assert [row["id"] for row in ended.lines()] == [ids[1]]
+
+    first = await runstore(store, "sessions", "list", *window, "--page-size", "2", "--json")
+    assert [row["id"] for row in first.lines()] == ids[:2]
+    token = first.err.split("--page-token ")[1].split()[0]
+    second = await runstore(
+        store, "sessions", "list", *window, "--page-size", "2", "--page-token", token, "--json"
+    )
+    assert [row["id"] for row in second.lines()] == ids[2:4]
+    every = await runstore(store, "sessions", "list", *window, "--page-size", "2", "--all")
+    assert [line.split()[0] for line in every.out.splitlines()[2:]] == ids
+    assert "more:" not in every.err
+
+
+async def test_sessions_show_has_the_session_and_its_runs(store: Store) -> None:
+    session_id = unique("show")
+    await create(store, session_id, 1_700_000_000)
+    runs = [await started(store, session_id=session_id, agent_id="shown") for _ in range(2)]
+    human = await runstore(store, "sessions", "show", session_id)
+    assert human.code == 0, human.err
+    assert f"session  {session_id}" in human.out
+    for run in runs:
+        assert run.id in human.out
+    shown = (await runstore(store, "sessions", "show", session_id, "--json")).lines()
+    assert len(shown) == 1
+    assert shown[0]["id"] == session_id and shown[0]["status"] == "active"
+    in_order = sorted(runs, key=lambda r: (r.start.started_at.ToNanoseconds(), r.id))
+    assert [r["run_id"] for r in shown[0]["runs"]] == [r.id for r in in_order]
+
+
+async def test_a_failed_call_is_exit_1_with_its_reason_and_no_traceback(store: Store) -> None:
+    for output in ([], ["--json"]):
+        result = await runstore(store, "sessions", "show", unique("missing"), *output)
+        assert result.code == 1
+        assert result.out == ""
+        assert result.err.startswith("runstore: SESSION_NOT_FOUND: session not found")
+        assert "Traceback" not in result.err
+
+
+async def test_end_asks_first_and_does_nothing_unless_confirmed(store: Store) -> None:
+    session_id = unique("end")
+    await create(store, session_id, 1_700_000_000)
+    for answer in ("n\n", "", "maybe\n"):
+        declined = await runstore(store, "sessions", "end", session_id, stdin=answer)
+        assert declined.code == 1
+        assert f"End session {session_id}?" in declined.err and "[y/N]" in declined.err
+        assert "nothing was changed" in declined.err
+    loaded = await store.admin.LoadSession(sa.LoadSessionRequest(session_id=session_id))
+    assert loaded.session.status == pb.SESSION_STATUS_ACTIVE
+
+    confirmed = await runstore(store, "sessions", "end", session_id, "--json", stdin="y\n")
+    assert confirmed.code == 0, confirmed.err
+    assert confirmed.lines()[0]["status"] == "ended"
+    loaded = await store.admin.LoadSession(sa.LoadSessionRequest(session_id=session_id))
+    assert loaded.session.status == pb.SESSION_STATUS_ENDED
+
+    other = unique("end")
+    await create(store, other, 1_700_000_000)
+    unasked = await runstore(
+        store, "sessions", "end", other, "--yes", "--at", "2026-12-01T10:00:00Z"
+    )
+    assert unasked.code == 0 and "[y/N]" not in unasked.err
+    assert "ended" in unasked.out and "2026-12-01 10:00:00.000Z" in unasked.out
+
+
+async def test_purge_asks_first_reports_refusals_and_purges(store: Store) -> None:
+    session_id = unique("purge")
+    await create(store, session_id, 1_700_000_000)
+    active = await runstore(store, "sessions", "purge", session_id, "--yes")
+    assert active.code == 1
+    assert active.err.startswith("runstore: SESSION_ACTIVE:")
+    await store.admin.EndSession(sa.EndSessionRequest(session_id=session_id, ended_at=Timestamp()))
+    declined = await runstore(store, "sessions", "purge", session_id, stdin="no\n")
+    assert declined.code == 1 and "deleted for good" in declined.err
+    assert (await store.admin.LoadSession(sa.LoadSessionRequest(session_id=session_id))).session
+
+    purged = await runstore(store, "sessions", "purge", session_id, "--json", stdin="yes\n")
+    assert purged.code == 0, purged.err
+    assert purged.lines() == [{"id": session_id, "purged": True}]
+    gone = await runstore(store, "sessions", "show", session_id)
+    assert gone.code == 1 and gone.err.startswith("runstore: SESSION_PURGED:")
+    human = await runstore(store, "sessions", "purge", session_id, "-y")  # idempotent
+    assert human.code == 0 and human.out.strip() == f"purged session {session_id}"
+
+
+# --- runs and records -------------------------------------------------------------
+
+
+async def test_runs_list_filters_in_both_formats(store: Store) -> None:
+    agent = unique("agent")
+    session_id = unique("runs")
+    await create(store, session_id, 1_700_000_000)
+    in_session = [await started(store, session_id=session_id, agent_id=agent) for _ in range(3)]
+    lone = await started(store, agent_id=agent)
+    await store.runtime.RecordRunTerminal(in_session[0].terminal_request(pb.RUN_STATUS_FAILED))
+
+    every = await runstore(store, "runs", "list", "--agent", agent, "--json")
+    assert every.code == 0, every.err
+    assert [r["run_id"] for r in every.lines()] == [*(r.id for r in in_session), lone.id]
+    assert every.lines()[0]["status"] == "failed"
+    sessionless = await runstore(store, "runs", "list", "--agent", agent, "--sessionless", "--json")
+    assert [r["run_id"] for r in sessionless.lines()] == [lone.id]
+    failed = await runstore(
+        store, "runs", "list", "--session", session_id, "--status", "failed", "--json"
+    )
+    assert [r["run_id"] for r in failed.lines()] == [in_session[0].id]
+    human = await runstore(store, "runs", "list", "--session", session_id, "--status", "running")
+    lines = human.out.splitlines()
+    assert lines[0].split() == ["RUN", "AGENT", "SESSION", "STATUS", "STARTED", "PARENT"]
+    assert [line.split()[0] for line in lines[2:]] == [r.id for r in in_session[1:]]
+
+
+async def test_runs_show_has_metadata_then_records_with_a_payload_preview(store: Store) -> None:
+    session_id = unique("show")
+    await create(store, session_id, 1_700_000_000)
+    run = await started(store, session_id=session_id, agent_id="previewer")
+    long_text = b'{"answer":"' + b"x" * 200 + b'"}'
+    binary = bytes(range(256)) * 4
+    for key, payload in (("long", long_text), ("binary", binary), ("line", b"a\nb")):
+        await store.runtime.AppendRunRecord(
+            rs.AppendRunRecordRequest(record=run.record(key, payload=payload))
+        )
+    human = await runstore(store, "runs", "show", run.id)
+    assert human.code == 0, human.err
+    meta, _, records = human.out.partition("TYPE")
+    assert f"run            {run.id}" in meta and "status         running" in meta
+    assert "records        4" in meta
+    rows = records.splitlines()[2:]
+    assert [row.split()[0] for row in rows] == ["1", "2", "3", "4"]
+    assert '{"answer":"xxxxx' in rows[1] and "…" in rows[1] and "x" * 100 not in rows[1]
+    assert "0x000102030405" in rows[2]
+    assert "a b" in rows[3]
+
+    shown = (await runstore(store, "runs", "show", run.id, "--json")).lines()
+    assert len(shown) == 1
+    assert shown[0]["run_id"] == run.id and shown[0]["session_id"] == session_id
+    payloads = [base64.b64decode(r["payload"]) for r in shown[0]["records"]]
+    assert payloads[1:] == [long_text, binary, b"a\nb"]
+    missing = await runstore(store, "runs", "show", unique("nope"), "--json")
+    assert missing.code == 1 and missing.err.startswith("runstore: RUN_NOT_FOUND:")
+
+
+async def test_records_list_of_a_run_and_of_a_session(store: Store) -> None:
+    session_id = unique("records")
+    await create(store, session_id, 1_700_000_000)
+    first = await started(store, session_id=session_id, agent_id="a")
+    second = await started(store, session_id=session_id, agent_id="a")
+    await store.runtime.AppendRunRecord(rs.AppendRunRecordRequest(record=first.record("k1")))
+    await store.runtime.AppendRunRecord(rs.AppendRunRecordRequest(record=second.record("k2")))
+    of_run = await runstore(store, "records", "list", "--run", first.id, "--json")
+    assert of_run.code == 0, of_run.err
+    assert [(r["id"], r["event_key"]) for r in of_run.lines()] == [("1", "started"), ("2", "k1")]
+    of_session = await runstore(store, "records", "list", "--session", session_id, "--json")
+    assert [(r["run_id"], r["event_key"]) for r in of_session.lines()] == [
+        (first.id, "started"),
+        (second.id, "started"),
+        (first.id, "k1"),
+        (second.id, "k2"),
+    ]
+    paged = await runstore(store, "records", "list", "--session", session_id, "--page-size", "3")
+    assert len(paged.out.splitlines()) == 2 + 3
+    cursor = paged.err.split("--page-token ")[1].split()[0]
+    rest = await runstore(
+        store, "records", "list", "--session", session_id, "--page-token", cursor, "--json"
+    )
+    assert [r["event_key"] for r in rest.lines()] == ["k2"]
+    bad = await runstore(store, "records", "list", "--run", first.id, "--page-token", "x")
+    assert bad.code == 1 and bad.err.startswith("runstore: INVALID_ARGUMENT_READ:")
+    assert "(field cursor)" in bad.err
+
+
+async def test_health_in_both_formats(store: Store) -> None:
+    human = await runstore(store, "health")
+    assert (human.code, human.out.strip()) == (0, "SERVING")
+    assert (await runstore(store, "health", "--json")).lines() == [
+        {"service": "", "status": "SERVING"}
+    ]
+    unknown = await runstore(store, "health", "--service", "no.such.Service")
+    assert unknown.code == 1 and unknown.err.startswith("runstore: NOT_FOUND")
+
+
+# --- usage and connections -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["records", "list"],
+        ["records", "list", "--run", "r", "--session", "s"],
+        ["sessions", "list", "--created-after", "yesterday"],
+        ["sessions", "list", "--status", "paused"],
+        ["runs", "list", "--session", "s", "--sessionless"],
+        ["sessions", "show"],
+        ["sessions", "list", "--token", "t", "--token-file", "/dev/null"],
+        ["sessions", "list", "--tls-cert", "/dev/null"],
+        ["sessions", "list", "--token-file", "/nonexistent/token"],
+    ],
+)
+async def test_usage_errors_exit_2(store: Store, argv: list[str]) -> None:
+    result = await runstore(store, *argv)
+    assert result.code == 2, result
+    assert "Traceback" not in result.err
+
+
+async def test_a_token_on_the_command_line_warns(store: Store, tmp_path: Path) -> None:
+    result = await runstore(store, "health", "--token", "secret-token")
+    assert result.code == 0
+    assert "warning: --token is visible to other users" in result.err
+    token_file = tmp_path / "token"
+    token_file.write_text("secret-token\n")
+    quiet = await runstore(store, "health", "--token-file", str(token_file))
+    assert quiet.code == 0 and quiet.err == ""
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_the_entry_point_against_no_server_and_a_usage_error() -> None:
+    """What a shell sees: exit codes, one line on stderr, never a traceback."""
+    target = f"127.0.0.1:{_free_port()}"
+    down = subprocess.run(
+        [sys.executable, "-m", "runstore.server.cli", "sessions", "list", "--target", target],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert down.returncode == 1, down
+    assert down.stderr.startswith("runstore: UNAVAILABLE:")
+    assert "Traceback" not in down.stderr
+    usage = subprocess.run(
+        [sys.executable, "-m", "runstore.server.cli", "runs", "show"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert usage.returncode == 2 and "usage: runstore runs show" in usage.stderr
