@@ -14,6 +14,8 @@ from runstore.server.auth import Security
 from runstore.server.config import ServerConfig
 from runstore.server.interceptors.auth import AuthInterceptor
 from runstore.server.interceptors.limits import LimitsInterceptor
+from runstore.server.interceptors.parsing import RequestParsingInterceptor
+from runstore.server.interceptors.request_ids import RequestIdInterceptor
 
 
 def server_interceptors(
@@ -23,6 +25,7 @@ def server_interceptors(
     security = security or Security()
     chain: list[grpc.aio.ServerInterceptor] = []
     # 1. Request ids: taken from x-request-id or generated (Hardening I).
+    chain.append(RequestIdInterceptor())
 
     # 2. Access log and metrics (Operations).
 
@@ -39,5 +42,6 @@ def server_interceptors(
     chain.append(LimitsInterceptor(config.max_response_bytes_in_flight))
 
     # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST (Hardening I).
+    chain.append(RequestParsingInterceptor())
 
     return chain
