@@ -17,9 +17,12 @@ from runstore.server.config import ServerConfig
 from runstore.server.core.model import Session
 from runstore.server.core.ports import Transaction
 from runstore.server.db import migrate
+from runstore.server.db import postgres as postgres_backend
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, asyncpg_dsn
+from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from tests import postgres
+from tests.faults import served
 from tests.support import Store, fails, failure_of, now_ms, ts, unique
 
 pytestmark = pytest.mark.postgres
@@ -55,14 +58,21 @@ async def _terminate_runstore_backends(url: str) -> int:
     return killed
 
 
-async def test_connection_lost_mid_transaction_is_unavailable_and_writes_nothing(
+async def test_connection_lost_mid_transaction_runs_it_again_on_a_fresh_one(
     db: PostgresDatabase, pg_url: str
 ) -> None:
+    """PostgreSQL rolls back a transaction whose connection died before its
+    COMMIT, so the backend runs the function again on another connection: the
+    caller sees one clean write, not UNAVAILABLE, and nothing of the first
+    attempt stays behind."""
     session_id = unique("lost")
     inside = asyncio.Event()
     resume = asyncio.Event()
+    attempts = 0
 
     async def create_then_continue(tx: Transaction) -> None:
+        nonlocal attempts
+        attempts += 1
         await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, 1))
         inside.set()
         await resume.wait()
@@ -72,14 +82,42 @@ async def test_connection_lost_mid_transaction_is_unavailable_and_writes_nothing
     await inside.wait()
     assert await _terminate_runstore_backends(pg_url) >= 1
     resume.set()
-    with pytest.raises(UnavailableError) as raised:
-        await write
-    assert not raised.value.permanent
+    await write
+    assert attempts == 2
 
     async def look(tx: Transaction) -> object:
         return await tx.session(session_id)
 
-    assert await db.read(look) is None
+    assert await db.read(look) == Session(session_id, SessionStatus.ENDED, 1, 2)
+
+
+async def test_connection_lost_during_commit_is_unavailable(
+    db: PostgresDatabase, pg_url: str
+) -> None:
+    """A connection lost while COMMIT is on its way leaves the outcome unknown:
+    that is UNAVAILABLE (reason TRANSIENT), never a silent second attempt."""
+    session_id = unique("commit")
+    killed = False
+
+    async def create(tx: Transaction) -> None:
+        await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, 1))
+
+    original = asyncpg.Connection.execute
+
+    async def execute(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
+        nonlocal killed
+        if query == "COMMIT" and not killed:
+            killed = True
+            self.terminate()
+        return await original(self, query, *args, **kwargs)
+
+    asyncpg.Connection.execute = execute  # type: ignore[method-assign]
+    try:
+        with pytest.raises(UnavailableError) as raised:
+            await db.write(create)
+    finally:
+        asyncpg.Connection.execute = original  # type: ignore[method-assign]
+    assert killed and not raised.value.permanent
 
 
 async def test_serialisation_failures_are_retried_then_aborted(db: PostgresDatabase) -> None:
@@ -143,3 +181,34 @@ async def test_server_recovers_when_its_connections_are_killed(pg_url: str) -> N
     finally:
         await running.server.stop(None)
         await database.close()
+
+
+async def test_an_append_refused_before_it_was_sent_falls_back_to_the_full_rules(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pooled connection that a kill left mid-protocol refuses the fast
+    path's statement before sending it ("cannot switch to state"): nothing ran,
+    so the append goes through the full rules on a fresh connection."""
+    refused = 0
+    original = postgres_backend._PostgresTransaction.append_if_writable
+
+    async def refuse_once(self: Any, record: Any) -> int | None:
+        nonlocal refused
+        if not refused:
+            refused += 1
+            raise asyncpg.InternalClientError(
+                "cannot switch to state 12; another operation (2) is in progress"
+            )
+        return await original(self, record)
+
+    config = ServerConfig(listen="127.0.0.1:0", database_url=pg_url)
+    async with served(config) as server:
+        run = await server.store.root()
+        monkeypatch.setattr(
+            postgres_backend._PostgresTransaction, "append_if_writable", refuse_once
+        )
+        appended = await server.store.runtime.AppendRunRecord(
+            rs.AppendRunRecordRequest(record=run.record("after-refusal"))
+        )
+        assert refused == 1
+        assert (appended.id, appended.inserted) == ("2", True)

@@ -24,6 +24,7 @@ from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
 from tests import postgres
+from tests.duplicates import SCENARIOS, fire_duplicates
 from tests.processes import server_process
 from tests.support import Store, canceled_record, outcome, run_start, started_record
 
@@ -75,6 +76,13 @@ async def test_conflicting_starts_of_one_run_id_have_one_winner(cluster: Cluster
     )
     assert outcomes == {"ok": 1, "RUN_CONFLICT": 15}
     assert len(await cluster.pick(1).records(base.id)) == 1
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+async def test_exact_duplicates_across_replicas_insert_once_and_replay(
+    cluster: Cluster, scenario: str
+) -> None:
+    await fire_duplicates(scenario, cluster.replicas)
 
 
 async def test_identical_starts_on_both_replicas_insert_once(cluster: Cluster) -> None:

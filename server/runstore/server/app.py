@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from sqlalchemy.engine import make_url
 
@@ -35,6 +35,7 @@ from runstore.server.db import migrate
 from runstore.server.db.measured import measured
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
+from runstore.server.health import HealthMonitor, HealthServicer, Probe
 from runstore.server.interceptors import server_interceptors
 from runstore.server.metrics import Metrics, MetricsEndpoint
 from runstore.server.servicers.context_store import ContextStoreServicer
@@ -62,12 +63,34 @@ SERVICE_NAMES = (
 )
 
 
+RESPONSE_ENVELOPE_BYTES = 64 * 1024
+"""Room a response needs beyond the largest request the server accepts: the
+record, event or snapshot that request carried comes back with its ID,
+cursor and counts around it."""
+
+PAGE_RECORD_ENVELOPE_BYTES = 8 * 1024
+"""Room per record of a page for what is not payload (six IDs and keys of at
+most 1 KiB each, the record ID, the timestamp, framing)."""
+
+
+def max_send_bytes(config: ServerConfig) -> int:
+    """The largest response: whatever was accepted must be readable, so a page
+    holding the largest accepted record (or a full page of records whose
+    payloads fill the page budget) always fits."""
+    return (
+        config.max_message_bytes
+        + config.page_limit * PAGE_RECORD_ENVELOPE_BYTES
+        + RESPONSE_ENVELOPE_BYTES
+    )
+
+
 @dataclass
 class RunningServer:
     server: grpc.aio.Server
     port: int
-    health: health.aio.HealthServicer
+    health: HealthServicer
     security: Security
+    monitor: HealthMonitor | None = None
 
 
 @dataclass(frozen=True)
@@ -99,7 +122,11 @@ async def open_database(
             raise migrate.SchemaError("SQLite needs a file path: sqlite:///path/to/runstore.db")
         db: SqliteDatabase | PostgresDatabase = SqliteDatabase(
             Path(url.database),
-            SqliteOptions(synchronous=config.sqlite_synchronous, readers=config.sqlite_readers),
+            SqliteOptions(
+                synchronous=config.sqlite_synchronous,
+                readers=config.sqlite_readers,
+                operation_timeout=config.db_operation_timeout,
+            ),
         )
     elif url.get_backend_name() in ("postgresql", "postgres"):
         db = PostgresDatabase(
@@ -110,6 +137,7 @@ async def open_database(
                 connect_timeout=config.pg_connect_timeout,
                 acquire_timeout=config.pg_acquire_timeout,
                 statement_timeout=config.pg_statement_timeout,
+                operation_timeout=config.db_operation_timeout,
             ),
         )
     else:
@@ -135,12 +163,20 @@ class Stores:
     runtime: RuntimeStore
     memory: MemoryStore
     context: ContextStore
+    probe: Probe | None = None
+    """What the health service checks (the database), if it can be checked."""
 
 
 def create_stores(config: ServerConfig, db: Database) -> Stores:
     return Stores(
+        probe=db if isinstance(db, Probe) else None,
         runtime=RuntimeStore(
-            db, limits=PageLimits(records=config.page_limit, payload_bytes=config.page_bytes)
+            db,
+            limits=PageLimits(
+                records=config.page_limit,
+                # A page never carries more payload than the largest request.
+                payload_bytes=min(config.page_bytes, config.max_message_bytes),
+            ),
         ),
         memory=MemoryStore(db, page_limit=config.page_limit),
         context=ContextStore(
@@ -158,7 +194,7 @@ def server_options(config: ServerConfig) -> list[tuple[str, int]]:
     the port, and the connection, idle and keepalive policies."""
     return [
         ("grpc.max_receive_message_length", config.max_message_bytes),
-        ("grpc.max_send_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", max_send_bytes(config)),
         # gRPC turns SO_REUSEPORT on by default: a second server on our port
         # would start and take half of the calls to another database.
         ("grpc.so_reuseport", 0),
@@ -229,7 +265,7 @@ async def build_server(
         ContextStoreServicer(stores.context), server
     )
 
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (
@@ -251,9 +287,14 @@ async def build_server(
     if port == 0:
         raise ListenError(f"cannot listen on {config.listen}: {_bind_error(config.listen)}")
     await server.start()
-    for name in ("", *SERVICE_NAMES):
+    names = ("", *SERVICE_NAMES)
+    for name in names:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server, port, health_servicer, security)
+    monitor = None
+    if stores.probe is not None:
+        monitor = HealthMonitor(health_servicer, names, stores.probe, config.health_probe_interval)
+        monitor.start()
+    return RunningServer(server, port, health_servicer, security, monitor)
 
 
 def raise_descriptor_limit() -> int:
@@ -313,5 +354,7 @@ async def shutdown(running: RunningServer, grace: float) -> None:
     """Reports NOT_SERVING, refuses new calls and lets in-flight calls finish
     within ``grace`` seconds; calls still running after that are cancelled."""
     log.info("shutting down: finishing in-flight calls (grace %.1fs)", grace)
+    if running.monitor is not None:
+        await running.monitor.stop()
     await running.health.enter_graceful_shutdown()
     await running.server.stop(grace)

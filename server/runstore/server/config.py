@@ -108,12 +108,19 @@ class ServerConfig:
     sqlite_readers: int = _setting(2, "SQLite reader threads", positive)
     pg_pool_min: int = _setting(2, "PostgreSQL pool: connections kept", non_negative)
     pg_pool_max: int = _setting(16, "PostgreSQL pool: connections at most", positive)
-    pg_connect_timeout: float = _setting(10.0, "PostgreSQL: seconds to open a connection", positive)
+    pg_connect_timeout: float = _setting(
+        2.0, "PostgreSQL: seconds to open a connection (within --db-operation-timeout)", positive
+    )
     pg_acquire_timeout: float = _setting(
-        10.0, "PostgreSQL: seconds to wait for a pooled connection", positive
+        3.0,
+        "PostgreSQL: seconds to wait for a pooled connection (within --db-operation-timeout)",
+        positive,
     )
     pg_statement_timeout: float = _setting(
-        30.0, "PostgreSQL: seconds a statement may run", positive
+        5.0,
+        "PostgreSQL: seconds a statement may run, enforced by the server "
+        "(frees the locks of a call runstore already gave up on)",
+        positive,
     )
     page_limit: int = _setting(1000, "most records in one ListRunRecords/Session page", positive)
     page_bytes: int = _setting(4 * 1024 * 1024, "payload bytes after which a page is cut", positive)
@@ -152,6 +159,15 @@ class ServerConfig:
         "shortest interval between a client's pings the server accepts; a client that pings "
         "more often is disconnected (GOAWAY too_many_pings)",
         non_negative,
+    )
+    db_operation_timeout: float = _setting(
+        4.0,
+        "seconds one call may spend on the database (queueing, connecting, running, "
+        "retrying) before it answers UNAVAILABLE",
+        positive,
+    )
+    health_probe_interval: float = _setting(
+        1.0, "seconds between the health service's database probes", positive
     )
 
     # --- Security: TLS, authentication ---------------------------------------

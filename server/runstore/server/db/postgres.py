@@ -10,7 +10,8 @@ then sees the winner's row (an exact retry or a conflict). Deadlocks and
 serialisation failures are retried the same way, a bounded number of times;
 after that the caller gets ABORTED. A lost connection is UNAVAILABLE: the
 outcome of the interrupted commit is unknown, and the identical command is safe
-to retry (§8).
+to retry (§8). So is a database that does not answer within the operation
+bound (``db.bound``).
 
 Reads run in REPEATABLE READ READ ONLY transactions, one snapshot per call.
 """
@@ -18,6 +19,7 @@ Reads run in REPEATABLE READ READ ONLY transactions, one snapshot per call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Callable, Coroutine
@@ -28,10 +30,17 @@ import asyncpg
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.engine import make_url
 
-from runstore.contract.errors import AbortedError, InternalError, RunstoreError, UnavailableError
+from runstore.contract.errors import (
+    AbortedError,
+    InternalError,
+    RunstoreError,
+    UnavailableError,
+    ValidationError,
+)
 from runstore.server.config import DEFAULTS
 from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Transaction
+from runstore.server.db import bound
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.metrics import DbFigures
@@ -58,11 +67,14 @@ class PostgresOptions:
     pool_max: int = DEFAULTS.pg_pool_max
     """Connections the pool opens at most."""
     connect_timeout: float = DEFAULTS.pg_connect_timeout
-    """Seconds to open a connection."""
+    """Seconds to open a connection (and never more than the operation bound)."""
     acquire_timeout: float = DEFAULTS.pg_acquire_timeout
-    """Seconds a call waits for a free pooled connection before UNAVAILABLE."""
+    """Seconds a call waits for a free pooled connection before UNAVAILABLE
+    (and never more than what is left of the operation bound)."""
     statement_timeout: float = DEFAULTS.pg_statement_timeout
-    """Seconds a statement may run before it is cancelled (UNAVAILABLE)."""
+    """Seconds a statement may run on the server before PostgreSQL cancels it."""
+    operation_timeout: float = DEFAULTS.db_operation_timeout
+    """Seconds one call's database work may take in all (``db.bound``)."""
     transaction_attempts: int = 8
     """How often a write transaction runs before a race becomes ABORTED."""
 
@@ -106,43 +118,92 @@ def _is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.PostgresError) and exc.sqlstate in _RETRYABLE_SQLSTATES
 
 
+_UNAVAILABLE_CLASSES: Final = frozenset(
+    {
+        "08",  # connection exception
+        "53",  # insufficient resources (too many connections, disk full, out of memory)
+        "55",  # object not in prerequisite state (database does not allow connections)
+        "57",  # operator intervention (shutdown, statement timeout, cancel)
+        "58",  # system error (I/O)
+    }
+)
+_DATA_EXCEPTION_CLASS: Final = "22"
+_BROKEN_CONNECTION_CLASSES: Final = frozenset({"08", "57", "58"})
+
+
+def _sqlstate_class(exc: BaseException) -> str:
+    sqlstate = getattr(exc, "sqlstate", None) if isinstance(exc, asyncpg.PostgresError) else None
+    return sqlstate[:2] if isinstance(sqlstate, str) else ""
+
+
+def _connection_survives(exc: BaseException) -> bool:
+    """Whether a connection is still fit for the pool after ``exc``: only after
+    a rule of the store or a clean error answered by the server. Anything else
+    (a cut-off read, a timeout, a cancelled call, a client-side state error)
+    may leave the protocol mid-message, so the connection is terminated."""
+    if isinstance(exc, RunstoreError):
+        return True
+    return (
+        isinstance(exc, asyncpg.PostgresError)
+        and _sqlstate_class(exc) not in _BROKEN_CONNECTION_CLASSES
+    )
+
+
 def _translate(exc: BaseException) -> BaseException:
-    """Contract errors pass through; database trouble is transient (D4)."""
+    """Classifies by what failed (D4): contract errors pass through; a lost
+    race after the retries is ABORTED; the server's connection, resource,
+    state, operator and system errors are UNAVAILABLE; its data errors are the
+    caller's; a failure of the connection itself is UNAVAILABLE; the rest is
+    INTERNAL. Messages name no driver, SQLSTATE or address (they are logged)."""
     if isinstance(exc, RunstoreError):
         return exc
     if _is_retryable(exc):
-        return AbortedError(f"transaction lost a race too often: {exc}")
+        return AbortedError("transaction lost a race too often; retry")
+    sqlstate_class = _sqlstate_class(exc)
+    if sqlstate_class in _UNAVAILABLE_CLASSES:
+        log.warning("postgres unavailable: %s: %s", getattr(exc, "sqlstate", ""), exc)
+        return UnavailableError("database unavailable; retry")
+    if sqlstate_class == _DATA_EXCEPTION_CLASS:
+        log.warning("postgres rejected a value: %s: %s", getattr(exc, "sqlstate", ""), exc)
+        return ValidationError("a value in the request cannot be stored")
+    if isinstance(exc, asyncpg.PostgresError):
+        log.error("postgres error %s", getattr(exc, "sqlstate", ""), exc_info=exc)
+        return InternalError("database error")
     if isinstance(
         exc,
         OSError
         | TimeoutError
+        | ConnectionError
         | asyncpg.InterfaceError
-        | asyncpg.PostgresConnectionError
-        | asyncpg.CannotConnectNowError
-        | asyncpg.QueryCanceledError
-        | asyncpg.AdminShutdownError
-        | asyncpg.TooManyConnectionsError,
+        | asyncpg.InternalClientError,
     ):
-        log.warning("postgres unavailable: %s: %s", type(exc).__name__, exc)
-        return UnavailableError(f"database unavailable: {type(exc).__name__}: {exc}")
-    if isinstance(exc, asyncpg.PostgresError):
-        log.error("postgres error", exc_info=exc)
-        return InternalError(f"database error: {exc.sqlstate}")
+        log.warning("postgres connection failed: %s: %s", type(exc).__name__, exc)
+        return UnavailableError("database connection failed; retry")
     log.error("unexpected error in a transaction", exc_info=exc)
     return InternalError()
 
 
 async def _reset(conn: asyncpg.Connection) -> None:
     """What a connection needs before it returns to the pool. runstore keeps no
-    session state (no LISTEN, no advisory or prepared cursors), so unlike
-    asyncpg's default this costs a round trip only after an interrupted
-    transaction."""
-    if conn.is_in_transaction():
-        await conn.execute("ROLLBACK")
+    session state (no LISTEN, no advisory or prepared cursors), and a
+    connection comes back only after a clean commit or rollback, so unlike
+    asyncpg's default this costs no round trip."""
+
+
+_READ_ONLY_SNAPSHOT: Final = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
 class PostgresDatabase:
-    """``Database`` over a PostgreSQL pool; safe to share between replicas."""
+    """``Database`` over a PostgreSQL pool; safe to share between replicas.
+
+    Every call's work is bounded (``db.bound``): acquiring a connection waits
+    at most the acquire timeout and what is left of the bound; once acquired,
+    a timer terminates the connection when the bound passes, so a frozen
+    server costs the caller the bound and nothing hangs on a cancel request
+    the server would never answer. A connection whose operation was
+    interrupted (timer, cancelled call, lost socket) is terminated, never
+    returned to the pool.
+    """
 
     figures: DbFigures | None = None
     """Where retries and the pool's connections are recorded; None when metrics are off."""
@@ -152,6 +213,14 @@ class PostgresDatabase:
         self._dsn = asyncpg_dsn(database_url)
         self._statements = Statements.compile(asyncpg_dialect.dialect())  # type: ignore[no-untyped-call]
         self._pool: asyncpg.Pool | None = None
+        self._probe: asyncpg.Connection | None = None
+
+    def _server_settings(self) -> dict[str, str]:
+        return {
+            "application_name": "runstore",
+            # Enforced by PostgreSQL itself: frees the locks of work runstore gave up on.
+            "statement_timeout": str(int(self.options.statement_timeout * 1000)),
+        }
 
     async def start(self) -> None:
         options = self.options
@@ -159,12 +228,8 @@ class PostgresDatabase:
             self._dsn,
             min_size=min(options.pool_min, options.pool_max),
             max_size=options.pool_max,
-            timeout=options.connect_timeout,
-            # Enforced by PostgreSQL itself rather than a client-side timer per query.
-            server_settings={
-                "application_name": "runstore",
-                "statement_timeout": str(int(options.statement_timeout * 1000)),
-            },
+            timeout=min(options.connect_timeout, options.operation_timeout),
+            server_settings=self._server_settings(),
             reset=_reset,
         )
         if self.figures is not None:
@@ -174,57 +239,216 @@ class PostgresDatabase:
             )
 
     async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.terminate()
+            self._probe = None
         if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+            pool, self._pool = self._pool, None
+            try:
+                await asyncio.wait_for(pool.close(), self.options.operation_timeout)
+            except TimeoutError:
+                pool.terminate()
 
-    def _acquire(self, pool: asyncpg.Pool) -> Any:
-        """A pooled connection; the acquire timeout (a timer per call) is paid
-        only when no connection is idle."""
-        if pool.get_idle_size() > 0:
-            return pool.acquire()
-        return pool.acquire(timeout=self.options.acquire_timeout)
+    @property
+    def is_open(self) -> bool:
+        return self._pool is not None
+
+    async def ping(self, within: float) -> None:
+        """Raises unless the database answers a trivial query within
+        ``within`` seconds, on a connection of its own (a busy pool is not
+        a down database)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + within
+        self._require_pool()
+        try:
+            if self._probe is None or self._probe.is_closed():
+                self._probe = None
+                probe = await asyncpg.connect(
+                    self._dsn, timeout=within, server_settings=self._server_settings()
+                )
+                if self._pool is None:  # closed while connecting: nothing may stay open
+                    probe.terminate()
+                    raise UnavailableError("database is not open")
+                self._probe = probe
+            probe = self._probe
+            timer = loop.call_at(until, probe.terminate)
+            try:
+                await probe.fetchval("SELECT 1")
+            finally:
+                timer.cancel()
+        except BaseException:
+            if self._probe is not None:
+                self._probe.terminate()
+                self._probe = None
+            raise
 
     def _require_pool(self) -> asyncpg.Pool:
         if self._pool is None:
             raise UnavailableError("database is not open")
         return self._pool
 
+    async def _acquire(self, pool: asyncpg.Pool, until: float) -> Any:
+        """A pooled connection, or UNAVAILABLE: any failure while acquiring or
+        connecting is the database's. The acquire timeout (a timer per call)
+        is paid only when no connection is idle."""
+        left = bound.remaining(until, self.options.operation_timeout)
+        try:
+            if pool.get_idle_size() > 0:
+                return await pool.acquire()
+            return await pool.acquire(timeout=min(self.options.acquire_timeout, left))
+        except RunstoreError:
+            raise
+        except TimeoutError as exc:
+            log.warning("no postgres connection within the timeout")
+            raise UnavailableError("no database connection available; retry") from exc
+        except Exception as exc:
+            log.warning("postgres connect failed: %s: %s", type(exc).__name__, exc)
+            raise _unavailable(exc) from exc
+
+    async def _on_connection(
+        self, fn: Callable[[Transaction], Coroutine[Any, Any, T]], begin: str | None, until: float
+    ) -> T:
+        """One operation on one pooled connection, inside ``begin`` ... COMMIT
+        (or a single statement when ``begin`` is None), over before ``until``."""
+        pool = self._require_pool()
+        conn = await self._acquire(pool, until)
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            _terminate(conn)
+
+        loop = asyncio.get_running_loop()
+        timer = loop.call_at(until, expire)
+        survives = False
+        try:
+            if begin is None:
+                result = await _single_statement(conn, fn, self._statements)
+            else:
+                result = await _in_transaction(conn, begin, fn, self._statements)
+            survives = True
+            return result
+        except BaseException as exc:
+            survives = not expired and _connection_survives(exc)
+            if expired:
+                raise bound.timed_out(self.options.operation_timeout) from exc
+            raise
+        finally:
+            timer.cancel()
+            if not survives:
+                _terminate(conn)
+            await pool.release(conn)
+
     async def append_if_writable(self, record: RecordDraft) -> int | None:
         """One statement, atomic by itself: no BEGIN/COMMIT round trips."""
-        pool = self._require_pool()
+
+        async def append(tx: Transaction) -> int | None:
+            assert isinstance(tx, _PostgresTransaction)
+            return await tx.append_if_writable(record)
+
+        until = bound.deadline(self.options.operation_timeout)
         try:
-            async with self._acquire(pool) as conn:
-                return await _PostgresTransaction(conn, self._statements).append_if_writable(record)
+            return await self._on_connection(append, None, until)
+        except _StaleConnection:
+            return None  # nothing was sent: the full rules run on a fresh connection
         except Exception as exc:
             raise _translate(exc) from exc
 
     async def write(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
-        pool = self._require_pool()
+        return await self._transaction(
+            fn, "BEGIN", until=bound.deadline(self.options.operation_timeout)
+        )
+
+    async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        return await self._transaction(
+            fn, _READ_ONLY_SNAPSHOT, bound.deadline(self.options.operation_timeout)
+        )
+
+    async def _transaction(
+        self, fn: Callable[[Transaction], Coroutine[Any, Any, T]], begin: str, until: float
+    ) -> T:
+        """Runs ``fn`` in a transaction, again after a lost race (a bounded
+        number of times) or on a fresh connection when the one it got was
+        already dead; all within the bound."""
         attempts = max(1, self.options.transaction_attempts)
-        for attempt in range(1, attempts + 1):
+        stale = 0
+        attempt = 1
+        while True:
             try:
-                async with (
-                    self._acquire(pool) as conn,
-                    conn.transaction(),
-                ):
-                    return await fn(_PostgresTransaction(conn, self._statements))
+                return await self._on_connection(fn, begin, until)
+            except _StaleConnection as exc:
+                stale += 1
+                if stale > self.options.pool_max:
+                    raise _translate(exc.__cause__ or exc) from exc
+                log.info("a connection died before its commit; retrying on another")
             except Exception as exc:
-                if not _is_retryable(exc) or attempt == attempts:
+                if not _is_retryable(exc) or attempt >= attempts:
                     raise _translate(exc) from exc
                 log.debug("retrying a transaction (attempt %d): %s", attempt, exc)
                 if self.figures is not None:
                     self.figures.retried()
                 await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
-        raise AssertionError("unreachable")
+                attempt += 1
 
-    async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
-        pool = self._require_pool()
-        try:
-            async with (
-                self._acquire(pool) as conn,
-                conn.transaction(isolation="repeatable_read", readonly=True),
-            ):
-                return await fn(_PostgresTransaction(conn, self._statements))
-        except Exception as exc:
-            raise _translate(exc) from exc
+
+class _StaleConnection(Exception):
+    """The connection failed before its transaction's COMMIT was sent (killed
+    while idle in the pool, or by an administrator or a failover mid-way):
+    the server rolls such a transaction back, so it may run again on another
+    connection. A failure during COMMIT is never this: its outcome is unknown."""
+
+
+def _terminate(conn: Any) -> None:
+    """Closes a pooled connection at once (no cancel request, no goodbye); a
+    connection the pool already detached after losing it is left alone."""
+    with contextlib.suppress(asyncpg.InterfaceError):
+        conn.terminate()
+
+
+def _unavailable(exc: BaseException) -> UnavailableError:
+    translated = _translate(exc)
+    if isinstance(translated, UnavailableError):
+        return translated
+    return UnavailableError("database unavailable; retry")
+
+
+async def _single_statement(
+    conn: asyncpg.Connection,
+    fn: Callable[[Transaction], Coroutine[Any, Any, T]],
+    statements: Statements,
+) -> T:
+    """``fn``'s one statement on its own. A connection that a kill left
+    mid-protocol refuses the statement before sending it: nothing ran."""
+    try:
+        return await fn(_PostgresTransaction(conn, statements))
+    except asyncpg.InternalClientError as exc:
+        if "cannot switch to state" in str(exc):
+            raise _StaleConnection() from exc
+        raise
+
+
+async def _in_transaction(
+    conn: asyncpg.Connection,
+    begin: str,
+    fn: Callable[[Transaction], Coroutine[Any, Any, T]],
+    statements: Statements,
+) -> T:
+    """``fn`` between ``begin`` and COMMIT; rolled back when it fails cleanly.
+
+    No asyncpg transaction object: its exit would roll back on a connection
+    the caller is about to terminate, waiting on a server that may never
+    answer."""
+    try:
+        await conn.execute(begin)
+        result = await fn(_PostgresTransaction(conn, statements))
+    except Exception as exc:
+        if _connection_survives(exc):
+            if conn.is_in_transaction():
+                await conn.execute("ROLLBACK")
+            raise
+        # The connection died before COMMIT was sent: PostgreSQL rolls the
+        # transaction back, so nothing of it happened.
+        raise _StaleConnection() from exc
+    await conn.execute("COMMIT")
+    return result

@@ -35,6 +35,7 @@ from runstore.contract.errors import (
 from runstore.server.config import DEFAULTS, SQLITE_SYNCHRONOUS_LEVELS
 from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Transaction
+from runstore.server.db import bound
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.metrics import DbFigures
@@ -62,6 +63,8 @@ class SqliteOptions:
     """Most write transactions committed together (group commit)."""
     read_batch: int = 16
     """Most reads served by one read transaction."""
+    operation_timeout: float = DEFAULTS.db_operation_timeout
+    """Seconds one call's database work may take in all (``db.bound``)."""
 
 
 def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
@@ -118,12 +121,18 @@ def _translate(exc: BaseException) -> BaseException:
         return exc
     if isinstance(exc, sqlite3.OperationalError):
         log.warning("sqlite operational error: %s", exc)
-        return UnavailableError(f"database unavailable: {exc}")
+        return UnavailableError("database unavailable; retry")
     if isinstance(exc, sqlite3.Error):
         log.error("sqlite error", exc_info=exc)
-        return InternalError(f"database error: {exc}")
+        return InternalError("database error")
     log.error("unexpected error in a transaction", exc_info=exc)
     return InternalError()
+
+
+def _expire(future: asyncio.Future[Any], timeout: float) -> None:
+    if not future.done():
+        log.warning("sqlite did not answer within %.1f s", timeout)
+        future.set_exception(bound.timed_out(timeout))
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
@@ -260,10 +269,12 @@ class _Worker(threading.Thread):
         first = self._jobs.get()
         if first is None:
             return [], True
-        batch = [first]
+        batch = [first] if not first[1].done() else []
         return batch, self._drain(batch)
 
     def _drain(self, batch: list[_Job]) -> bool:
+        """Adds queued jobs to ``batch``; a job whose caller went away (it
+        cancelled, or its bound passed) is dropped unrun."""
         while len(batch) < self._batch_limit:
             try:
                 job = self._jobs.get_nowait()
@@ -271,7 +282,8 @@ class _Worker(threading.Thread):
                 return False
             if job is None:
                 return True
-            batch.append(job)
+            if not job[1].done():
+                batch.append(job)
         return False
 
     def _run_batch(
@@ -456,7 +468,37 @@ class SqliteDatabase:
     ) -> T:
         if not self._workers:
             raise UnavailableError("database is not open")
+        timeout = self.options.operation_timeout
+        until = bound.deadline(timeout)
+        bound.remaining(until, timeout)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         jobs.put((fn, future, loop))
-        return await future
+        # The bound passing or the call being cancelled settles the future:
+        # the worker drops the job if it has not started it; a running SQLite
+        # transaction cannot be interrupted and finishes (or not) unobserved.
+        timer = loop.call_at(until, _expire, future, timeout)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+
+    @property
+    def is_open(self) -> bool:
+        return bool(self._workers)
+
+    async def ping(self, within: float) -> None:
+        """Raises unless a reader and the writer each run a trivial
+        transaction within ``within`` seconds."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + within
+
+        async def probe(tx: Transaction) -> None:
+            await tx.session("")
+
+        for jobs in (self._reads, self._writes):
+            if not self._workers:
+                raise UnavailableError("database is not open")
+            future: asyncio.Future[None] = loop.create_future()
+            jobs.put((probe, future, loop))
+            await asyncio.wait_for(future, max(0.0, until - loop.time()))

@@ -323,20 +323,15 @@ def _record_page(*conditions: Any, order: str = "record_id", extra: Sequence[Any
     return _bounded_page(page, order)
 
 
-def _record_target(for_update: bool) -> Any:
+def _record_target() -> Any:
     """A run with its session and the record under one key: everything a
-    record write checks, in one statement.
-
-    ``for_update`` also locks, in the store's lock order: first the run's
-    session (a sub-select evaluated before any row of the main query is
-    locked), then the run (``FOR UPDATE OF runs``). Dialects without row
-    locks (SQLite) compile the locking away."""
+    record write checks, in one statement (no locks: see ``_lock_run``)."""
     existing = records.alias("existing")
     joined = runs.outerjoin(sessions, sessions.c.session_id == runs.c.session_id).outerjoin(
         existing,
         (existing.c.run_id == runs.c.run_id) & (existing.c.event_key == bindparam("event_key")),
     )
-    statement = (
+    return (
         select(
             *RUN_COLUMNS,
             *SESSION_COLUMNS[1:],
@@ -345,8 +340,20 @@ def _record_target(for_update: bool) -> Any:
         .select_from(joined)
         .where(runs.c.run_id == bindparam("run_id"))
     )
-    if not for_update:
-        return statement
+
+
+def _lock_run() -> Any:
+    """Locks a run in the store's lock order, first its session (a sub-select
+    evaluated before any row of the main query is locked), then the run, and
+    reads nothing else.
+
+    Locking and reading are separate statements on purpose: under READ
+    COMMITTED a ``SELECT ... FOR UPDATE`` that waited for a lock re-reads only
+    the locked row, while rows it joins keep the statement's old snapshot. A
+    join read under the lock would see the run a concurrent writer just
+    closed without the record that writer stored with it. A statement issued
+    after the lock is held reads everything as committed.
+    """
     session_of_run = (
         select(runs.c.session_id).where(runs.c.run_id == bindparam("run_id")).scalar_subquery()
     )
@@ -357,7 +364,11 @@ def _record_target(for_update: bool) -> Any:
         .subquery("locked_session")
     )
     session_locked = select(func.count()).select_from(locked_session).scalar_subquery() >= 0
-    return statement.where(session_locked).with_for_update(of=runs)
+    return (
+        select(runs.c.run_id)
+        .where(runs.c.run_id == bindparam("run_id"), session_locked)
+        .with_for_update()
+    )
 
 
 def _insert_record(in_session: bool) -> Any:
@@ -687,8 +698,8 @@ def _statement_sources() -> dict[str, ClauseElement]:
             {column.name: bindparam(column.name) for column in RUN_COLUMNS}
         ),
         "change_run": _run_change(),
-        "record_target": _record_target(for_update=False),
-        "record_target_for_update": _record_target(for_update=True),
+        "record_target": _record_target(),
+        "lock_run": _lock_run(),
         "insert_session_record": _insert_record(in_session=True),
         "insert_sessionless_record": _insert_record(in_session=False),
     }
@@ -720,7 +731,7 @@ class Statements:
     insert_run: Compiled
     change_run: Compiled
     record_target: Compiled
-    record_target_for_update: Compiled
+    lock_run: Compiled
     insert_session_record: Compiled
     insert_sessionless_record: Compiled
     append_if_writable_in_session: Compiled

@@ -86,9 +86,10 @@ class SqlTransaction(Transaction):
     async def record_target(
         self, run_id: str, event_key: str, *, for_update: bool = False
     ) -> RecordTarget:
-        locking = for_update and self.row_locks
-        statement = self._sql.record_target_for_update if locking else self._sql.record_target
-        row = await self._one(statement, run_id=run_id, event_key=event_key)
+        if for_update and self.row_locks:
+            # Lock first, then read in a new statement (see statements._lock_run).
+            await self._run(self._sql.lock_run, run_id=run_id)
+        row = await self._one(self._sql.record_target, run_id=run_id, event_key=event_key)
         if row is None:
             return RecordTarget(None, None, None)
         run = sql.run_from_row(row[:_RUN_WIDTH])

@@ -17,6 +17,7 @@ from runstore.server.auth import Security
 from runstore.server.config import ServerConfig
 from runstore.server.interceptors.auth import AuthInterceptor
 from runstore.server.interceptors.calls import CallObserver
+from runstore.server.interceptors.db_bound import DatabaseBoundInterceptor
 from runstore.server.interceptors.limits import LimitsInterceptor
 from runstore.server.interceptors.parsing import RequestParsingInterceptor
 from runstore.server.interceptors.request_ids import RequestIdInterceptor
@@ -55,5 +56,8 @@ def server_interceptors(
 
     # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST (Hardening I).
     chain.append(RequestParsingInterceptor())
+
+    # 6. Database operation bound: marks when each call started (Hardening II).
+    chain.append(DatabaseBoundInterceptor())
 
     return chain

@@ -1,0 +1,407 @@
+"""Crashes under load (Hardening I): nothing acknowledged is ever lost.
+
+Concurrent writers start runs, append records and suspend or end them through
+a real ``runstore serve`` process, which is killed with SIGKILL at a random
+moment (after a random number of acknowledged writes) and restarted on the
+same database; on PostgreSQL the database itself is also crashed
+(``pg_ctl stop -m immediate`` on a private cluster) and restarted while the
+server keeps running. A writer whose command was in flight retries exactly
+that command until it succeeds.
+
+After every fault: every acknowledged record is stored byte for byte under
+its acknowledged ID, every acknowledged ending is the run's status, and no run
+is in a status without its proof record. At the end every acknowledged command
+is sent again and must answer its original result.
+
+``RUNSTORE_CRASH_ROUNDS`` (faults per backend, default 2 of each kind) and
+``RUNSTORE_CRASH_WRITERS`` (default 8) run longer campaigns; with ``-s`` the
+test prints its figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_status import rpc_status
+
+from runstore.contract import lifecycle
+from runstore.server.db import migrate
+from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import session_admin_pb2 as sa
+from runstore.v1 import types_pb2 as pb
+from tests import pg_cluster
+from tests.processes import server_process
+from tests.support import Run, Store, failure_of, now_ms, run_start, ts, unique
+
+ROUNDS = int(os.environ.get("RUNSTORE_CRASH_ROUNDS", "2"))
+WRITERS = int(os.environ.get("RUNSTORE_CRASH_WRITERS", "8"))
+APPENDS = 4
+CALL_TIMEOUT = 15.0
+TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE})
+"""What a writer may see while the server or the database is down."""
+
+
+@dataclass
+class Acked:
+    """An acknowledged command: how to send it again and what it answered."""
+
+    send: Callable[[Store], Awaitable[Any]]
+    result_id: Callable[[Any], str]
+    inserted: Callable[[Any], bool]
+    record_id: str
+
+
+@dataclass
+class Ledger:
+    """Everything the store acknowledged, and what the faults cost."""
+
+    records: dict[tuple[str, str], tuple[str, bytes]] = field(default_factory=dict)
+    endings: dict[str, int] = field(default_factory=dict)
+    runs: set[str] = field(default_factory=set)
+    commands: list[Acked] = field(default_factory=list)
+    codes: collections.Counter[str] = field(default_factory=collections.Counter)
+    in_flight_retried: int = 0
+    acked: int = 0
+    progress: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def ack(self) -> None:
+        async with self.progress:
+            self.acked += 1
+            self.progress.notify_all()
+
+    async def reach(self, count: int, writers: list[asyncio.Future[None]]) -> None:
+        """Waits for ``count`` acknowledgements; a writer that failed fails this."""
+
+        async def counted() -> None:
+            async with self.progress:
+                await self.progress.wait_for(lambda: self.acked >= count)
+
+        waiter = asyncio.ensure_future(counted())
+        await asyncio.wait([waiter, *writers], return_when=asyncio.FIRST_COMPLETED)
+        for writer in writers:
+            if writer.done():
+                writer.result()  # raises the writer's failure
+        await waiter
+
+
+class Harness:
+    """The server process of the moment and the calls that ride out its death."""
+
+    def __init__(self, args: tuple[str, ...], ledger: Ledger) -> None:
+        self.args = args
+        self.ledger = ledger
+        self.store: Store | None = None
+        self.up = asyncio.Event()
+        self.stopping = False
+        self._stack = AsyncExitStack()
+        self._process: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        server = await self._stack.enter_async_context(server_process(*self.args))
+        channel = await self._stack.enter_async_context(grpc.aio.insecure_channel(server.target))
+        self._process = server.process
+        self.store = Store(channel, target=server.target)
+        self.up.set()
+
+    async def kill(self) -> None:
+        """SIGKILL, whatever the server is doing, then a new server on the same
+        database. The dead server's channel stays open until the new one
+        serves, so calls in flight fail as they would for any client."""
+        self.up.clear()
+        assert self._process is not None
+        self._process.kill()
+        await self._process.wait()
+        dead, self._stack = self._stack, AsyncExitStack()
+        await self.start()
+        await dead.aclose()
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+
+    async def call(
+        self,
+        send: Callable[[Store], Awaitable[Any]],
+        result_id: Callable[[Any], str],
+        inserted: Callable[[Any], bool],
+    ) -> Any:
+        """Sends ``send`` until it is acknowledged; only transient codes may
+        come back meanwhile. Records the acknowledgement."""
+        failed = False
+        for _ in range(2000):
+            await self.up.wait()
+            store = self.store
+            assert store is not None
+            try:
+                response = await asyncio.wait_for(send(store), CALL_TIMEOUT)
+            except grpc.aio.UsageError:  # the channel of a killed server was closed
+                failed = True
+                continue
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the test is stopping this writer
+                # Closing a killed server's channel cancels its calls locally.
+                self.ledger.codes["CANCELLED (channel closed)"] += 1
+                failed = True
+                continue
+            except grpc.aio.AioRpcError as err:
+                self.ledger.codes[err.code().name] += 1
+                assert err.code() in TRANSIENT_CODES, f"{err.code()}: {err.details()}"
+                if rpc_status.from_call(err) is not None:  # answered by runstore itself
+                    assert failure_of(err).reason == "TRANSIENT", err
+                failed = True
+                await asyncio.sleep(0.02)  # client back-off before the exact retry
+                continue
+            self.ledger.codes["OK"] += 1
+            if failed:
+                self.ledger.in_flight_retried += 1
+            self.ledger.commands.append(Acked(send, result_id, inserted, result_id(response)))
+            await self.ledger.ack()
+            return response
+        raise AssertionError("a command never succeeded")
+
+
+def _payload(rng: random.Random) -> bytes:
+    return b'{"data":"' + rng.randbytes(rng.randint(8, 1500)).hex().encode() + b'"}'
+
+
+async def _writer(harness: Harness, index: int) -> None:
+    ledger = harness.ledger
+    rng = random.Random(index)
+    session = unique("crash-session")
+    create = sa.CreateSessionRequest(session_id=session, created_at=ts(now_ms()))
+    await harness.call(
+        lambda s: s.admin.CreateSession(create), lambda r: r.session.id, lambda r: False
+    )
+    while not harness.stopping:
+        run = run_start(session_id=session)
+        start = run.root_request()
+        response = await harness.call(
+            lambda s, r=start: s.runtime.StartRootRun(r),
+            lambda r: r.started.id,
+            lambda r: r.started.inserted,
+        )
+        ledger.runs.add(run.id)
+        ledger.records[(run.id, start.started.event_key)] = (
+            response.started.id,
+            start.started.payload,
+        )
+        for number in range(APPENDS):
+            record = run.record(f"r{number}", payload=_payload(rng))
+            request = rs.AppendRunRecordRequest(record=record)
+            appended = await harness.call(
+                lambda s, r=request: s.runtime.AppendRunRecord(r),
+                lambda r: r.id,
+                lambda r: r.inserted,
+            )
+            ledger.records[(run.id, record.event_key)] = (appended.id, record.payload)
+        await _end(harness, run, rng)
+
+
+async def _end(harness: Harness, run: Run, rng: random.Random) -> None:
+    ledger = harness.ledger
+    if rng.random() < 0.3:
+        suspension = run.suspension_request(data=rng.randbytes(64).hex().encode())
+        sent: Any = suspension
+        response = await harness.call(
+            lambda s, r=suspension: s.runtime.RecordRunSuspension(r),
+            lambda r: r.id,
+            lambda r: r.inserted,
+        )
+        status = pb.RUN_STATUS_SUSPENDED
+    else:
+        status = rng.choice([pb.RUN_STATUS_COMPLETED, pb.RUN_STATUS_FAILED])
+        terminal = run.terminal_request(status)
+        sent = terminal
+        response = await harness.call(
+            lambda s, r=terminal: s.runtime.RecordRunTerminal(r),
+            lambda r: r.id,
+            lambda r: r.inserted,
+        )
+    ledger.records[(run.id, sent.record.event_key)] = (response.id, sent.record.payload)
+    ledger.endings[run.id] = status
+
+
+async def _all_records(store: Store, run_id: str) -> list[pb.RunRecord]:
+    events: list[pb.RunRecord] = []
+    cursor = ""
+    while True:
+        page = await store.runtime.ListRunRecords(
+            rs.ListRunRecordsRequest(run_id=run_id, cursor=cursor, limit=1000), timeout=10
+        )
+        events.extend(page.events)
+        if not page.next_cursor:
+            return events
+        cursor = page.next_cursor
+
+
+async def _verify(store: Store, ledger: Ledger, *, quiet: bool = False) -> int:
+    """Every acknowledged result is stored; every status has its proof
+    (``quiet``: no writer is running). Returns how many acknowledged records
+    were checked."""
+    records = dict(ledger.records)
+    endings = dict(ledger.endings)
+    by_run: dict[str, list[tuple[str, str, bytes]]] = collections.defaultdict(list)
+    for (run_id, key), (record_id, payload) in records.items():
+        by_run[run_id].append((key, record_id, payload))
+
+    async def check(run_id: str) -> None:
+        # The status first, then the records: a proof committed with the status
+        # is visible to the later read even while writers go on.
+        meta = (await store.runtime.LoadRun(rs.LoadRunRequest(run_id=run_id), timeout=10)).run
+        stored = {r.event_key: r for r in await _all_records(store, run_id)}
+        for key, record_id, payload in by_run[run_id]:
+            assert key in stored, f"acknowledged record {run_id}/{key} is missing"
+            assert (stored[key].id, stored[key].payload) == (record_id, payload)
+        types = collections.Counter(r.type for r in stored.values())
+        assert types[lifecycle.RUN_STARTED] == 1
+        if run_id in endings:
+            assert meta.status == endings[run_id]
+        if meta.status == pb.RUN_STATUS_RUNNING:
+            if quiet:  # no writer can end it between the two reads
+                assert not types[lifecycle.RUN_COMPLETED] and not types[lifecycle.RUN_SUSPENDED]
+        elif meta.status == pb.RUN_STATUS_SUSPENDED:
+            assert types[lifecycle.RUN_SUSPENDED] == 1, (run_id, types)
+            await store.runtime.LoadRunSuspension(
+                rs.LoadRunSuspensionRequest(run_id=run_id), timeout=10
+            )
+        else:
+            assert types[lifecycle.RUN_COMPLETED] == 1, (run_id, meta.status, types)
+
+    runs = sorted(by_run)
+    for offset in range(0, len(runs), 32):
+        await asyncio.gather(*(check(run_id) for run_id in runs[offset : offset + 32]))
+    return len(records)
+
+
+async def _replay_everything(store: Store, ledger: Ledger) -> int:
+    """Every acknowledged command, sent again, answers its original result."""
+    commands = list(ledger.commands)
+
+    async def replay(command: Acked) -> None:
+        response = await command.send(store)
+        assert command.result_id(response) == command.record_id
+        assert not command.inserted(response)
+
+    for offset in range(0, len(commands), 64):
+        await asyncio.gather(*(replay(c) for c in commands[offset : offset + 64]))
+    return len(commands)
+
+
+@dataclass
+class Figures:
+    backend: str
+    kills: int = 0
+    database_crashes: int = 0
+    checked: int = 0
+    checks: int = 0
+    replayed: int = 0
+    seconds: float = 0.0
+    codes: dict[str, int] = field(default_factory=dict)
+    in_flight_retried: int = 0
+
+    def __str__(self) -> str:
+        return (
+            f"\ncrash[{self.backend}]: {self.kills} server kills, "
+            f"{self.database_crashes} database crashes, {self.checked} acknowledged records "
+            f"({self.checks} record checks over all faults), {self.replayed} acknowledged "
+            "commands replayed, "
+            f"{self.in_flight_retried} in-flight commands retried to success, "
+            f"codes {sorted(self.codes.items())}, {self.seconds:.1f} s"
+        )
+
+
+async def _campaign(
+    backend: str,
+    args: tuple[str, ...],
+    faults: list[str],
+    crash_database: Callable[[], Awaitable[None]] | None = None,
+) -> Figures:
+    ledger = Ledger()
+    harness = Harness(args, ledger)
+    figures = Figures(backend)
+    started = time.monotonic()
+    rng = random.Random()
+    await harness.start()
+    writers: list[asyncio.Future[None]] = [
+        asyncio.ensure_future(_writer(harness, index)) for index in range(WRITERS)
+    ]
+    try:
+        for fault in faults:
+            await ledger.reach(ledger.acked + rng.randint(20, 120), writers)
+            if fault == "server":
+                await harness.kill()
+                figures.kills += 1
+            else:
+                assert crash_database is not None
+                await crash_database()
+                figures.database_crashes += 1
+            assert harness.store is not None
+            figures.checks += await _verify(harness.store, ledger)
+        await ledger.reach(ledger.acked + 20, writers)
+        harness.stopping = True
+        await asyncio.gather(*writers)
+        assert harness.store is not None
+        figures.checked = await _verify(harness.store, ledger, quiet=True)
+        figures.checks += figures.checked
+        figures.replayed = await _replay_everything(harness.store, ledger)
+    finally:
+        harness.stopping = True
+        for writer in writers:
+            writer.cancel()
+        await asyncio.gather(*writers, return_exceptions=True)
+        await harness.close()
+    figures.codes = dict(ledger.codes)
+    figures.in_flight_retried = ledger.in_flight_retried
+    figures.seconds = time.monotonic() - started
+    print(figures)
+    return figures
+
+
+async def test_sqlite_full_survives_server_kills(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'crash.db'}"
+    await migrate.ensure_schema(url, migrate=True)
+    figures = await _campaign(
+        "sqlite FULL",
+        ("--database-url", url, "--sqlite-synchronous", "FULL"),
+        ["server"] * ROUNDS,
+    )
+    assert figures.kills == ROUNDS
+
+
+@pytest.fixture
+async def private_url() -> AsyncIterator[tuple[pg_cluster.Cluster, str]]:
+    async with pg_cluster.private_cluster() as cluster:
+        url = await cluster.create_database("crash")
+        await migrate.upgrade(url)
+        yield cluster, url
+
+
+@pytest.mark.postgres
+async def test_postgres_survives_server_kills_and_database_crashes(
+    private_url: tuple[pg_cluster.Cluster, str],
+) -> None:
+    cluster, url = private_url
+
+    async def crash_database() -> None:
+        await cluster.stop("immediate")
+        await cluster.start()
+
+    figures = await _campaign(
+        "postgres",
+        ("--database-url", url, "--pg-pool-max", "8"),
+        ["server", "database"] * ROUNDS,
+        crash_database,
+    )
+    assert (figures.kills, figures.database_crashes) == (ROUNDS, ROUNDS)
