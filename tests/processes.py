@@ -7,7 +7,7 @@ import contextlib
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -36,9 +36,12 @@ async def serve_process(*args: str) -> AsyncIterator[tuple[asyncio.subprocess.Pr
 
 @asynccontextmanager
 async def server_process(
-    *args: str, env: Mapping[str, str] | None = None
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> AsyncIterator[ServerProcess]:
-    """``runstore serve`` on an ephemeral port; ``env`` replaces the environment."""
+    """``runstore serve`` on an ephemeral port; ``env`` replaces the environment,
+    ``preexec_fn`` runs in the child before it starts (e.g. to lower its limits)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -49,6 +52,7 @@ async def server_process(
         *args,
         stderr=asyncio.subprocess.PIPE,
         env={**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"},
+        preexec_fn=preexec_fn,
     )
     assert process.stderr is not None
     log = bytearray()
@@ -68,3 +72,23 @@ async def server_process(
         if drain is not None:
             with contextlib.suppress(Exception):
                 await drain
+
+
+async def run_module(*args: str, kill_after: float = 60) -> tuple[int, bytes, bytes]:
+    """Runs ``python -m *args`` to its end (killed after ``kill_after`` seconds);
+    returns its exit code, stdout and stderr."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=kill_after)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode is not None
+    return process.returncode, stdout, stderr

@@ -72,14 +72,22 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Keepalive:
-    """HTTP/2 keepalive pings, so a dead peer is noticed between calls."""
+    """HTTP/2 keepalive pings, so a dead peer is noticed between calls.
+
+    A runstore server accepts a ping every 10 s at most (its
+    ``--keepalive-min-ping-interval``); a client pinging more often is
+    disconnected with GOAWAY ``too_many_pings``. Keep ``interval`` above it."""
 
     interval: float = 30.0
-    """Seconds between pings."""
+    """Seconds between pings, with or without calls in flight."""
     timeout: float = 10.0
     """Seconds to wait for a ping's answer before the connection is dropped."""
     without_calls: bool = True
     """Ping even when no call is in flight."""
+    idle_timeout: float | None = 240.0
+    """Seconds without calls after which the client closes its connection itself
+    (the next call reconnects), before the server's 300 s idle limit would;
+    None keeps gRPC's 30 minutes."""
 
 
 PEMSource: TypeAlias = bytes | str | os.PathLike[str]
@@ -151,7 +159,13 @@ def open_channel(
             ("grpc.keepalive_time_ms", int(keepalive.interval * 1000)),
             ("grpc.keepalive_timeout_ms", int(keepalive.timeout * 1000)),
             ("grpc.keepalive_permit_without_calls", int(keepalive.without_calls)),
+            # Without these gRPC stretches idle pings to one a minute after two,
+            # so ``interval`` would not mean what it says.
+            ("grpc.http2.min_time_between_pings_ms", int(keepalive.interval * 1000)),
+            ("grpc.http2.max_pings_without_data", 0),
         ]
+        if keepalive.idle_timeout is not None:
+            settings.append(("grpc.client_idle_timeout_ms", int(keepalive.idle_timeout * 1000)))
     settings += list(options)
     traced = client_tracing.wanted(True if tracer_provider is not None else tracing)
     interceptors = client_tracing.client_interceptors(tracer_provider) if traced else None

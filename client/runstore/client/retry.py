@@ -1,7 +1,8 @@
 """Retrying transient failures with capped exponential backoff and full jitter.
 
 Only transient errors are retried (``TransientError``: UNAVAILABLE, ABORTED,
-DEADLINE_EXCEEDED, a server-side CANCELLED, INTERNAL/TRANSIENT); a contract
+DEADLINE_EXCEEDED, a server-side CANCELLED, INTERNAL/TRANSIENT, and
+RESOURCE_EXHAUSTED/OVERLOADED, whose backoff gives an overloaded server room); a contract
 error is raised at once. Every attempt sends the identical command, which the
 store's exact-retry rules make safe (§8). The total deadline is measured on a
 monotonic clock; the client stops before a sleep would pass it and clips each

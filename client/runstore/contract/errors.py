@@ -168,8 +168,9 @@ class OverloadedError(TransientError):
 
 
 class UnexpectedRpcError(RunstoreError):
-    """A gRPC failure outside the contract's table (UNIMPLEMENTED, RESOURCE_EXHAUSTED,
-    ...): neither a contract error nor safe to retry blindly."""
+    """A gRPC failure outside the contract's table (UNIMPLEMENTED, UNAUTHENTICATED,
+    RESOURCE_EXHAUSTED without runstore's ErrorInfo, ...): neither a contract error
+    nor safe to retry blindly."""
 
     reason = "RPC_ERROR"
     code = "UNKNOWN"

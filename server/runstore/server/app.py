@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import signal
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -199,6 +201,55 @@ def create_stores(config: ServerConfig, db: Database) -> Stores:
     )
 
 
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def server_options(config: ServerConfig) -> list[tuple[str, int]]:
+    """gRPC core settings behind the README's "Operating limits": message sizes,
+    the port, and the connection, idle and keepalive policies."""
+    return [
+        ("grpc.max_receive_message_length", config.max_message_bytes),
+        ("grpc.max_send_message_length", max_send_bytes(config)),
+        # gRPC turns SO_REUSEPORT on by default: a second server on our port
+        # would start and take half of the calls to another database.
+        ("grpc.so_reuseport", 0),
+        # A connection that never finishes the HTTP/2 preface holds a descriptor.
+        ("grpc.server_handshake_timeout_ms", _ms(config.handshake_timeout)),
+        ("grpc.max_connection_idle_ms", _ms(config.max_connection_idle)),
+        # The server's own pings find clients that vanished mid-call.
+        ("grpc.keepalive_time_ms", _ms(config.keepalive_time)),
+        ("grpc.keepalive_timeout_ms", _ms(config.keepalive_timeout)),
+        # Clients ping while idle (runstore.client.Keepalive): allow it, at most
+        # every keepalive_min_ping_interval, instead of gRPC's 5 minutes
+        # (2 hours without calls), which answers GOAWAY "too_many_pings".
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", _ms(config.keepalive_min_ping_interval)),
+        ("grpc.http2.max_ping_strikes", 2),
+    ]
+
+
+class ListenError(OSError):
+    """The listen address cannot be bound (for example: already in use)."""
+
+
+def _bind_error(listen: str) -> str:
+    """Why ``listen`` cannot be bound, as the operating system says it (gRPC
+    reports only that binding failed)."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, int(port)))
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    except ValueError:
+        pass
+    return "cannot bind"
+
+
 async def build_server(
     config: ServerConfig,
     stores: Stores,
@@ -213,14 +264,10 @@ async def build_server(
     """
     security = security if security is not None else Security.from_config(config)
     telemetry = telemetry or Telemetry()
-    options = [
-        ("grpc.max_receive_message_length", config.max_message_bytes),
-        ("grpc.max_send_message_length", max_send_bytes(config)),
-    ]
     interceptors = server_interceptors(
         config, security, telemetry.metrics, telemetry.tracer_provider
     )
-    server = grpc.aio.server(options=options, interceptors=interceptors)
+    server = grpc.aio.server(options=server_options(config), interceptors=interceptors)
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
         RuntimeStoreServicer(stores.runtime, stores.watch), server
     )
@@ -245,13 +292,16 @@ async def build_server(
         server,
     )
     credentials = security.server_credentials()
-    port = (
-        server.add_secure_port(config.listen, credentials)
-        if credentials is not None
-        else server.add_insecure_port(config.listen)
-    )
+    try:
+        port = (
+            server.add_secure_port(config.listen, credentials)
+            if credentials is not None
+            else server.add_insecure_port(config.listen)
+        )
+    except RuntimeError:
+        port = 0
     if port == 0:
-        raise OSError(f"cannot listen on {config.listen}")
+        raise ListenError(f"cannot listen on {config.listen}: {_bind_error(config.listen)}")
     await server.start()
     names = ("", *SERVICE_NAMES)
     for name in names:
@@ -263,9 +313,25 @@ async def build_server(
     return RunningServer(server, port, health_servicer, security, stores.watch, monitor)
 
 
+def raise_descriptor_limit() -> int:
+    """Raises the soft descriptor limit to the hard one (as Go's runtime and nginx
+    do): every connection, even one that never speaks, holds a descriptor until
+    the handshake timeout, and a low soft limit (often 1024) locks clients out."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the descriptor limit from %d to %d: %s", soft, hard, exc)
+            return soft
+        return hard
+    return soft
+
+
 async def serve(config: ServerConfig) -> None:
     """Serves until SIGTERM or SIGINT, then lets in-flight calls finish; SIGHUP
     re-reads the auth file and the TLS files."""
+    descriptors = raise_descriptor_limit()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -281,11 +347,12 @@ async def serve(config: ServerConfig) -> None:
         async with open_database(config, telemetry) as db:
             running = await build_server(config, create_stores(config, db), security, telemetry)
             log.info(
-                "runstore serving on %s (port %d), database %s, %s",
+                "runstore serving on %s (port %d), database %s, %s, descriptor limit %d",
                 config.listen,
                 running.port,
                 redacted(config.database_url),
                 security.describe(),
+                descriptors,
             )
             try:
                 await stop.wait()

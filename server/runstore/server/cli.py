@@ -116,6 +116,7 @@ def _run(args: argparse.Namespace, settings: config.ServerConfig) -> int:
         SecurityError,
         DatabaseURLError,
         tracing.TracingUnavailable,
+        app.ListenError,
     ) as exc:
         if json_lines:
             log.error("%s", exc)

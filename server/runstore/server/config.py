@@ -149,6 +149,30 @@ class ServerConfig:
     )
 
     # --- Hardening: limits, timeouts, connections ---------------------------
+    max_response_bytes_in_flight: int = _setting(
+        64 * 1024 * 1024,
+        "bytes of responses produced but not yet delivered to their callers; a response "
+        "over 64 KiB that would pass it fails RESOURCE_EXHAUSTED/OVERLOADED",
+        positive,
+    )
+    handshake_timeout: float = _setting(
+        3.0, "seconds a new connection has to finish the HTTP/2 preface", positive
+    )
+    max_connection_idle: float = _setting(
+        300.0, "seconds without a call after which a connection is closed (GOAWAY)", positive
+    )
+    keepalive_time: float = _setting(
+        60.0, "seconds between the server's pings, which find dead clients", positive
+    )
+    keepalive_timeout: float = _setting(
+        20.0, "seconds a client has to answer a ping before it is disconnected", positive
+    )
+    keepalive_min_ping_interval: float = _setting(
+        10.0,
+        "shortest interval between a client's pings the server accepts; a client that pings "
+        "more often is disconnected (GOAWAY too_many_pings)",
+        non_negative,
+    )
     db_operation_timeout: float = _setting(
         4.0,
         "seconds one call may spend on the database (queueing, connecting, running, "

@@ -523,17 +523,22 @@ class SqliteDatabase:
         return bool(self._workers)
 
     async def ping(self, within: float) -> None:
-        """Raises unless a reader and the writer each run a trivial
-        transaction within ``within`` seconds."""
+        """Raises unless the writer runs a trivial transaction within
+        ``within`` seconds.
+
+        Only the writer: it is what a hung disk or another process's lock
+        stops, and its group commits keep its queue short. The readers' queue
+        may legitimately hold many large pages (a burst of reads, or clients
+        that do not read), and a probe waiting behind them would report a
+        busy, working server as down."""
         loop = asyncio.get_running_loop()
         until = loop.time() + within
 
         async def probe(tx: Transaction) -> None:
             await tx.session("")
 
-        for jobs in (self._reads, self._writes):
-            if not self._workers:
-                raise UnavailableError("database is not open")
-            future: asyncio.Future[None] = loop.create_future()
-            jobs.put((probe, future, loop))
-            await asyncio.wait_for(future, max(0.0, until - loop.time()))
+        if not self._workers:
+            raise UnavailableError("database is not open")
+        future: asyncio.Future[None] = loop.create_future()
+        self._writes.put((probe, future, loop))
+        await asyncio.wait_for(future, max(0.0, until - loop.time()))

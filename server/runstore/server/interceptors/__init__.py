@@ -18,6 +18,7 @@ from runstore.server.config import ServerConfig
 from runstore.server.interceptors.auth import AuthInterceptor
 from runstore.server.interceptors.calls import CallObserver
 from runstore.server.interceptors.db_bound import DatabaseBoundInterceptor
+from runstore.server.interceptors.limits import LimitsInterceptor
 from runstore.server.interceptors.parsing import RequestParsingInterceptor
 from runstore.server.interceptors.request_ids import RequestIdInterceptor
 from runstore.server.metrics import Metrics
@@ -49,7 +50,9 @@ def server_interceptors(
         )
     )
 
-    # 4. Limits on calls and response bytes in flight (Hardening II).
+    # 4. Limits on calls and response bytes in flight (Hardening II). It
+    #    serialises unary responses: from here outward a response is its bytes.
+    chain.append(LimitsInterceptor(config.max_response_bytes_in_flight))
 
     # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST (Hardening I).
     chain.append(RequestParsingInterceptor())

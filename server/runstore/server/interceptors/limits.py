@@ -1,0 +1,117 @@
+"""A budget of response bytes held for callers that do not read them.
+
+A client that stops reading (a zero HTTP/2 window) leaves each response it asked
+for parked in the server until its call ends, which may be never. gRPC's own
+knobs do not help: ``grpc.max_concurrent_streams`` only makes clients queue and
+``maximum_concurrent_rpcs`` refuses without an ErrorInfo. So runstore counts
+the bytes itself: a unary response is charged from the moment it is produced
+until its call is done (delivered, cancelled or broken). A response larger than
+``SMALL_RESPONSE_BYTES`` that would take the total past
+``max_response_bytes_in_flight`` is dropped and the call fails
+``RESOURCE_EXHAUSTED`` with reason ``OVERLOADED`` (retryable after a backoff).
+Small responses are charged but never refused, so while slow readers hold the
+budget every ordinary call (status loads, appends, small pages) is served.
+
+The response is serialised here, once, so what is charged is its exact size on
+the wire and the message object is freed at once (a parked response then costs
+about twice its size, not three times): from this slot outward a unary
+response is its serialised bytes. Health checks are exempt, and streaming calls
+are not limited here (a streamed message is held only while it is written, and
+long-lived streams must not be refused for a budget meant for parked pages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
+
+import grpc
+
+from runstore.contract.errors import OverloadedError
+from runstore.server.status import abort
+
+SMALL_RESPONSE_BYTES = 64 * 1024
+"""Responses this small are never refused for the byte budget."""
+
+EXEMPT_PREFIXES = ("/grpc.health.v1.Health/",)
+"""Methods no limit applies to: health must answer while the server is loaded."""
+
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+
+Behaviour = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+
+
+class ResponseBytesBudget:
+    """Bytes of responses produced and not yet delivered, against a budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.in_flight = 0
+
+    def try_charge(self, size: int) -> bool:
+        """Charges ``size`` bytes unless that would pass the budget; small
+        responses are always charged."""
+        if size > SMALL_RESPONSE_BYTES and self.in_flight + size > self.budget:
+            return False
+        self.in_flight += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.in_flight -= size
+
+
+class LimitsInterceptor(grpc.aio.ServerInterceptor):
+    """Refuses a large unary response while the response-bytes budget is held."""
+
+    def __init__(self, max_response_bytes_in_flight: int) -> None:
+        self.budget = ResponseBytesBudget(max_response_bytes_in_flight)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[_Req, _Resp] | None]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[_Req, _Resp] | None:
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or handler.unary_unary is None or method.startswith(EXEMPT_PREFIXES):
+            return handler
+        serialize = handler.response_serializer or _already_serialized
+        # grpc's method handlers are named tuples.
+        limited = cast(Any, handler)._replace(
+            unary_unary=self._limited(cast(Behaviour, handler.unary_unary), serialize),
+            response_serializer=_already_serialized,
+        )
+        return cast("grpc.RpcMethodHandler[_Req, _Resp]", limited)
+
+    def _limited(self, behaviour: Behaviour, serialize: Callable[[Any], bytes]) -> Behaviour:
+        budget = self.budget
+
+        async def limited(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
+            response = serialize(await behaviour(request, context))
+            size = len(response)
+            if not budget.try_charge(size):
+                del response
+                await abort(context, _overloaded(budget))
+
+            def release(_: object) -> None:
+                budget.release(size)
+
+            context.add_done_callback(cast(Any, release))
+            return response
+
+        return limited
+
+
+def _already_serialized(raw: bytes) -> bytes:
+    return raw
+
+
+def _overloaded(budget: ResponseBytesBudget) -> OverloadedError:
+    return OverloadedError(
+        "runstore is overloaded: too many response bytes wait for clients that do not "
+        "read them; retry after a backoff",
+        details={"limit": "max_response_bytes_in_flight", "budget_bytes": str(budget.budget)},
+    )
