@@ -1,4 +1,4 @@
-"""The operator's commands: ``runstore sessions|runs|records|health``.
+"""The operator's commands: ``runstore sessions|runs|records|export|health``.
 
 They talk to a running server over gRPC with the typed client, never to its
 database, so they work against any deployment an operator can reach, with the
@@ -41,6 +41,7 @@ from runstore.client import (
 )
 from runstore.contract.errors import RunstoreError
 from runstore.contract.model import ListPage
+from runstore.server.export import record_line
 
 DEFAULT_TARGET: Final = "127.0.0.1:50051"
 RECORDS_PAGE: Final = 1000
@@ -227,6 +228,11 @@ class Output:
 
     def json(self, value: Any) -> None:
         self._out.write(json.dumps(_jsonable(value), ensure_ascii=False) + "\n")
+
+    def lines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self._out.write(line + "\n")
+        self._out.flush()
 
     def table(
         self, title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]
@@ -467,6 +473,23 @@ async def records_list(args: argparse.Namespace, clients: Clients, out: Output) 
     return await _list(fetch, args, out, _RECORD_HEADERS, _record_row)
 
 
+async def export(args: argparse.Namespace, clients: Clients, out: Output) -> int:
+    """Streams every record, page by page, as JSON Lines (``docs/export.md``)."""
+
+    async def fetch(cursor: str) -> Any:
+        if args.run:
+            return await clients.store.list_run_records(args.run, cursor, RECORDS_PAGE)
+        return await clients.store.list_session_run_records(args.session, cursor, RECORDS_PAGE)
+
+    cursor = ""
+    while True:
+        page = await fetch(cursor)
+        out.lines(record_line(record) for record in page.events)
+        cursor = page.next_cursor
+        if not cursor:
+            return 0
+
+
 async def health(args: argparse.Namespace, clients: Clients, out: Output) -> int:
     stub: Any = health_pb2_grpc.HealthStub(clients.channel)
     try:
@@ -486,7 +509,7 @@ async def health(args: argparse.Namespace, clients: Clients, out: Output) -> int
 
 # --- Parser and dispatch ------------------------------------------------------------
 
-COMMANDS: Final = ("sessions", "runs", "records", "health")
+COMMANDS: Final = ("sessions", "runs", "records", "export", "health")
 
 
 def add_commands(commands: Any) -> None:
@@ -549,6 +572,11 @@ def add_commands(commands: Any) -> None:
     owner.add_argument("--run", metavar="RUN_ID", help="a run's records in run order")
     owner.add_argument("--session", metavar="SESSION_ID", help="a session's, in commit order")
     _page_options(listing)
+
+    archive = leaf(commands, "export", export, "a run's or a session's records as JSON Lines")
+    owner = archive.add_mutually_exclusive_group(required=True)
+    owner.add_argument("--run", metavar="RUN_ID", help="a run's records in run order")
+    owner.add_argument("--session", metavar="SESSION_ID", help="a session's, in commit order")
 
     check = commands.add_parser(
         "health", parents=[connection], help="the server's gRPC health status"
