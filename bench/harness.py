@@ -193,19 +193,25 @@ def plan_for(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def listing_plan(args: argparse.Namespace, size: int) -> list[dict[str, Any]]:
-    """One page of each listing shape over a table of ``size`` rows."""
+    """One page of each listing shape over a table of ``size`` rows, at 1 in
+    flight: the figure is a page's cost, compared across table sizes."""
     cases = [{"workload": "listing", "table": size, **case} for case in listings.cases(size)]
-    return _paired(args, cases)
+    return _paired(args, cases, concurrencies=[1], repeat=1 if args.quick else args.repeat)
 
 
-def _paired(args: argparse.Namespace, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _paired(
+    args: argparse.Namespace,
+    cases: list[dict[str, Any]],
+    concurrencies: list[int] | None = None,
+    repeat: int | None = None,
+) -> list[dict[str, Any]]:
     measurements = []
-    for concurrency in args.concurrency:
+    for concurrency in concurrencies or args.concurrency:
         base = {"concurrency": concurrency, "duration": args.duration, "warmup": args.warmup}
         # Each store measurement comes right after a ceiling measurement of its
         # own, so a ratio compares two figures taken seconds apart on a noisy
         # machine; repetitions interleave instead of running back to back.
-        for repetition in range(args.repeat):
+        for repetition in range(repeat or args.repeat):
             for index, case in enumerate(c for c in cases if c["workload"] != "ceiling"):
                 pair = f"{repetition}-{index}"
                 measurements.append({**base, "workload": "ceiling", "pair": pair})
