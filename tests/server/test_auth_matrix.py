@@ -241,6 +241,11 @@ async def _purge_session(store: Store) -> Any:
     return sa.PurgeSessionRequest(session_id=await _ended_session(store))
 
 
+async def _purge_ended_sessions(store: Store) -> Any:
+    await _ended_session(store)
+    return sa.PurgeEndedSessionsRequest(ended_before=ts(now_ms() + 60_000), limit=1)
+
+
 async def _runs_by_session(store: Store) -> Any:
     return sa.ListRunsBySessionRequest(session_id=(await store.root()).start.session_id)
 
@@ -316,6 +321,7 @@ BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.SessionAdmin/ListRunsBySession": ("admin", _runs_by_session),
     "/runstore.v1.SessionAdmin/ListSessions": ("admin", _list_sessions),
     "/runstore.v1.SessionAdmin/ListRuns": ("admin", _list_runs),
+    "/runstore.v1.SessionAdmin/PurgeEndedSessions": ("admin", _purge_ended_sessions),
     "/runstore.v1.MemoryStore/LoadRun": ("memory", _memory_load),
     "/runstore.v1.MemoryStore/AppendEvents": ("memory", _memory_append),
     "/runstore.v1.ContextStore/GetContext": ("context", _get_context),

@@ -103,6 +103,8 @@ from runstore.v1.session_admin_pb2 import (
     ListSessionsResponse,
     LoadSessionRequest,
     LoadSessionResponse,
+    PurgeEndedSessionsRequest,
+    PurgeEndedSessionsResponse,
     PurgeSessionRequest,
     PurgeSessionResponse,
 )
@@ -180,6 +182,8 @@ __all__ = [
     "MemoryLoadRunResponse",
     "MemoryStoreServicer",
     "MemoryStoreStub",
+    "PurgeEndedSessionsRequest",
+    "PurgeEndedSessionsResponse",
     "PurgeSessionRequest",
     "PurgeSessionResponse",
     "RecordRunCancellationRequest",

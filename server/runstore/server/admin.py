@@ -399,7 +399,17 @@ async def sessions_end(args: argparse.Namespace, clients: Clients, out: Output) 
     return 0
 
 
+PURGE_BATCH: Final = 100
+"""Sessions purged per ``PurgeEndedSessions`` call by ``sessions purge --ended-before``."""
+
+
 async def sessions_purge(args: argparse.Namespace, clients: Clients, out: Output) -> int:
+    if (args.session_id is None) == (args.ended_before is None):
+        raise UsageError("give a SESSION_ID or --ended-before TIME (not both)")
+    if args.limit is not None and args.session_id is not None:
+        raise UsageError("--limit goes with --ended-before")
+    if args.ended_before is not None:
+        return await _purge_ended_sessions(args, clients, out)
     question = f"Purge session {args.session_id}? Its runs and records are deleted for good."
     if not _confirmed(args, question):
         print("runstore: not confirmed; nothing was changed", file=sys.stderr)
@@ -409,6 +419,36 @@ async def sessions_purge(args: argparse.Namespace, clients: Clients, out: Output
         out.json({"id": args.session_id, "purged": True})
     else:
         out.console.print(f"purged session {args.session_id}")
+    return 0
+
+
+async def _purge_ended_sessions(args: argparse.Namespace, clients: Clients, out: Output) -> int:
+    """Retention on demand: batches of ``PurgeEndedSessions`` until none match or
+    ``--limit`` sessions were purged."""
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    cut_off = _iso(args.ended_before)
+    question = (
+        f"Purge every ended session that ended before {cut_off} and has no running run? "
+        "Their runs and records are deleted for good."
+    )
+    if not _confirmed(args, question):
+        print("runstore: not confirmed; nothing was changed", file=sys.stderr)
+        return 1
+    purged: list[str] = []
+    while args.limit is None or len(purged) < args.limit:
+        batch = PURGE_BATCH if args.limit is None else min(PURGE_BATCH, args.limit - len(purged))
+        result = await clients.admin.purge_ended_sessions(args.ended_before, batch)
+        for session_id in result.purged_ids:
+            if out.as_json:
+                out.json({"id": session_id, "purged": True})
+        purged.extend(result.purged_ids)
+        if not result.more:
+            break
+    if not out.as_json:
+        for session_id in purged:
+            out.console.print(f"purged session {session_id}")
+        out.console.print(f"purged {len(purged)} sessions ended before {cut_off}")
     return 0
 
 
@@ -542,8 +582,22 @@ def add_commands(commands: Any) -> None:
     end.add_argument("session_id", metavar="SESSION_ID")
     end.add_argument("--at", type=_timestamp, metavar="TIME", help="ended_at (default: now)")
     end.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    purge = leaf(session_actions, "purge", sessions_purge, "delete an ended session (asks first)")
-    purge.add_argument("session_id", metavar="SESSION_ID")
+    purge = leaf(
+        session_actions,
+        "purge",
+        sessions_purge,
+        "delete an ended session, or every one ended before --ended-before (asks first)",
+    )
+    purge.add_argument("session_id", metavar="SESSION_ID", nargs="?")
+    purge.add_argument(
+        "--ended-before",
+        type=_timestamp,
+        metavar="TIME",
+        help="purge every ended session without running runs ended before TIME (exclusive)",
+    )
+    purge.add_argument(
+        "--limit", type=int, metavar="N", help="with --ended-before: at most N sessions"
+    )
     purge.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
     runs = commands.add_parser("runs", help="list runs, show one run with its records")

@@ -63,6 +63,7 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
     _SESSIONS + "ListRunsBySession": _HOST_READER,
     _SESSIONS + "ListSessions": _HOST_READER,
     _SESSIONS + "ListRuns": _HOST_READER,
+    _SESSIONS + "PurgeEndedSessions": _HOST,
     # MemoryStore and ContextStore: conversation state kept by host and workers.
     _MEMORY + "LoadRun": _EVERYONE,
     _MEMORY + "AppendEvents": _HOST_WORKER,
@@ -76,7 +77,9 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": _EVERYONE,
 }
 
-AUDITED_METHODS: Final = frozenset({_SESSIONS + "EndSession", _SESSIONS + "PurgeSession"})
+AUDITED_METHODS: Final = frozenset(
+    {_SESSIONS + "EndSession", _SESSIONS + "PurgeSession", _SESSIONS + "PurgeEndedSessions"}
+)
 """Methods logged with the calling principal's name, whatever the outcome."""
 
 

@@ -118,6 +118,10 @@ class Transaction(Protocol):
 
     async def session_has_running_runs(self, session_id: str) -> bool: ...
 
+    async def purgeable_sessions(self, ended_before: Nanos, limit: int) -> list[str]:
+        """Ended before ``ended_before``, no running run; oldest ended first."""
+        ...
+
     async def list_sessions(
         self, query: SessionFilter[Nanos], after: PageKey | None, limit: int
     ) -> list[Session]:

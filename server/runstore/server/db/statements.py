@@ -619,6 +619,17 @@ def _statement_sources() -> dict[str, ClauseElement]:
                 runs.c.status == RunStatus.RUNNING.value,
             )
         ),
+        "purgeable_sessions": select(sessions.c.session_id)
+        .where(
+            sessions.c.status == SessionStatus.ENDED.value,
+            sessions.c.ended_at < bindparam("ended_before"),
+            ~exists().where(
+                runs.c.session_id == sessions.c.session_id,
+                runs.c.status == RunStatus.RUNNING.value,
+            ),
+        )
+        .order_by(sessions.c.ended_at, sessions.c.session_id)
+        .limit(bindparam("limit")),
         "insert_session": insert(sessions).values(
             session_id=bindparam("session_id"),
             status=bindparam("status"),
@@ -665,6 +676,7 @@ class Statements:
     transcript_records: Compiled
     runs_by_session: Compiled
     session_has_running_runs: Compiled
+    purgeable_sessions: Compiled
     insert_session: Compiled
     end_session: Compiled
     purge_records: Compiled

@@ -156,6 +156,10 @@ class SqlTransaction(Transaction):
         row = await self._one(self._sql.session_has_running_runs, session_id=session_id)
         return bool(row[0])
 
+    async def purgeable_sessions(self, ended_before: Nanos, limit: int) -> list[str]:
+        rows = await self._all(self._sql.purgeable_sessions, ended_before=ended_before, limit=limit)
+        return [str(row[0]) for row in rows]
+
     async def insert_session(self, session: Session) -> None:
         await self._run(
             self._sql.insert_session,
