@@ -70,11 +70,11 @@ def _history_ids(size: int) -> tuple[str, str]:
 
 
 _SEED_SESSION = (
-    "INSERT INTO sessions (session_id, status, created_at, ended_at) "
-    "VALUES ({p1}, 'active', 0, NULL)"
+    "INSERT INTO sessions (session_id, status, created_at_s, created_at_ns, "
+    "ended_at_s, ended_at_ns) VALUES ({p1}, 'active', 0, 0, NULL, NULL)"
 )
 _SEED_RUN = (
-    "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at, labels, "
+    "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at_ms, labels, "
     "start_outcome, status, cancellation_reason, updated_at, start_key, parent_link_key, "
     "cancellation_key, suspension_key, terminal_key, checkpoint_id, checkpoint_data) "
     "VALUES ({p1}, 'bench-agent', {p2}, '', 0, '{{}}', 'proceed', 'running', '', "
@@ -82,7 +82,7 @@ _SEED_RUN = (
 )
 _SEED_RECORDS_TAIL = (
     "INSERT INTO records (run_id, record_id, event_key, agent_id, session_id, turn_id, type, "
-    "payload, payload_size, timestamp, session_position) "
+    "payload, payload_size, timestamp_ms, session_position) "
     "SELECT {p1}, g, 'k' || g, 'bench-agent', {p2}, '', 'history', {p3}, {p4}, 0, g FROM {source}"
 )
 

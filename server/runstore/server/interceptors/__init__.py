@@ -13,6 +13,8 @@ import grpc
 from runstore.server.auth import Security
 from runstore.server.config import ServerConfig
 from runstore.server.interceptors.auth import AuthInterceptor
+from runstore.server.interceptors.parsing import RequestParsingInterceptor
+from runstore.server.interceptors.request_ids import RequestIdInterceptor
 
 
 def server_interceptors(
@@ -22,6 +24,7 @@ def server_interceptors(
     security = security or Security()
     chain: list[grpc.aio.ServerInterceptor] = []
     # 1. Request ids: taken from x-request-id or generated (Hardening I).
+    chain.append(RequestIdInterceptor())
 
     # 2. Access log and metrics (Operations).
 
@@ -36,5 +39,6 @@ def server_interceptors(
     # 4. Limits on calls and response bytes in flight (Hardening II).
 
     # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST (Hardening I).
+    chain.append(RequestParsingInterceptor())
 
     return chain

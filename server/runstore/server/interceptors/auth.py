@@ -24,6 +24,7 @@ import grpc
 from runstore.contract.errors import PermissionDeniedError, RunstoreError, UnauthenticatedError
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, Principals, PrincipalsFile
+from runstore.server.interceptors.parsing import parsed_request
 from runstore.server.status import to_status
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ def _audited(method: str, inner: Behavior, principal: Principal) -> Behavior:
             log.info(
                 "%s session_id=%r by principal %r (role %s): %s",
                 name,
-                getattr(request, "session_id", ""),
+                getattr(parsed_request(request), "session_id", ""),
                 principal.name,
                 principal.role or "none, authentication off",
                 outcome if code is None else f"{outcome} ({getattr(code, 'name', code)})",
