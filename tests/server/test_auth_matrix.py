@@ -271,6 +271,11 @@ async def _memory_append(store: Store) -> Any:
     )
 
 
+async def _memory_delete(store: Store) -> Any:
+    agent, run = await _memory_run(store)
+    return ms.MemoryDeleteRunRequest(agent_id=agent, run_id=run)
+
+
 async def _get_context(store: Store) -> Any:
     return ctx.GetContextRequest(key=await _context_key(store))
 
@@ -324,6 +329,7 @@ BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.SessionAdmin/PurgeEndedSessions": ("admin", _purge_ended_sessions),
     "/runstore.v1.MemoryStore/LoadRun": ("memory", _memory_load),
     "/runstore.v1.MemoryStore/AppendEvents": ("memory", _memory_append),
+    "/runstore.v1.MemoryStore/DeleteRun": ("memory", _memory_delete),
     "/runstore.v1.ContextStore/GetContext": ("context", _get_context),
     "/runstore.v1.ContextStore/SaveContext": ("context", _save_context),
     "/runstore.v1.ContextStore/DeleteContext": ("context", _delete_context),

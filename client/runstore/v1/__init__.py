@@ -42,6 +42,8 @@ from runstore.v1.error_reason_pb2 import (
 from runstore.v1.memory_store_pb2 import (
     AppendEventsRequest,
     AppendEventsResponse,
+    MemoryDeleteRunRequest,
+    MemoryDeleteRunResponse,
     MemoryEvent,
     MemoryLoadRunRequest,
     MemoryLoadRunResponse,
@@ -177,6 +179,8 @@ __all__ = [
     "LoadSessionResponse",
     "LoadSessionStatusRequest",
     "LoadSessionStatusResponse",
+    "MemoryDeleteRunRequest",
+    "MemoryDeleteRunResponse",
     "MemoryEvent",
     "MemoryLoadRunRequest",
     "MemoryLoadRunResponse",

@@ -67,6 +67,7 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
     # MemoryStore and ContextStore: conversation state kept by host and workers.
     _MEMORY + "LoadRun": _EVERYONE,
     _MEMORY + "AppendEvents": _HOST_WORKER,
+    _MEMORY + "DeleteRun": _HOST_WORKER,
     _CONTEXT + "GetContext": _EVERYONE,
     _CONTEXT + "SaveContext": _HOST_WORKER,
     _CONTEXT + "DeleteContext": _HOST_WORKER,

@@ -159,6 +159,10 @@ class Transaction(Protocol):
         """Events stored for (agent, run); 0 for an unknown run."""
         ...
 
+    async def delete_memory_run(self, agent_id: str, run_id: str) -> bool:
+        """Deletes the run's events and appends under its lock; False if unknown."""
+        ...
+
     async def memory_events(
         self, agent_id: str, run_id: str, after: int, limit: int
     ) -> list[MemoryEvent]:
