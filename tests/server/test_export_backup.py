@@ -10,21 +10,17 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 
-import grpc
 import pytest
 
 from runstore.client import RunRecord
-from runstore.server.app import build_server, create_stores, open_database
-from runstore.server.config import ServerConfig
 from runstore.server.db import backup
 from runstore.server.export import record_from_line, record_line
 from runstore.v1 import runtime_store_pb2 as rs
 from tests.server.test_admin_cli import _main, runstore
-from tests.support import Store, now_ms
+from tests.support import Store, now_ms, serving
 
 PAYLOADS = [
     b'{"ok":true,"n":[1,2.5,-3e-07],"s":"x"}',  # compact JSON: inline
@@ -116,14 +112,8 @@ def test_record_line_has_rfc3339_milliseconds() -> None:
 async def sqlite_server(tmp_path: Path) -> AsyncIterator[tuple[Store, str]]:
     """A server of its own over a new SQLite file (backup is SQLite's alone)."""
     url = f"sqlite:///{tmp_path / 'served.db'}"
-    config = ServerConfig(listen="127.0.0.1:0", database_url=url, migrate=True)
-    async with AsyncExitStack() as stack:
-        db = await stack.enter_async_context(open_database(config))
-        running = await build_server(config, create_stores(config, db))
-        stack.push_async_callback(running.server.stop, None)
-        target = f"127.0.0.1:{running.port}"
-        channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
-        yield Store(channel, target=target), url
+    async with serving(url) as store:
+        yield store, url
 
 
 async def test_backup_under_concurrent_writes_holds_every_acknowledged_record(

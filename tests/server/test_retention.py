@@ -10,17 +10,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
 
-from runstore.server.app import build_server, create_stores, open_database
-from runstore.server.config import ServerConfig
 from runstore.v1 import session_admin_pb2 as sa
 from tests.server.test_admin_cli import runstore
-from tests.support import Store, fails, failure_of, run_start, ts, unique
+from tests.support import Store, fails, failure_of, run_start, serving, ts, unique
 
 DAY_MS = 86_400_000
 
@@ -38,14 +35,8 @@ def window() -> int:
 @pytest.fixture
 async def second(database_url: str, store: Store) -> AsyncIterator[Store]:
     """Another server over the same database: a second replica."""
-    config = ServerConfig(listen="127.0.0.1:0", database_url=database_url)
-    async with AsyncExitStack() as stack:
-        db = await stack.enter_async_context(open_database(config))
-        running = await build_server(config, create_stores(config, db))
-        stack.push_async_callback(running.server.stop, None)
-        target = f"127.0.0.1:{running.port}"
-        channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
-        yield Store(channel, target=target)
+    async with serving(database_url, migrate=False) as replica:
+        yield replica
 
 
 async def ended_session(store: Store, ended_ms: int, *, running: bool = False) -> str:
