@@ -41,6 +41,12 @@ class SqlTransaction(Transaction):
     """Whether the backend takes row locks (``FOR UPDATE``); SQLite serialises
     writers instead and skips the lock-only statements."""
 
+    records_appended: int = 0
+    """Run records this connection's transactions inserted (``db.measured``
+    counts the difference a committed transaction made)."""
+    sessions_purged: int = 0
+    """Sessions this connection's transactions purged, likewise."""
+
     def __init__(self, statements: Statements) -> None:
         self._sql = statements
 
@@ -191,6 +197,7 @@ class SqlTransaction(Transaction):
         await self._run(self._sql.purge_runs, session_id=session_id)
         await self._run(self._sql.purge_session, session_id=session_id)
         await self._run(self._sql.insert_tombstone, session_id=session_id, purged_at=purged_at)
+        self.sessions_purged += 1
 
     async def insert_run(self, run: RunState) -> None:
         await self._run(self._sql.insert_run, **sql.run_params(run))
@@ -210,7 +217,10 @@ class SqlTransaction(Transaction):
             else self._sql.append_if_writable_sessionless
         )
         row = await self._one_unless_conflict(statement, **sql.record_params(record))
-        return int(row[0]) if row is not None else None
+        if row is None:
+            return None
+        self.records_appended += 1
+        return int(row[0])
 
     async def append_record(self, record: RecordDraft) -> int:
         statement = (
@@ -219,6 +229,7 @@ class SqlTransaction(Transaction):
             else self._sql.insert_sessionless_record
         )
         row = await self._one(statement, **sql.record_params(record))
+        self.records_appended += 1
         return int(row[0])
 
     # --- Memory store (§12) ---------------------------------------------------------

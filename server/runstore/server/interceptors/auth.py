@@ -22,6 +22,7 @@ from typing import Any, TypeAlias
 import grpc
 
 from runstore.contract.errors import PermissionDeniedError, RunstoreError, UnauthenticatedError
+from runstore.server import principal as current_principal
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, Principals, PrincipalsFile
 from runstore.server.interceptors.parsing import parsed_request
@@ -95,6 +96,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return _refusing(handler, UnauthenticatedError(str(exc), details={"method": method}))
         if token is not None or not self._certificates:
             principal = principals.by_token(token) if token is not None else None
+            if principal is not None:
+                current_principal.set_current(principal.name)  # for the access log
             refusal = _refusal(method, principal, token is not None)
             if refusal is not None:
                 if principal is not None and method in roles.AUDITED_METHODS:
@@ -112,6 +115,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
         async def authorize(context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
             principal = principals.by_certificate(certificate_identities(context))
+            if principal is not None:
+                current_principal.set_current(principal.name)
             refusal = _refusal(method, principal, token_sent=False)
             if refusal is not None:
                 if principal is not None and method in roles.AUDITED_METHODS:
