@@ -13,7 +13,7 @@ BUF_STAMP := .tools/.buf-$(BUF_VERSION)
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
 
-.PHONY: install run test test-pg proto proto-image lint fmt migrate bench bench-quick check clean
+.PHONY: install run test test-pg proto proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
 $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
@@ -24,6 +24,7 @@ $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
 	touch $@
 
 $(BUF_STAMP):
+	@echo "make install: installing buf $(BUF_VERSION) into .tools/ (npm)"
 	npm install --prefix .tools --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
 	touch $@
 
@@ -83,6 +84,10 @@ bench: install
 
 bench-quick: install
 	$(BIN)/python -m bench --quick $(ARGS)
+
+## The cost of the interceptor chain (metrics + JSON access log + auth) on appends.
+bench-chain: install
+	$(BIN)/python -m bench --chain both --workloads append --concurrency 1,16 $(ARGS)
 
 check: lint test
 

@@ -228,10 +228,24 @@ async def measure(client: Client, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class _Bearer(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Sends ``authorization: Bearer <token>`` with every call (the chain-on server)."""
+
+    def __init__(self, token: str) -> None:
+        self._metadata = (("authorization", f"Bearer {token}"),)
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        metadata = (*(details.metadata or ()), *self._metadata)
+        return await continuation(details._replace(metadata=metadata), request)
+
+
 async def main() -> None:
     plan = json.load(sys.stdin)
     options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-    async with grpc.aio.insecure_channel(plan["target"], options=options) as channel:
+    interceptors = [_Bearer(plan["token"])] if plan.get("token") else None
+    async with grpc.aio.insecure_channel(
+        plan["target"], options=options, interceptors=interceptors
+    ) as channel:
         client = Client(channel)
         for spec in plan["measurements"]:
             print(json.dumps(await measure(client, spec)), flush=True)

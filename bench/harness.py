@@ -15,17 +15,20 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import hashlib
+import importlib.util
 import json
 import os
 import platform
 import re
+import secrets
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +73,11 @@ def _history_ids(size: int) -> tuple[str, str]:
 
 
 _SEED_SESSION = (
-    "INSERT INTO sessions (session_id, status, created_at, ended_at) "
-    "VALUES ({p1}, 'active', 0, NULL)"
+    "INSERT INTO sessions (session_id, status, created_at_s, created_at_ns, "
+    "ended_at_s, ended_at_ns) VALUES ({p1}, 'active', 0, 0, NULL, NULL)"
 )
 _SEED_RUN = (
-    "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at, labels, "
+    "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at_ms, labels, "
     "start_outcome, status, cancellation_reason, updated_at, start_key, parent_link_key, "
     "cancellation_key, suspension_key, terminal_key, checkpoint_id, checkpoint_data) "
     "VALUES ({p1}, 'bench-agent', {p2}, '', 0, '{{}}', 'proceed', 'running', '', "
@@ -82,7 +85,7 @@ _SEED_RUN = (
 )
 _SEED_RECORDS_TAIL = (
     "INSERT INTO records (run_id, record_id, event_key, agent_id, session_id, turn_id, type, "
-    "payload, payload_size, timestamp, session_position) "
+    "payload, payload_size, timestamp_ms, session_position) "
     "SELECT {p1}, g, 'k' || g, 'bench-agent', {p2}, '', 'history', {p3}, {p4}, 0, g FROM {source}"
 )
 
@@ -129,8 +132,36 @@ async def seed_postgres(url: str, size: int) -> None:
 # --- Processes ----------------------------------------------------------------
 
 
+CHAINS = ("off", "on")
+"""The interceptor chain's optional concerns: ``off`` is a server as it starts by
+default (no metrics, text logs, no access log, no authentication); ``on`` adds
+everything an operator turns on: metrics (scraped by nobody), JSON logs with the
+access line per call, and authentication with a bearer token on every call."""
+
+
+def chain_flags(chain: str, directory: Path) -> tuple[list[str], str]:
+    """The ``runstore serve`` flags of ``chain`` and the bearer token calls carry."""
+    if chain == "off":
+        return [], ""
+    flags = ["--metrics-listen", "127.0.0.1:0", "--log-format", "json", "--access-log"]
+    token = ""
+    if importlib.util.find_spec("runstore.server.auth") is not None:
+        # Authentication (an admin principal: the driver creates sessions and appends).
+        token = secrets.token_urlsafe(32)
+        auth_file = directory / "auth.toml"
+        auth_file.write_text(
+            "[[principal]]\n"
+            'name = "bench"\n'
+            'role = "admin"\n'
+            f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
+        )
+        auth_file.chmod(0o600)
+        flags += ["--auth-file", str(auth_file)]
+    return flags, token
+
+
 @contextlib.asynccontextmanager
-async def server(url: str, synchronous: str) -> AsyncIterator[str]:
+async def server(url: str, synchronous: str, flags: Sequence[str] = ()) -> AsyncIterator[str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -142,6 +173,7 @@ async def server(url: str, synchronous: str) -> AsyncIterator[str]:
         url,
         "--sqlite-synchronous",
         synchronous,
+        *flags,
         stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONUNBUFFERED": "1", "RUNSTORE_LOG_LEVEL": "INFO"},
     )
@@ -162,7 +194,14 @@ async def server(url: str, synchronous: str) -> AsyncIterator[str]:
             await drain
 
 
-async def run_driver(target: str, measurements: list[dict[str, Any]]) -> list[dict[str, Any]]:
+async def run_driver(
+    target: str,
+    measurements: list[dict[str, Any]],
+    *,
+    token: str = "",
+    tag: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Runs ``measurements`` in a driver process, printing each figure as it comes."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -171,17 +210,37 @@ async def run_driver(target: str, measurements: list[dict[str, Any]]) -> list[di
         stdout=asyncio.subprocess.PIPE,
         cwd=ROOT,
     )
-    plan = json.dumps({"target": target, "measurements": measurements}).encode()
-    out, _ = await process.communicate(plan)
-    if process.returncode != 0:
+    assert process.stdin is not None and process.stdout is not None
+    plan = {"target": target, "measurements": measurements, "token": token}
+    process.stdin.write(json.dumps(plan).encode())
+    process.stdin.close()
+    rows = []
+    while line := await process.stdout.readline():
+        if line.strip():
+            row = {**json.loads(line), **(tag or {})}
+            print(progress_line(row, len(rows) + 1, len(measurements)), flush=True)
+            rows.append(row)
+    if await process.wait() != 0:
         raise RuntimeError("benchmark driver failed")
-    return [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+    return rows
+
+
+def progress_line(row: dict[str, Any], index: int, total: int) -> str:
+    """One figure as soon as it is measured (the table comes at the end)."""
+    chain = f", chain {row['chain']}" if "chain" in row else ""
+    return (
+        f"[{index}/{total}] {row.get('backend', '')} {_label(row)}, "
+        f"{row['concurrency']} in flight{chain}: {row['ops_per_s']:,.0f} ops/s, "
+        f"p50 {row['p50_ms'] or 0:.2f} ms, p99 {row['p99_ms'] or 0:.2f} ms"
+    )
 
 
 # --- Plan and report ------------------------------------------------------------
 
 
-def plan_for(args: argparse.Namespace) -> list[dict[str, Any]]:
+def plan_for(
+    args: argparse.Namespace, repeat: int | None = None, pairs: str = ""
+) -> list[dict[str, Any]]:
     small, large = args.history
     cases: list[dict[str, Any]] = [{"workload": name} for name in WRITE_WORKLOADS]
     for size in (small, large):
@@ -189,25 +248,33 @@ def plan_for(args: argparse.Namespace) -> list[dict[str, Any]]:
         page = {"history": size, "cursor": str(size - 100)}
         cases.append({"workload": "list_run", "run_id": run_id, **page})
         cases.append({"workload": "list_session", "session_id": session_id, **page})
-    return _paired(args, [c for c in cases if c["workload"] in args.workloads])
+    cases = [c for c in cases if c["workload"] in args.workloads]
+    return _paired(args, cases, repeat=repeat, pairs=pairs)
 
 
 def listing_plan(args: argparse.Namespace, size: int) -> list[dict[str, Any]]:
-    """One page of each listing shape over a table of ``size`` rows."""
+    """One page of each listing shape over a table of ``size`` rows, at 1 in
+    flight: the figure is a page's cost, compared across table sizes."""
     cases = [{"workload": "listing", "table": size, **case} for case in listings.cases(size)]
-    return _paired(args, cases)
+    return _paired(args, cases, concurrencies=[1], repeat=1 if args.quick else args.repeat)
 
 
-def _paired(args: argparse.Namespace, cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _paired(
+    args: argparse.Namespace,
+    cases: list[dict[str, Any]],
+    concurrencies: list[int] | None = None,
+    repeat: int | None = None,
+    pairs: str = "",
+) -> list[dict[str, Any]]:
     measurements = []
-    for concurrency in args.concurrency:
+    for concurrency in concurrencies or args.concurrency:
         base = {"concurrency": concurrency, "duration": args.duration, "warmup": args.warmup}
         # Each store measurement comes right after a ceiling measurement of its
         # own, so a ratio compares two figures taken seconds apart on a noisy
         # machine; repetitions interleave instead of running back to back.
-        for repetition in range(args.repeat):
+        for repetition in range(args.repeat if repeat is None else repeat):
             for index, case in enumerate(c for c in cases if c["workload"] != "ceiling"):
-                pair = f"{repetition}-{index}"
+                pair = f"{pairs}{repetition}-{index}"
                 measurements.append({**base, "workload": "ceiling", "pair": pair})
                 measurements.append({**base, **case, "repetition": repetition, "pair": pair})
     return measurements
@@ -227,11 +294,11 @@ def summarise(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     ceiling_of: dict[tuple[str, int], float] = {}
     for row in raw:
-        groups.setdefault((_label(row), row["concurrency"]), []).append(row)
+        groups.setdefault((_label(row), row["concurrency"], row.get("chain")), []).append(row)
         if row["workload"] == "ceiling":
             ceiling_of[(row["pair"], row["concurrency"])] = row["ops_per_s"]
     summary = []
-    for (label, concurrency), rows in groups.items():
+    for (label, concurrency, chain), rows in groups.items():
         throughput = statistics.median(r["ops_per_s"] for r in rows)
         ratio = statistics.median(
             r["ops_per_s"] / ceiling_of[(r["pair"], concurrency)] for r in rows
@@ -246,9 +313,60 @@ def summarise(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "p99_ms": round(statistics.median(r["p99_ms"] for r in rows), 3),
                 "ratio_to_ceiling": round(ratio, 3),
                 "repetitions": len(rows),
+                **({"chain": chain} if chain is not None else {}),
             }
         )
     return summary
+
+
+def chain_cost(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each store figure with the chain off and on, side by side."""
+    by_key = {(r["backend"], r["workload"], r["in_flight"], r.get("chain")): r for r in summary}
+    rows = []
+    for (backend, workload, in_flight, chain), off in by_key.items():
+        on = by_key.get((backend, workload, in_flight, "on"))
+        if chain != "off" or workload == "ceiling" or on is None:
+            continue
+        rows.append(
+            {
+                "backend": backend,
+                "workload": workload,
+                "in_flight": in_flight,
+                "off_ops_per_s": off["ops_per_s"],
+                "on_ops_per_s": on["ops_per_s"],
+                "on_vs_off": round(on["ops_per_s"] / off["ops_per_s"], 3),
+                "off_p50_ms": off["p50_ms"],
+                "on_p50_ms": on["p50_ms"],
+                "off_p99_ms": off["p99_ms"],
+                "on_p99_ms": on["p99_ms"],
+            }
+        )
+    return rows
+
+
+def chain_on_description() -> str:
+    concerns = ["metrics", "JSON logs with an access line per call"]
+    if importlib.util.find_spec("runstore.server.auth") is not None:
+        concerns.append("authentication (bearer token)")
+    return " + ".join(concerns)
+
+
+def render_chain_cost(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        f"Interceptor chain off (the defaults) vs on ({chain_on_description()}):",
+        "",
+        "| backend | workload | in flight | ops/s off | ops/s on | on/off "
+        "| p50 ms off | p50 ms on | p99 ms off | p99 ms on |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['backend']} | {row['workload']} | {row['in_flight']} "
+            f"| {row['off_ops_per_s']:,.0f} | {row['on_ops_per_s']:,.0f} | {row['on_vs_off']:.2f} "
+            f"| {row['off_p50_ms']:.2f} | {row['on_p50_ms']:.2f} "
+            f"| {row['off_p99_ms']:.2f} | {row['on_p99_ms']:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def render(summary: list[dict[str, Any]], header: str) -> str:
@@ -259,8 +377,9 @@ def render(summary: list[dict[str, Any]], header: str) -> str:
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for row in summary:
+        chain = f" (chain {row['chain']})" if "chain" in row else ""
         lines.append(
-            f"| {row['backend']} | {row['workload']} | {row['in_flight']} "
+            f"| {row['backend']} | {row['workload']}{chain} | {row['in_flight']} "
             f"| {row['ops_per_s']:,.0f} "
             f"| {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['ratio_to_ceiling']:.2f} |"
         )
@@ -279,8 +398,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         await asyncio.to_thread(seed_sqlite, url, size)
                     else:
                         await seed_postgres(url, size)
-                async with server(url, args.sqlite_synchronous) as target:
-                    raw += await run_driver(target, plan_for(args))
+                with tempfile.TemporaryDirectory(prefix="runstore-bench-chain-") as directory:
+                    if args.chain == "both":
+                        # Repetitions alternate between a server with the chain off
+                        # and one with it on, so drift on a noisy machine hits both.
+                        for repetition in range(args.repeat):
+                            for chain in CHAINS:
+                                raw += await _measure(
+                                    args,
+                                    backend,
+                                    url,
+                                    chain,
+                                    Path(directory),
+                                    1,
+                                    f"{chain}{repetition}-",
+                                )
+                    else:
+                        raw += await _measure(args, backend, url, args.chain, Path(directory))
         for size in args.tables if "listings" in args.workloads else ():
             async with database(backend, args.postgres_url) as url:
                 await migrate.upgrade(url)
@@ -289,7 +423,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 else:
                     await listings.seed_postgres(url, size)
                 async with server(url, args.sqlite_synchronous) as target:
-                    raw += await run_driver(target, listing_plan(args, size))
+                    raw += await run_driver(
+                        target, listing_plan(args, size), tag={"backend": backend}
+                    )
         summary.extend(summarise(backend, raw))
     return {
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -304,10 +440,34 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "history": args.history,
             "tables": args.tables,
             "sqlite_synchronous": args.sqlite_synchronous,
+            "chain": args.chain,
             "append_payload_bytes": 1024,
         },
         "results": summary,
+        **(
+            {"chain_on": chain_on_description(), "chain_cost": chain_cost(summary)}
+            if args.chain == "both"
+            else {}
+        ),
     }
+
+
+async def _measure(
+    args: argparse.Namespace,
+    backend: str,
+    url: str,
+    chain: str,
+    directory: Path,
+    repeat: int | None = None,
+    pairs: str = "",
+) -> list[dict[str, Any]]:
+    """The plan against one server process with ``chain`` off or on."""
+    flags, token = chain_flags(chain, directory)
+    tag: dict[str, Any] = {"backend": backend}
+    if args.chain != "off":
+        tag["chain"] = chain
+    async with server(url, args.sqlite_synchronous, flags) as target:
+        return await run_driver(target, plan_for(args, repeat, pairs), token=token, tag=tag)
 
 
 def _git_commit() -> str:
@@ -355,6 +515,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="append,start_terminal,turn,list_run,list_session,listings",
         help="comma-separated workloads (the ceiling is always measured)",
     )
+    parser.add_argument(
+        "--chain",
+        choices=("off", "on", "both"),
+        default="off",
+        help="the interceptor chain's optional concerns (metrics, JSON access log, auth): "
+        "off (the defaults), on, or both side by side",
+    )
     parser.add_argument("--output", type=Path, default=None, help="JSON file to write")
     args = parser.parse_args(argv)
     args.backend = [b.strip() for b in args.backend.split(",") if b.strip()]
@@ -385,7 +552,11 @@ def main(argv: list[str] | None = None) -> int:
         f"({report['machine']['cpus']} CPUs; SQLite synchronous={args.sqlite_synchronous}; "
         f"median of {args.repeat} × {args.duration:g} s)"
     )
+    print()
     print(render(report["results"], header))
+    if "chain_cost" in report:
+        print()
+        print(render_chain_cost(report["chain_cost"]))
     RESULTS.mkdir(parents=True, exist_ok=True)
     output = args.output or RESULTS / "latest.json"
     output.write_text(json.dumps(report, indent=2) + "\n")

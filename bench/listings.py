@@ -36,16 +36,17 @@ _STATUS_OF = (
 )
 
 _SEED_SESSIONS = (
-    "INSERT INTO sessions (session_id, status, created_at, ended_at) "
-    "SELECT 's' || g, CASE WHEN g % 2 = 0 THEN 'ended' ELSE 'active' END, g * 1000, "
-    "CASE WHEN g % 2 = 0 THEN g * 1000 + 1 ELSE NULL END FROM {source}"
+    "INSERT INTO sessions (session_id, status, created_at_s, created_at_ns, ended_at_s, "
+    "ended_at_ns) SELECT 's' || g, CASE WHEN g % 2 = 0 THEN 'ended' ELSE 'active' END, g, 0, "
+    "CASE WHEN g % 2 = 0 THEN g ELSE NULL END, CASE WHEN g % 2 = 0 THEN 1 ELSE NULL END "
+    "FROM {source}"
 )
 _SEED_RUNS = (
-    "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at, labels, "
+    "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at_ms, labels, "
     "start_outcome, status, cancellation_reason, updated_at, start_key, parent_link_key, "
     "cancellation_key, suspension_key, terminal_key, checkpoint_id, checkpoint_data) "
     "SELECT 'r' || g, 'agent-' || (g % 10), CASE WHEN g % 10 = 0 THEN '' ELSE 's' || g END, "
-    "'', g * 1000000, '{{}}', 'proceed', " + _STATUS_OF + ", '', g * 1000000, 'k1', '', '', '', "
+    "'', g, '{{}}', 'proceed', " + _STATUS_OF + ", '', g * 1000000, 'k1', '', '', '', "
     "'', NULL, NULL FROM {source}"
 )
 

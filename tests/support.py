@@ -30,6 +30,8 @@ from runstore.v1 import types_pb2 as pb
 
 _counter = itertools.count(1)
 
+REQUEST_ID_KEY = "x-request-id"
+
 
 def unique(prefix: str) -> str:
     """An ID no other test uses (tests share one server per backend)."""
@@ -424,7 +426,12 @@ def failure_of(err: grpc.aio.AioRpcError) -> Failure:
             infos.append(info)
     assert len(infos) == 1, f"expected exactly one ErrorInfo, got {len(infos)}"
     info = infos[0]
-    return Failure(err.code(), err.details() or "", info.reason, info.domain, dict(info.metadata))
+    metadata = dict(info.metadata)
+    # Every ErrorInfo carries the call's request id, also sent as a trailer.
+    request_id = metadata.pop("request_id", "")
+    assert request_id, f"ErrorInfo without request_id: {metadata}"
+    assert (REQUEST_ID_KEY, request_id) in tuple(err.trailing_metadata() or ()), request_id
+    return Failure(err.code(), err.details() or "", info.reason, info.domain, metadata)
 
 
 async def fails(call: Awaitable[Any]) -> Failure:

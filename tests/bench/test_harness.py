@@ -20,6 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run_bench(tmp_path: Path, *args: str) -> dict:
+    return _bench(tmp_path, *args)[1]
+
+
+def _bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """Runs the harness at toy sizes; a later flag in ``args`` overrides a default."""
     output = tmp_path / "report.json"
     completed = subprocess.run(
         [
@@ -49,7 +54,7 @@ def _run_bench(tmp_path: Path, *args: str) -> dict:
     )
     assert completed.returncode == 0, completed.stderr
     assert "× ceiling" in completed.stdout
-    return json.loads(output.read_text())
+    return completed, json.loads(output.read_text())
 
 
 def _check_report(report: dict, backend: str) -> None:
@@ -64,11 +69,15 @@ def _check_report(report: dict, backend: str) -> None:
             "list_run (last page of 400)",
             "list_session (last page of 150)",
             "list_session (last page of 400)",
-            "sessions, deep page (table of 5,000)",
-            "runs, agent + 2 statuses (table of 6,000)",
-            "runs, sessionless (table of 6,000)",
         ):
             assert (workload, in_flight) in rows
+    # Listings: a page's cost at 1 in flight, per table size.
+    for listing in (
+        "sessions, deep page (table of 5,000)",
+        "runs, agent + 2 statuses (table of 6,000)",
+        "runs, sessionless (table of 6,000)",
+    ):
+        assert (listing, 1) in rows and (listing, 2) not in rows
     for row in report["results"]:
         assert row["backend"] == backend
         assert row["ops_per_s"] > 0
@@ -86,3 +95,25 @@ def test_bench_runs_on_postgres(tmp_path: Path) -> None:
     url = postgres.require_postgres()
     report = _run_bench(tmp_path, "--backend", "postgres", "--postgres-url", url)
     _check_report(report, "postgres")
+
+
+def test_bench_compares_the_interceptor_chain_off_and_on(tmp_path: Path) -> None:
+    """``--chain both``: each figure as it is measured, then both side by side."""
+    completed, report = _bench(
+        tmp_path, "--backend", "sqlite", "--workloads", "append", "--chain", "both", "--repeat", "2"
+    )
+    progress = [line for line in completed.stdout.splitlines() if line.startswith("[")]
+    # 2 repetitions × 2 chains × (ceiling, append) × 2 concurrencies, one line each.
+    assert len(progress) == 16
+    assert sum("chain on" in line for line in progress) == 8
+    assert "Interceptor chain off (the defaults) vs on (metrics + JSON logs" in completed.stdout
+    cost = {(row["workload"], row["in_flight"]): row for row in report["chain_cost"]}
+    assert set(cost) == {("append", 1), ("append", 2)}
+    for row in cost.values():
+        assert row["off_ops_per_s"] > 0 and row["on_ops_per_s"] > 0
+        assert row["on_vs_off"] == pytest.approx(
+            row["on_ops_per_s"] / row["off_ops_per_s"], rel=0.01
+        )
+    chains = {(r["workload"], r["chain"]) for r in report["results"]}
+    assert chains == {(w, c) for w in ("ceiling", "append") for c in ("off", "on")}
+    assert {r["repetitions"] for r in report["results"]} == {2}

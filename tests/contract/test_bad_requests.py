@@ -109,7 +109,7 @@ async def test_timestamp_outside_the_stored_range_is_rejected(store: Store) -> N
     failure = await fails_with(
         store.admin.CreateSession(
             sa.CreateSessionRequest(
-                session_id=session_id, created_at=Timestamp(seconds=10_000_000_000)
+                session_id=session_id, created_at=Timestamp(seconds=253_402_300_800)
             )
         ),
         INVALID,

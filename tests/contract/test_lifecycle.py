@@ -1081,10 +1081,10 @@ async def test_lifecycle_record_envelope_is_validated(
 
 
 async def test_lifecycle_record_timestamp_out_of_range_names_the_field(store: Store) -> None:
-    """Times must fit 1678..2261 (signed 64-bit nanoseconds)."""
+    """Times must be ones a google.protobuf.Timestamp carries (years 1 to 9999)."""
     run = await store.root()
     request = run.terminal_request()
-    request.record.timestamp.seconds = 10_000_000_000  # year 2286
+    request.record.timestamp.seconds = 253_402_300_800  # year 10000
     failure = await rejects(
         store, run, store.runtime.RecordRunTerminal, request, INVALID, "CONTRACT_VALIDATION"
     )

@@ -411,7 +411,7 @@ BAD_EVENTS: list[tuple[str, Callable[[ms.MemoryEvent], None], str]] = [
     ("empty-type", _set(type=""), "type"),
     ("type-wrong-case", _set(type="User_Message"), "type"),
     ("missing-timestamp", _no_timestamp, "timestamp"),
-    ("timestamp-after-2262", _set(timestamp=Timestamp(seconds=253402300799)), "timestamp"),
+    ("timestamp-after-9999", _set(timestamp=Timestamp(seconds=253402300800)), "timestamp"),
     ("timestamp-nanos-negative", _set(timestamp=Timestamp(seconds=1, nanos=-1)), "timestamp"),
     ("data-array", _set(data=b"[1,2]"), "data"),
     ("data-string", _set(data=b'"hello"'), "data"),

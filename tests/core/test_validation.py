@@ -1525,12 +1525,15 @@ def test_end_session_checks_only_the_time() -> None:
     assert (err.message, err.field) == ("ended_at is required", "ended_at")
 
 
-def test_time_range_is_signed_64_bit_nanoseconds() -> None:
-    assert validation.check_time_range(validation.MAX_NANOS, "t") == 2**63 - 1
-    assert validation.check_time_range(validation.MIN_NANOS, "t") == -(2**63)
-    for value in (2**63, -(2**63) - 1):
+def test_time_range_is_the_protobuf_timestamp_range() -> None:
+    last = (253402300799 * 10**9) + 999_999_999  # 9999-12-31T23:59:59.999999999Z
+    first = -62135596800 * 10**9  # 0001-01-01T00:00:00Z
+    assert validation.check_time_range(last, "t") == last
+    assert validation.check_time_range(first, "t") == first
+    assert validation.check_time_range(2**63, "t") == 2**63  # after 2262: no longer refused
+    for value in (last + 1, first - 1):
         err = raises(partial(validation.check_time_range, value, "run.started_at"), ValidationError)
-        assert err.message == "run.started_at is out of range (1677-09-21 to 2262-04-11 UTC)"
+        assert err.message == "run.started_at is out of range (0001-01-01 to 9999-12-31 UTC)"
         assert err.field == "run.started_at"
 
 

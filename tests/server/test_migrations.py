@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -14,6 +16,9 @@ from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from runstore.contract.errors import IdempotencyConflictError
+from runstore.server.app import create_stores, open_database
+from runstore.server.config import ServerConfig
 from runstore.server.db import migrate
 from runstore.server.db.schema import metadata
 from tests import postgres
@@ -115,3 +120,90 @@ async def test_runstore_migrate_command(empty_url: str) -> None:
     )
     assert await migrate_once() == f"{applied}schema upgraded from empty to {head}\n"
     assert await migrate_once() == f"schema already at {head}\n"
+
+
+def _upgrade_to(revision: str) -> Any:
+    def upgrade(connection: Connection) -> None:
+        config = migrate._alembic_config()
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+        connection.commit()
+
+    return upgrade
+
+
+_SESSION_NS = -1_500_000_001  # 1969-12-31T23:59:58.499999999Z: negative, not whole seconds
+_ENDED_NS = 1_764_590_400_123_456_789
+_STARTED_MS = 1_764_590_400_123
+_MEMORY_NS = 1_764_590_400_987_654_321
+
+
+_RUN_0003 = (
+    "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at, labels, "
+    "start_outcome, status, cancellation_reason, updated_at, start_key, parent_link_key, "
+    "cancellation_key, suspension_key, terminal_key, checkpoint_id, checkpoint_data) "
+    "VALUES ('r1', 'a', '{session}', '', {started}, '{{}}', 'proceed', 'running', "
+    "'', 5, 'k1', '', '', '', '', NULL, NULL)"
+)
+
+
+def _seed_revision_0003(connection: Connection) -> None:
+    """Rows as 0003 stored them: every time a BIGINT of nanoseconds."""
+    statements = [
+        "INSERT INTO sessions (session_id, status, created_at, ended_at) "
+        f"VALUES ('s1', 'ended', {_SESSION_NS}, {_ENDED_NS})",
+        "INSERT INTO sessions (session_id, status, created_at, ended_at) "
+        f"VALUES ('s2', 'active', {_ENDED_NS}, NULL)",
+        _RUN_0003.format(session="s2", started=_STARTED_MS * 1_000_000),
+        "INSERT INTO records (run_id, record_id, event_key, agent_id, session_id, turn_id, "
+        "type, payload, payload_size, timestamp, session_position) VALUES ('r1', 1, 'k1', 'a', "
+        f"'s2', '', 'runtime.run_started', :payload, 2, {_STARTED_MS * 1_000_000}, 1)",
+        "INSERT INTO memory_runs (agent_id, run_id, event_count) VALUES ('a', 'm', 1)",
+        "INSERT INTO memory_events (agent_id, run_id, position, type, timestamp, data, labels) "
+        f"VALUES ('a', 'm', 0, 'user_message', {_MEMORY_NS}, :payload, '{{}}')",
+        "INSERT INTO memory_appends (agent_id, run_id, idempotency_key, digest, "
+        "first_position, count) VALUES ('a', 'm', 'step-1', :digest, 0, 1)",
+    ]
+    for statement in statements:
+        connection.execute(text(statement), {"payload": b"{}", "digest": b"d" * 32})
+    connection.commit()
+
+
+async def test_existing_rows_migrate_to_exact_times_without_losing_nanoseconds(
+    empty_url: str,
+) -> None:
+    await _run_sync(empty_url, _upgrade_to("0003_derived_record_ids"))
+    await _run_sync(empty_url, _seed_revision_0003)
+    await migrate.upgrade(empty_url)
+    assert await _run_sync(empty_url, _differences) == []
+
+    config = ServerConfig(listen="127.0.0.1:0", database_url=empty_url)
+    async with open_database(config) as db:
+        stores = create_stores(config, db)
+        ended = await stores.runtime.load_session("s1")
+        assert (ended.created_at, ended.ended_at) == (_SESSION_NS, _ENDED_NS)
+        assert (await stores.runtime.load_session("s2")).ended_at is None
+        run = await stores.runtime.load_run("r1")
+        assert run.started_at == _STARTED_MS * 1_000_000
+        page = await stores.runtime.list_session_run_records("s2", "", 10)
+        assert [record.timestamp for record in page.events] == [_STARTED_MS * 1_000_000]
+        memory = await stores.memory.load_run("a", "m", "", 0)
+        assert [event.timestamp for event in memory.events] == [_MEMORY_NS]
+        # The migrated idempotency key still finds its append (its digest differs).
+        with pytest.raises(IdempotencyConflictError):
+            await stores.memory.append_events("a", "m", [], "step-1")
+
+
+def _sub_millisecond_record(connection: Connection) -> None:
+    connection.execute(text(_RUN_0003.format(session="", started=1_000_001)))
+    connection.commit()
+
+
+async def test_a_start_time_that_is_not_a_whole_millisecond_stops_the_migration(
+    empty_url: str,
+) -> None:
+    await _run_sync(empty_url, _upgrade_to("0003_derived_record_ids"))
+    await _run_sync(empty_url, _sub_millisecond_record)
+    with pytest.raises(RuntimeError, match="not whole milliseconds"):
+        await migrate.upgrade(empty_url)
+    assert (await migrate.schema_state(empty_url)).current == "0003_derived_record_ids"

@@ -7,7 +7,15 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from runstore.contract import errors
-from runstore.server.status import to_status
+from runstore.server import request_id
+from runstore.server.status import (
+    CUT_MARK,
+    MAX_ECHOED_VALUE_BYTES,
+    MAX_MESSAGE_BYTES,
+    bounded,
+    maps_errors,
+    to_status,
+)
 
 # reason -> (gRPC code, permanent), transcribed from docs/errors.md (§11.3, D4).
 EXPECTED = {
@@ -34,6 +42,7 @@ EXPECTED = {
     "CONTINUATION_MISMATCH": ("FAILED_PRECONDITION", True),
     "CONTRACT_VALIDATION": ("INVALID_ARGUMENT", True),
     "INVALID_ARGUMENT_READ": ("INVALID_ARGUMENT", True),
+    "MALFORMED_REQUEST": ("INVALID_ARGUMENT", True),
     "STORED_STATE_CORRUPT": ("DATA_LOSS", True),
     "TRANSIENT": ("UNAVAILABLE", False),
     # Product memory (D5): a stale context save is ABORTED but permanent, so
@@ -98,3 +107,81 @@ def _error_info(status: grpc.Status) -> error_details_pb2.ErrorInfo:
     info = error_details_pb2.ErrorInfo()
     assert rich.details[0].Unpack(info)
     return info
+
+
+class _AbortingContext:
+    """Just enough of a ServicerContext to see what ``abort`` sends."""
+
+    def __init__(self) -> None:
+        self.sent: tuple[grpc.StatusCode, str, tuple[tuple[str, str | bytes], ...]] | None = None
+
+    async def abort(
+        self, code: grpc.StatusCode, details: str, trailing: tuple[tuple[str, str | bytes], ...]
+    ) -> None:
+        self.sent = (code, details, trailing)
+        raise grpc.aio.AbortError()
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "message"),
+    [
+        (
+            errors.UnavailableError(
+                "database unavailable: ConnectionRefusedError: connect to 10.1.2.3:5432 failed"
+            ),
+            grpc.StatusCode.UNAVAILABLE,
+            "runstore is temporarily unavailable",
+        ),
+        (
+            errors.InternalError(
+                "database error: 22021 asyncpg.exceptions.CharacterNotInRepertoire"
+            ),
+            grpc.StatusCode.INTERNAL,
+            "internal error",
+        ),
+        (
+            RuntimeError("asyncpg.exceptions.InternalClientError at postgres://db:5432"),
+            grpc.StatusCode.INTERNAL,
+            "internal error",
+        ),
+    ],
+)
+async def test_failures_that_are_not_contract_errors_leak_nothing(
+    raised: Exception, code: grpc.StatusCode, message: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The caller gets a generic message and the request id; the detail is
+    logged under that id."""
+
+    class Servicer:
+        @maps_errors
+        async def Method(self, request: object, context: object) -> object:
+            raise raised
+
+    request_id.set_current("req-7")
+    context = _AbortingContext()
+    with pytest.raises(grpc.aio.AbortError):
+        await Servicer().Method(object(), context)  # type: ignore[arg-type]
+    assert context.sent is not None
+    sent_code, details, trailing = context.sent
+    assert (sent_code, details) == (code, message)
+    assert ("x-request-id", "req-7") in trailing
+    rich = status_pb2.Status.FromString(dict(trailing)["grpc-status-details-bin"])
+    info = error_details_pb2.ErrorInfo()
+    rich.details[0].Unpack(info)
+    assert info.metadata["request_id"] == "req-7"
+    assert rich.message == message
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "req-7" in logged
+
+
+def test_bounded_cuts_at_a_character_boundary_and_marks_the_cut() -> None:
+    assert bounded("short", 256) == "short"
+    cut = bounded("é" * 300, 256)
+    assert len(cut.encode()) <= 256 and cut.endswith(CUT_MARK)
+    assert set(cut.removesuffix(CUT_MARK)) == {"é"}
+    error = errors.RunNotFoundError(run_id="r" * 10_000)
+    status = to_status(error)
+    info = _error_info(status)
+    assert len(info.metadata["run_id"].encode()) <= MAX_ECHOED_VALUE_BYTES
+    long_message = errors.ValidationError("m" * 10_000)
+    assert len(to_status(long_message).details.encode()) <= MAX_MESSAGE_BYTES

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TypeAlias
 
 from runstore.contract import model as contract
 from runstore.contract.model import (
@@ -110,10 +109,12 @@ class Page(contract.Page[RunRecord]):
     """One page of records, oldest first; an empty ``next_cursor`` means the end."""
 
 
-SessionPage: TypeAlias = contract.ListPage[Session]
-"""One page of ListSessions: ``items`` and ``next_page_token``."""
-RunPage: TypeAlias = contract.ListPage[RunMeta]
-"""One page of ListRuns: ``items`` and ``next_page_token``."""
+class SessionPage(contract.ListPage[Session]):
+    """One page of ListSessions: ``items`` and ``next_page_token``."""
+
+
+class RunPage(contract.ListPage[RunMeta]):
+    """One page of ListRuns: ``items`` and ``next_page_token``."""
 
 
 # --- Commands (§3.10): the shared shapes bound to the client's values ------------

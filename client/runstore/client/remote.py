@@ -22,6 +22,7 @@ from typing import Any, TypeAlias, TypeVar
 import grpc
 
 from runstore.client import convert
+from runstore.client import tracing as client_tracing
 from runstore.client.errors import from_rpc_error
 from runstore.client.model import (
     AppendResult,
@@ -133,9 +134,13 @@ def open_channel(
     credentials: grpc.ChannelCredentials | None = None,
     keepalive: Keepalive | None = Keepalive(),
     options: Sequence[tuple[str, Any]] = (),
+    tracing: bool | None = None,
+    tracer_provider: Any | None = None,
 ) -> grpc.aio.Channel:
     """A channel to ``target`` (``host:port`` or any gRPC target), TLS when
-    ``credentials`` are given."""
+    ``credentials`` are given; with ``tracing`` (by default: the ``otel`` extra
+    installed and ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, or a ``tracer_provider``
+    given) every call gets a client span and sends its trace context."""
     settings: list[tuple[str, Any]] = [
         ("grpc.max_receive_message_length", DEFAULT_MAX_MESSAGE_BYTES),
         ("grpc.max_send_message_length", DEFAULT_MAX_MESSAGE_BYTES),
@@ -147,9 +152,13 @@ def open_channel(
             ("grpc.keepalive_permit_without_calls", int(keepalive.without_calls)),
         ]
     settings += list(options)
+    traced = client_tracing.wanted(True if tracer_provider is not None else tracing)
+    interceptors = client_tracing.client_interceptors(tracer_provider) if traced else None
     if credentials is not None:
-        return grpc.aio.secure_channel(target, credentials, options=settings)
-    return grpc.aio.insecure_channel(target, options=settings)
+        return grpc.aio.secure_channel(
+            target, credentials, options=settings, interceptors=interceptors
+        )
+    return grpc.aio.insecure_channel(target, options=settings, interceptors=interceptors)
 
 
 class _Client:
@@ -170,6 +179,8 @@ class _Client:
         options: Sequence[tuple[str, Any]] = (),
         on_retry: Callable[[RunstoreError, int, float], None] | None = None,
         clock: RetryClock = SYSTEM_CLOCK,
+        tracing: bool | None = None,
+        tracer_provider: Any | None = None,
     ) -> None:
         if (target is None) == (channel is None):
             raise ValueError("pass either a target or a channel")
@@ -184,7 +195,12 @@ class _Client:
             options = [*tls.channel_options(), *options]
         self._owns_channel = channel is None
         self.channel: grpc.aio.Channel = channel or open_channel(
-            target or "", credentials=credentials, keepalive=keepalive, options=options
+            target or "",
+            credentials=credentials,
+            keepalive=keepalive,
+            options=options,
+            tracing=tracing,
+            tracer_provider=tracer_provider,
         )
         self.timeout = timeout
         """Deadline of each attempt, in seconds (clipped to the retry deadline)."""
@@ -248,6 +264,10 @@ class RemoteStore(_Client):
         retry: How transient failures are retried; ``NO_RETRY`` disables it.
         keepalive: HTTP/2 keepalive settings; None disables pings.
         options: Extra gRPC channel options.
+        tracing: Client spans and trace context (the ``otel`` extra); None: on
+            when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and the extra installed.
+        tracer_provider: The OpenTelemetry tracer provider of the spans
+            (implies ``tracing``); None: the application's global one.
         on_retry: Called with (error, attempt, sleep) before each retry.
     """
 

@@ -301,6 +301,14 @@ class ValidationError(InvalidArgumentError):
     default_message = "invalid command"
 
 
+class MalformedRequestError(InvalidArgumentError):
+    """The request body is not a valid protobuf message of the method's type
+    (unparsable bytes, a truncated message, invalid UTF-8 in a string field)."""
+
+    reason = "MALFORMED_REQUEST"
+    default_message = "malformed request"
+
+
 class ReadArgumentError(InvalidArgumentError):
     """A read was given a bad limit or cursor (Q12)."""
 

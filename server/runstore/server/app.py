@@ -12,13 +12,16 @@ import logging
 import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from sqlalchemy.engine import make_url
 
+from runstore.server import tracing
 from runstore.server.auth import Security
 from runstore.server.auth.secrets import redacted
 from runstore.server.config import ServerConfig
@@ -27,9 +30,11 @@ from runstore.server.core.memory import MemoryStore
 from runstore.server.core.ports import Database
 from runstore.server.core.store import PageLimits, RuntimeStore
 from runstore.server.db import migrate
+from runstore.server.db.measured import measured
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
 from runstore.server.interceptors import server_interceptors
+from runstore.server.metrics import Metrics, MetricsEndpoint
 from runstore.server.servicers.context_store import ContextStoreServicer
 from runstore.server.servicers.memory_store import MemoryStoreServicer
 from runstore.server.servicers.runtime_store import RuntimeStoreServicer
@@ -63,9 +68,28 @@ class RunningServer:
     security: Security
 
 
+@dataclass(frozen=True)
+class Telemetry:
+    """What the operator asked to see: metrics and traces (both off by default)."""
+
+    metrics: Metrics | None = None
+    tracer_provider: Any | None = None
+    """An OpenTelemetry tracer provider (the ``otel`` extra), or None."""
+
+    @classmethod
+    def from_config(cls, config: ServerConfig) -> Telemetry:
+        return cls(
+            metrics=Metrics(metadata.version("runstore-server")) if config.metrics_listen else None,
+            tracer_provider=tracing.provider_from_env(),
+        )
+
+
 @contextlib.asynccontextmanager
-async def open_database(config: ServerConfig) -> AsyncIterator[Database]:
-    """Checks the schema (creating it on a new SQLite file) and opens the backend."""
+async def open_database(
+    config: ServerConfig, telemetry: Telemetry | None = None
+) -> AsyncIterator[Database]:
+    """Checks the schema (creating it on a new SQLite file) and opens the backend,
+    measured and traced as ``telemetry`` asks."""
     await migrate.ensure_schema(config.database_url, migrate=config.migrate)
     url = make_url(config.database_url)
     if url.get_backend_name() == "sqlite":
@@ -88,9 +112,16 @@ async def open_database(config: ServerConfig) -> AsyncIterator[Database]:
         )
     else:
         raise migrate.SchemaError(f"unsupported database URL scheme {url.drivername!r}")
+    telemetry = telemetry or Telemetry()
+    backend = "sqlite" if isinstance(db, SqliteDatabase) else "postgres"
+    figures = telemetry.metrics.for_backend(backend) if telemetry.metrics is not None else None
+    db.figures = figures
+    tracer = (
+        tracing.tracer(telemetry.tracer_provider) if telemetry.tracer_provider is not None else None
+    )
     await db.start()
     try:
-        yield db
+        yield measured(db, backend, figures, tracer)
     finally:
         await db.close()
 
@@ -117,19 +148,27 @@ def create_stores(config: ServerConfig, db: Database) -> Stores:
 
 
 async def build_server(
-    config: ServerConfig, stores: Stores, security: Security | None = None
+    config: ServerConfig,
+    stores: Stores,
+    security: Security | None = None,
+    telemetry: Telemetry | None = None,
 ) -> RunningServer:
     """A started server with every service, health and reflection.
 
     ``security`` defaults to what ``config`` asks for (TLS files, auth file,
     the secure-by-default rule); ``SecurityError`` says why it may not start.
+    ``telemetry`` (metrics, tracing) is off unless given.
     """
     security = security if security is not None else Security.from_config(config)
+    telemetry = telemetry or Telemetry()
     options = [
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", config.max_message_bytes),
     ]
-    server = grpc.aio.server(options=options, interceptors=server_interceptors(config, security))
+    interceptors = server_interceptors(
+        config, security, telemetry.metrics, telemetry.tracer_provider
+    )
+    server = grpc.aio.server(options=options, interceptors=interceptors)
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
         RuntimeStoreServicer(stores.runtime), server
     )
@@ -176,19 +215,30 @@ async def serve(config: ServerConfig) -> None:
         loop.add_signal_handler(signum, stop.set)
     security = Security.from_config(config)  # refuses before touching the database
     loop.add_signal_handler(signal.SIGHUP, security.reload)
-    async with open_database(config) as db:
-        running = await build_server(config, create_stores(config, db), security)
-        log.info(
-            "runstore serving on %s (port %d), database %s, %s",
-            config.listen,
-            running.port,
-            redacted(config.database_url),
-            security.describe(),
-        )
-        try:
-            await stop.wait()
-        finally:
-            await shutdown(running, config.grace_seconds)
+    telemetry = Telemetry.from_config(config)
+    endpoint = None
+    try:
+        if telemetry.metrics is not None:
+            endpoint = MetricsEndpoint(telemetry.metrics, config.metrics_listen)
+            log.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, endpoint.port)
+        async with open_database(config, telemetry) as db:
+            running = await build_server(config, create_stores(config, db), security, telemetry)
+            log.info(
+                "runstore serving on %s (port %d), database %s, %s",
+                config.listen,
+                running.port,
+                redacted(config.database_url),
+                security.describe(),
+            )
+            try:
+                await stop.wait()
+            finally:
+                await shutdown(running, config.grace_seconds)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
+        if telemetry.tracer_provider is not None:
+            tracing.shutdown(telemetry.tracer_provider)
     log.info("runstore stopped")
 
 

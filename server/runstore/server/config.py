@@ -24,6 +24,7 @@ DEFAULT_DATABASE_URL = "sqlite:///var/runstore.db"
 
 SQLITE_SYNCHRONOUS_LEVELS: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
 LOG_LEVELS: Final = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+LOG_FORMATS: Final = ("TEXT", "JSON")
 
 
 class ConfigError(ValueError):
@@ -65,6 +66,15 @@ def listen_address(value: Any) -> str | None:
     if ":" in host and not (host.startswith("[") and host.endswith("]")):
         return "must put an IPv6 host in brackets ([::1]:port)"
     return None
+
+
+def optional_listen_address(value: Any) -> str | None:
+    """Empty (off), or ``host:port`` as for ``--listen`` (no unix sockets)."""
+    if value == "":
+        return None
+    if str(value).startswith("unix"):
+        return "must be host:port"
+    return listen_address(value)
 
 
 def _setting(default: Any, help: str, check: Check | None = None) -> Any:
@@ -133,6 +143,26 @@ class ServerConfig:
     )
 
     # --- Operations: metrics, logs --------------------------------------------
+    metrics_listen: str = _setting(
+        "",
+        "serve Prometheus metrics at http://HOST:PORT/metrics (off when empty)",
+        optional_listen_address,
+    )
+    log_format: str = _setting(
+        "text",
+        "text, or json: one JSON object per line for everything on stderr",
+        one_of(*LOG_FORMATS),
+    )
+    access_log: bool | None = _setting(
+        None, "one log line per call (--no-access-log turns it off); on by default with json"
+    )
+
+    @property
+    def access_log_on(self) -> bool:
+        """Whether calls are logged: as asked, otherwise exactly with JSON logs."""
+        if self.access_log is None:
+            return self.log_format.upper() == "JSON"
+        return self.access_log
 
     def __post_init__(self) -> None:
         for spec in fields(self):
@@ -153,9 +183,17 @@ def complaint_about(spec: dataclasses.Field[Any], value: Any) -> str | None:
     """What is wrong with ``value`` for the setting ``spec``, or None: its type
     first (a float setting takes an int), then the field's own check."""
     kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
-    wanted = {"bool": (bool,), "int": (int,), "float": (int, float), "str": (str,)}.get(kind)
+    if kind == "bool | None" and value is None:
+        return None
+    wanted = {
+        "bool": (bool,),
+        "bool | None": (bool,),
+        "int": (int,),
+        "float": (int, float),
+        "str": (str,),
+    }.get(kind)
     if wanted is not None and (
-        not isinstance(value, wanted) or (kind != "bool" and isinstance(value, bool))
+        not isinstance(value, wanted) or (bool not in wanted and isinstance(value, bool))
     ):
         return f"must be {_KIND_NAMES[kind]}, not {value!r}"
     if kind == "float" and not math.isfinite(value):
@@ -167,6 +205,7 @@ def complaint_about(spec: dataclasses.Field[Any], value: Any) -> str | None:
 
 _KIND_NAMES: Final = {
     "bool": "true or false",
+    "bool | None": "true or false",
     "int": "an integer",
     "float": "a number",
     "str": "text",
@@ -183,7 +222,7 @@ def _parse_bool(text: str) -> bool:
 
 
 def _convert(kind: Any, text: str) -> Any:
-    if kind in (bool, "bool"):
+    if kind in (bool, "bool", "bool | None"):
         return _parse_bool(text)
     if kind in (int, "int"):
         return int(text)
@@ -205,6 +244,10 @@ def add_arguments(parser: argparse.ArgumentParser, names: Sequence[str] | None =
         if spec.type in (bool, "bool"):
             parser.add_argument(
                 flag, action="store_const", const=True, default=None, help=help_text
+            )
+        elif spec.type == "bool | None":
+            parser.add_argument(
+                flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
             )
         else:
             parser.add_argument(flag, default=None, help=help_text)

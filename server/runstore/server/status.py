@@ -1,26 +1,33 @@
 """The one place where errors become gRPC statuses (§11, D4).
 
 A ``RunstoreError`` becomes a ``google.rpc.Status`` carrying exactly one
-``google.rpc.ErrorInfo`` (domain ``runstore``, the error's reason, and its
-metadata). Anything else is logged with its traceback and reported as
-INTERNAL with reason TRANSIENT: never as a contract error, so clients may
-retry the identical command.
+``google.rpc.ErrorInfo`` (domain ``runstore``, the error's reason, its
+metadata and the ``request_id`` of the call). Anything else is logged with its
+traceback and reported as INTERNAL with reason TRANSIENT: never as a contract
+error, so clients may retry the identical command.
+
+What goes back to the caller is bounded and says nothing about internals:
+every echoed value is cut to a fixed size (``bounded``), and errors that are
+not contract errors (database or server trouble) carry only their class's
+generic message; the detail is in the server log under the request id.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from runstore.contract.errors import ERROR_DOMAIN, InternalError, RunstoreError
+from runstore.contract.errors import ERROR_DOMAIN, ContractError, InternalError, RunstoreError
+from runstore.server import request_id
 
 log = logging.getLogger(__name__)
 
@@ -28,17 +35,58 @@ S = TypeVar("S")
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
+MAX_ECHOED_VALUE_BYTES: Final = 256
+"""Longest ErrorInfo metadata value sent back (request values are echoed there)."""
+
+MAX_MESSAGE_BYTES: Final = 1024
+"""Longest status message sent back (messages quote request values)."""
+
+CUT_MARK: Final = "…[cut]"
+"""Ends a value that was cut to its bound."""
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` if it fits in ``limit`` bytes of UTF-8; otherwise its longest
+    prefix that fits together with ``CUT_MARK``, cut at a character boundary."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    keep = max(0, limit - len(CUT_MARK.encode()))
+    return data[:keep].decode("utf-8", "ignore") + CUT_MARK
+
+
+def public_message(error: RunstoreError) -> str:
+    """The message the caller sees: a contract error's own text; for anything
+    else (database or server trouble) only its generic class message."""
+    message = error.message if isinstance(error, ContractError) else type(error).default_message
+    return bounded(message, MAX_MESSAGE_BYTES)
+
 
 def to_status(error: RunstoreError) -> grpc.Status:
-    """The rich gRPC status of ``error``."""
-    info = error_details_pb2.ErrorInfo(
-        reason=error.reason, domain=ERROR_DOMAIN, metadata=error.metadata()
-    )
+    """The rich gRPC status of ``error``, with the call's request id."""
+    metadata = {
+        key: bounded(value, MAX_ECHOED_VALUE_BYTES) for key, value in error.metadata().items()
+    }
+    current = request_id.current()
+    if current:
+        metadata["request_id"] = current
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
     code = grpc.StatusCode[error.code]
-    message = status_pb2.Status(code=code.value[0], message=error.message, details=[detail])
-    return rpc_status.to_status(message)
+    message = status_pb2.Status(code=code.value[0], message=public_message(error), details=[detail])
+    status = rpc_status.to_status(message)
+    if current:
+        trailing = (*status.trailing_metadata, (request_id.METADATA_KEY, current))
+        status = _Status(status.code, status.details, trailing)
+    return status
+
+
+class _Status(
+    collections.namedtuple("_Status", ("code", "details", "trailing_metadata")),
+    grpc.Status,
+):
+    """A status with trailers of our choosing (grpc.Status is only an interface)."""
 
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], error: RunstoreError) -> NoReturn:
@@ -57,13 +105,17 @@ def maps_errors(
         try:
             return await method(self, request, context)
         except RunstoreError as error:
-            if isinstance(error, InternalError):
-                log.warning("%s failed: %r", method.__name__, error)
+            if not isinstance(error, ContractError):
+                log.warning(
+                    "%s failed (request %s): %r", method.__name__, request_id.current(), error
+                )
             await abort(context, error)
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception:
-            log.exception("%s failed unexpectedly", method.__name__)
+            log.exception(
+                "%s failed unexpectedly (request %s)", method.__name__, request_id.current()
+            )
             await abort(context, InternalError())
 
     return wrapper

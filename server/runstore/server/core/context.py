@@ -26,6 +26,7 @@ from runstore.contract.model import AppendOutcome
 from runstore.server.config import DEFAULTS
 from runstore.server.core import context_shape, idempotency, paging
 from runstore.server.core.context_shape import ContextMessage, ContextSnapshot
+from runstore.server.core.input_rules import check_ids
 from runstore.server.core.model import ContextVersion, Nanos, StoredAppend
 from runstore.server.core.ports import Database, Transaction
 
@@ -146,7 +147,7 @@ class ContextStore:
         appends nothing (D5)."""
         context_shape.check_messages(checked, "messages")
         messages = [message.wire for message in checked]
-        _check_key(key)
+        _check_key(key, idempotency_key)
         digest = idempotency.digest(messages)
 
         async def tx_fn(tx: Transaction) -> AppendOutcome:
@@ -185,6 +186,7 @@ class ContextStore:
         return await self._db.read(tx_fn)
 
 
-def _check_key(key: str) -> None:
+def _check_key(key: str, idempotency_key: str = "") -> None:
     if not key:
         raise ValidationError("context key is required", field="key")
+    check_ids(key=key, idempotency_key=idempotency_key)

@@ -10,12 +10,12 @@ are, never reinterpreting them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
 from runstore.contract.errors import ValidationError, quote
+from runstore.server.core.input_rules import decode_json
 
 MESSAGE_TYPES: Final = ("system", "user", "assistant")
 BLOCK_TYPES: Final = (
@@ -101,10 +101,7 @@ class ContextSnapshot:
 
 
 def _json(raw: bytes, field: str, *, must_be_object: bool) -> None:
-    try:
-        value = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise ValidationError(f"{field} must be JSON", field=field) from None
+    value = decode_json(raw, field)
     if must_be_object and not isinstance(value, dict):
         raise ValidationError(f"{field} must be a JSON object", field=field)
 

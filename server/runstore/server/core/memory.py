@@ -16,6 +16,7 @@ from runstore.contract.errors import ReadArgumentError, ValidationError
 from runstore.contract.model import AppendOutcome
 from runstore.server.config import DEFAULTS
 from runstore.server.core import idempotency, paging
+from runstore.server.core.input_rules import check_ids, check_labels, check_text, decode_json
 from runstore.server.core.model import MemoryEvent, StoredAppend
 from runstore.server.core.ports import Database, Transaction
 
@@ -50,12 +51,9 @@ def check_memory_event(event: MemoryEvent, index: int) -> None:
         )
     if event.timestamp is None:
         raise ValidationError("memory event timestamp is required", field=f"{where}.timestamp")
-    try:
-        data = json.loads(event.data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise ValidationError(
-            "memory event data must be a JSON object", field=f"{where}.data"
-        ) from None
+    check_text(event.type, f"{where}.type")
+    check_labels(event.labels, f"{where}.labels")
+    data = decode_json(event.data, f"{where}.data", "memory event data must be a JSON object")
     if not isinstance(data, dict):
         raise ValidationError("memory event data must be a JSON object", field=f"{where}.data")
     for key in REQUIRED_DATA_KEYS[event.type]:
@@ -109,7 +107,7 @@ class MemoryStore:
         self, agent_id: str, run_id: str, events: Sequence[MemoryEvent], idempotency_key: str
     ) -> AppendOutcome:
         """Appends atomically in order; zero events is a no-op (§12)."""
-        _check_ids(agent_id, run_id)
+        _check_ids(agent_id, run_id, idempotency_key)
         for index, event in enumerate(events):
             check_memory_event(event, index)
         digest = _digest(events)
@@ -131,8 +129,9 @@ class MemoryStore:
         return await self._db.write(tx_fn)
 
 
-def _check_ids(agent_id: str, run_id: str) -> None:
+def _check_ids(agent_id: str, run_id: str, idempotency_key: str = "") -> None:
     if not agent_id:
         raise ValidationError("agent id is required", field="agent_id")
     if not run_id:
         raise ValidationError("run id is required", field="run_id")
+    check_ids(agent_id=agent_id, run_id=run_id, idempotency_key=idempotency_key)

@@ -54,7 +54,7 @@ from runstore.contract.model import (
     SessionStatus,
 )
 from runstore.server.config import DEFAULTS
-from runstore.server.core import paging, validation
+from runstore.server.core import input_rules, paging, validation
 from runstore.server.core.listing import Listing, Row, run_listing, session_listing
 from runstore.server.core.model import (
     ChildRunStart,
@@ -124,6 +124,7 @@ class RuntimeStore:
 
     async def create_session(self, session_id: str, created_at: Nanos | None) -> Session:
         """§9.1.1: idempotent while active; the first created_at is kept (Q19)."""
+        input_rules.check_ids(session_id=session_id)
         validation.check_session_command(session_id, created_at, "created_at")
         assert created_at is not None
 
@@ -143,6 +144,7 @@ class RuntimeStore:
 
     async def load_session(self, session_id: str) -> Session:
         """§9.1.2."""
+        input_rules.check_ids(session_id=session_id)
 
         async def tx_fn(tx: Transaction) -> Session:
             return _existing_session(await tx.session(session_id), session_id)
@@ -155,6 +157,7 @@ class RuntimeStore:
 
     async def end_session(self, session_id: str, ended_at: Nanos | None) -> Session:
         """§9.1.4: the first ended_at wins; runs are not touched."""
+        input_rules.check_ids(session_id=session_id)
         validation.check_session_command(session_id, ended_at, "ended_at")
         assert ended_at is not None
 
@@ -169,6 +172,7 @@ class RuntimeStore:
 
     async def purge_session(self, session_id: str) -> None:
         """§9.1.5: ended and quiescent sessions only; leaves a tombstone."""
+        input_rules.check_ids(session_id=session_id)
 
         async def tx_fn(tx: Transaction) -> None:
             found = await tx.session(session_id, for_update=True)
@@ -188,6 +192,7 @@ class RuntimeStore:
     ) -> list[RunState]:
         """§9.1.6: ordered by started_at, then run_id (Q10). ``statuses=None``
         lists every run; an empty collection matches nothing."""
+        input_rules.check_ids(session_id=session_id)
 
         async def tx_fn(tx: Transaction) -> list[RunState]:
             _existing_session(await tx.session(session_id), session_id)
@@ -203,6 +208,7 @@ class RuntimeStore:
     ) -> ListPage[Session]:
         """§9.8.1: live sessions by created_at, then ID; keyset pages."""
         listing = session_listing(query, page_size, page_token)
+        input_rules.check_page_key(listing.after)
 
         async def tx_fn(tx: Transaction) -> list[Session]:
             return await tx.list_sessions(listing.query, listing.after, listing.size + 1)
@@ -213,7 +219,9 @@ class RuntimeStore:
         self, query: RunFilter[Nanos], page_size: int, page_token: str
     ) -> ListPage[RunState]:
         """§9.8.2: runs by started_at, then run ID; keyset pages."""
+        input_rules.check_ids(session_id=query.session_id, agent_id=query.agent_id)
         listing = run_listing(query, page_size, page_token)
+        input_rules.check_page_key(listing.after)
 
         async def tx_fn(tx: Transaction) -> list[RunState]:
             return await tx.list_runs(listing.query, listing.after, listing.size + 1)
@@ -234,6 +242,7 @@ class RuntimeStore:
 
     async def start_root_run(self, cmd: RootRunStart) -> RunStartResult:
         """§9.2.1 [S]: an ended session stores run_started + canceled run_completed."""
+        input_rules.check_run_start(cmd.run, started=cmd.started, canceled=cmd.canceled)
         run = cmd.run
         started, canceled = validation.check_root_run_start(run, cmd.started, cmd.canceled)
 
@@ -252,6 +261,9 @@ class RuntimeStore:
 
     async def start_child_run(self, cmd: ChildRunStart) -> RunStartResult:
         """§9.2.2 [S]: the link on the parent and the child's start in one transaction."""
+        input_rules.check_run_start(
+            cmd.run, parent_linked=cmd.parent_linked, started=cmd.started, canceled=cmd.canceled
+        )
         run = cmd.run
         link, started, canceled = validation.check_child_run_start(
             run, cmd.parent_linked, cmd.started, cmd.canceled
@@ -278,6 +290,7 @@ class RuntimeStore:
 
     async def start_one_shot_run(self, cmd: OneShotRunStart) -> RunStartResult:
         """§9.2.3: a sessionless run; no session is created or joined."""
+        input_rules.check_run_start(cmd.run, started=cmd.started)
         run = cmd.run
         started = validation.check_one_shot_run_start(run, cmd.started)
 
@@ -295,6 +308,7 @@ class RuntimeStore:
 
     async def start_one_shot_child_run(self, cmd: OneShotChildRunStart) -> RunStartResult:
         """§9.2.4: a sessionless child of a running sessionless parent."""
+        input_rules.check_run_start(cmd.run, parent_linked=cmd.parent_linked, started=cmd.started)
         run = cmd.run
         link, started = validation.check_one_shot_child_run_start(
             run, cmd.parent_linked, cmd.started
@@ -397,6 +411,7 @@ class RuntimeStore:
         (``Database.append_if_writable``); everything else, and the common case
         when that write lost a race, goes through the rules one by one.
         """
+        input_rules.check_record(record, "record")
         record = validation.check_ordinary_record(record)
         record_id = await self._db.append_if_writable(record)
         if record_id is not None:
@@ -425,6 +440,9 @@ class RuntimeStore:
 
     async def record_run_cancellation(self, cmd: RunCancellation) -> AppendResult:
         """§9.4.1: the first reason is permanent; the status does not change."""
+        input_rules.check_ids(run_id=cmd.run_id)
+        input_rules.check_text(cmd.reason, "reason")
+        input_rules.check_record(cmd.record, "record")
 
         async def tx_fn(tx: Transaction) -> AppendResult:
             run, status, existing = await _load_mutable_run(tx, cmd.run_id, cmd.record)
@@ -453,6 +471,7 @@ class RuntimeStore:
 
     async def record_run_suspension(self, cmd: RunSuspension) -> AppendResult:
         """§9.4.2: checkpoint, run_suspended and status suspended together."""
+        _check_suspension_text(cmd)
 
         async def tx_fn(tx: Transaction) -> AppendResult:
             run, status, existing = await _load_mutable_run(tx, cmd.run_id, cmd.record)
@@ -497,6 +516,8 @@ class RuntimeStore:
 
     async def record_run_terminal(self, cmd: RunTerminal) -> AppendResult:
         """§9.4.3: run_completed and the terminal status together."""
+        input_rules.check_ids(run_id=cmd.run_id)
+        input_rules.check_record(cmd.record, "record")
 
         async def tx_fn(tx: Transaction) -> AppendResult:
             run, status, existing = await _load_mutable_run(tx, cmd.run_id, cmd.record)
@@ -533,6 +554,8 @@ class RuntimeStore:
 
     async def repair_run_terminal(self, cmd: RunTerminal) -> RunRepairResult:
         """§9.5.1: never overwrites a stored ending and never fails because one exists."""
+        input_rules.check_ids(run_id=cmd.run_id)
+        input_rules.check_record(cmd.record, "record")
 
         async def tx_fn(tx: Transaction) -> RunRepairResult:
             run, status, stored = await _load_mutable_run(tx, cmd.run_id, cmd.record)
@@ -557,6 +580,7 @@ class RuntimeStore:
 
     async def repair_run_suspension(self, cmd: RunSuspension) -> RunRepairResult:
         """§9.5.2: suspends only a still-running run."""
+        _check_suspension_text(cmd)
 
         async def tx_fn(tx: Transaction) -> RunRepairResult:
             run, status, stored = await _load_mutable_run(tx, cmd.run_id, cmd.record)
@@ -586,6 +610,7 @@ class RuntimeStore:
 
     async def load_run(self, run_id: str) -> RunState:
         """§9.6.1."""
+        input_rules.check_ids(run_id=run_id)
 
         async def tx_fn(tx: Transaction) -> RunState:
             run = await tx.run(run_id)
@@ -604,6 +629,7 @@ class RuntimeStore:
 
     async def list_run_records(self, run_id: str, cursor: str, limit: int) -> Page:
         """§9.6.3, §6.4: the cursor counts records already read (= last ID)."""
+        input_rules.check_ids(run_id=run_id)
         paging.check_limit(limit)
         after = paging.parse_cursor(cursor)
         page_size = min(limit, self._limits.records)
@@ -619,6 +645,7 @@ class RuntimeStore:
 
     async def list_session_run_records(self, session_id: str, cursor: str, limit: int) -> Page:
         """§9.6.4, D3: commit order across the session's runs."""
+        input_rules.check_ids(session_id=session_id)
         paging.check_limit(limit)
         after = paging.parse_cursor(cursor)
         page_size = min(limit, self._limits.records)
@@ -635,6 +662,7 @@ class RuntimeStore:
         self, run_id: str, through_record_id: str, after_record_id: str, limit: int
     ) -> Page:
         """§9.6.5: transcript records through a fixed end; stable pages."""
+        input_rules.check_ids(run_id=run_id)
         if not through_record_id or limit <= 0:
             raise InvalidTranscriptPositionError(
                 run_id=run_id, field="limit" if through_record_id else "through_record_id"
@@ -653,6 +681,13 @@ class RuntimeStore:
 
 
 # --- Rules used inside transactions -----------------------------------------
+
+
+def _check_suspension_text(cmd: RunSuspension) -> None:
+    input_rules.check_ids(run_id=cmd.run_id)
+    if cmd.suspension is not None:
+        input_rules.check_id(cmd.suspension.id, "suspension.id")
+    input_rules.check_record(cmd.record, "record")
 
 
 def _context(record: RecordDraft) -> ErrorContext:

@@ -25,9 +25,10 @@ from runstore.contract.errors import (
 from runstore.contract.model import TERMINAL_COMMAND_STATUSES, Checkpoint, RunStatus
 from runstore.server.core.model import NANOS_PER_MILLI, Nanos, RecordDraft, RunStart, RunState
 
-MIN_NANOS = -(2**63)
-MAX_NANOS = 2**63 - 1
-"""Times are stored as signed 64-bit nanoseconds (1677-09-21 to 2262-04-11 UTC)."""
+MIN_NANOS = -62_135_596_800 * 1_000_000_000
+MAX_NANOS = 253_402_300_799 * 1_000_000_000 + 999_999_999
+"""The range of google.protobuf.Timestamp, 0001-01-01 to 9999-12-31 UTC; the
+store keeps every time in it exactly (D7)."""
 
 
 def _invalid(
@@ -430,7 +431,7 @@ def check_session_command(session_id: str, at: Nanos | None, at_field: str) -> N
 
 
 def check_time_range(nanos: Nanos, field: str) -> Nanos:
-    """Every time must fit the store's signed 64-bit nanosecond columns."""
+    """Every time must be one a google.protobuf.Timestamp can carry."""
     if not MIN_NANOS <= nanos <= MAX_NANOS:
-        raise _invalid(f"{field} is out of range (1677-09-21 to 2262-04-11 UTC)", field)
+        raise _invalid(f"{field} is out of range (0001-01-01 to 9999-12-31 UTC)", field)
     return nanos

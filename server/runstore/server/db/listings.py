@@ -25,9 +25,15 @@ from sqlalchemy.engine import Dialect
 
 from runstore.contract.model import RunFilter, SessionFilter
 from runstore.server.core.listing import PageKey
-from runstore.server.core.model import Nanos
+from runstore.server.core.model import NANOS_PER_MILLI, Nanos
 from runstore.server.db.schema import runs, sessions
-from runstore.server.db.statements import RUN_COLUMNS, SESSION_COLUMNS, Compiled, compile_for
+from runstore.server.db.statements import (
+    RUN_COLUMNS,
+    SESSION_COLUMNS,
+    Compiled,
+    compile_for,
+    split_nanos,
+)
 
 LISTED_RUN_COLUMNS = RUN_COLUMNS[: RUN_COLUMNS.index(runs.c.checkpoint_id)]
 """A run's columns without its checkpoint, which a listing never returns."""
@@ -45,24 +51,43 @@ class _Shape:
     agent: bool = False
 
 
+def _binds(name: str, count: int) -> list[Any]:
+    return [bindparam(f"{name}_{i}") for i in range(count)]
+
+
+def _at_least(columns: Sequence[Any], name: str) -> ColumnElement[bool]:
+    if len(columns) == 1:
+        return columns[0] >= bindparam(f"{name}_0")  # type: ignore[no-any-return]
+    return tuple_(*columns) >= tuple_(*_binds(name, len(columns)))
+
+
+def _below(columns: Sequence[Any], name: str) -> ColumnElement[bool]:
+    if len(columns) == 1:
+        return columns[0] < bindparam(f"{name}_0")  # type: ignore[no-any-return]
+    return tuple_(*columns) < tuple_(*_binds(name, len(columns)))
+
+
 def _keyset_page(
     columns: Sequence[Any],
-    time: Any,
+    time: Sequence[Any],
     row_id: Any,
     status: Any,
     shape: _Shape,
     conditions: list[ColumnElement[bool]],
 ) -> Select[Any]:
+    """``time`` is the time's columns (seconds and nanoseconds, or milliseconds)."""
     if shape.after:
-        conditions.append(tuple_(time, row_id) > tuple_(bindparam("at"), bindparam("last_id")))
+        conditions.append(
+            tuple_(*time, row_id) > tuple_(*_binds("at", len(time)), bindparam("last_id"))
+        )
     if shape.lower:
-        conditions.append(time >= bindparam("lower"))
+        conditions.append(_at_least(time, "lower"))
     if shape.upper:
-        conditions.append(time < bindparam("upper"))
+        conditions.append(_below(time, "upper"))
     limit = bindparam("limit", type_=Integer)
 
     def branch(*extra: ColumnElement[bool]) -> Select[Any]:
-        return select(*columns).where(*conditions, *extra).order_by(time, row_id).limit(limit)
+        return select(*columns).where(*conditions, *extra).order_by(*time, row_id).limit(limit)
 
     if shape.statuses == 0:
         return branch()
@@ -73,12 +98,18 @@ def _keyset_page(
         for i in range(shape.statuses)
     ]
     merged = union_all(*parts).subquery("merged")
-    return select(merged).order_by(merged.c[time.name], merged.c[row_id.name]).limit(limit)
+    order = [merged.c[column.name] for column in (*time, row_id)]
+    return select(merged).order_by(*order).limit(limit)
 
 
 def _sessions_statement(shape: _Shape) -> Select[Any]:
     return _keyset_page(
-        SESSION_COLUMNS, sessions.c.created_at, sessions.c.session_id, sessions.c.status, shape, []
+        SESSION_COLUMNS,
+        (sessions.c.created_at_s, sessions.c.created_at_ns),
+        sessions.c.session_id,
+        sessions.c.status,
+        shape,
+        [],
     )
 
 
@@ -89,20 +120,35 @@ def _runs_statement(shape: _Shape) -> Select[Any]:
     if shape.agent:
         conditions.append(runs.c.agent_id == bindparam("agent_id"))
     return _keyset_page(
-        LISTED_RUN_COLUMNS, runs.c.started_at, runs.c.run_id, runs.c.status, shape, conditions
+        LISTED_RUN_COLUMNS, (runs.c.started_at_ms,), runs.c.run_id, runs.c.status, shape, conditions
     )
 
 
+def _session_time(nanos: Nanos) -> tuple[int, ...]:
+    """A session time as its two columns (exact)."""
+    return split_nanos(nanos)
+
+
+def _run_time(nanos: Nanos) -> tuple[int, ...]:
+    """A bound on start times (whole milliseconds) as the first millisecond not
+    before it, so ``>=`` and ``<`` keep their meaning."""
+    return (-(-nanos // NANOS_PER_MILLI),)
+
+
 def _bounds(
-    after: PageKey | None, lower: Nanos | None, upper: Nanos | None, statuses: Any, limit: int
+    after: PageKey | None,
+    lower: Nanos | None,
+    upper: Nanos | None,
+    statuses: Any,
+    limit: int,
+    columns_of: Any,
 ) -> dict[str, Any]:
     params: dict[str, Any] = {"limit": limit}
+    for name, at in (("at", after[0] if after else None), ("lower", lower), ("upper", upper)):
+        if at is not None:
+            params.update({f"{name}_{i}": value for i, value in enumerate(columns_of(at))})
     if after is not None:
-        params["at"], params["last_id"] = after
-    if lower is not None:
-        params["lower"] = lower
-    if upper is not None:
-        params["upper"] = upper
+        params["last_id"] = after[1]
     for i, status in enumerate(sorted(s.value for s in statuses or ())):
         params[f"status_{i}"] = status
     return params
@@ -128,7 +174,9 @@ class ListingStatements:
         )
         if shape not in self._sessions:
             self._sessions[shape] = compile_for(_sessions_statement(shape), self._dialect)
-        params = _bounds(after, query.created_after, query.created_before, query.statuses, limit)
+        params = _bounds(
+            after, query.created_after, query.created_before, query.statuses, limit, _session_time
+        )
         return self._sessions[shape], params
 
     def runs(
@@ -147,7 +195,9 @@ class ListingStatements:
         )
         if shape not in self._runs:
             self._runs[shape] = compile_for(_runs_statement(shape), self._dialect)
-        params = _bounds(after, query.started_after, query.started_before, query.statuses, limit)
+        params = _bounds(
+            after, query.started_after, query.started_before, query.statuses, limit, _run_time
+        )
         if shape.session:
             params["session_id"] = session_id
         if shape.agent:

@@ -34,6 +34,7 @@ from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Transaction
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
+from runstore.server.metrics import DbFigures
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +144,9 @@ async def _reset(conn: asyncpg.Connection) -> None:
 class PostgresDatabase:
     """``Database`` over a PostgreSQL pool; safe to share between replicas."""
 
+    figures: DbFigures | None = None
+    """Where retries and the pool's connections are recorded; None when metrics are off."""
+
     def __init__(self, database_url: str, options: PostgresOptions = PostgresOptions()) -> None:
         self.options = options
         self._dsn = asyncpg_dsn(database_url)
@@ -163,6 +167,11 @@ class PostgresDatabase:
             },
             reset=_reset,
         )
+        if self.figures is not None:
+            pool = self._pool
+            self.figures.watch_pool(
+                pool.get_idle_size, lambda: pool.get_size() - pool.get_idle_size()
+            )
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -204,6 +213,8 @@ class PostgresDatabase:
                 if not _is_retryable(exc) or attempt == attempts:
                     raise _translate(exc) from exc
                 log.debug("retrying a transaction (attempt %d): %s", attempt, exc)
+                if self.figures is not None:
+                    self.figures.retried()
                 await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
         raise AssertionError("unreachable")
 

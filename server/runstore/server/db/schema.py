@@ -3,7 +3,13 @@
 Alembic migrations are checked against this metadata (autogenerate must find
 no difference). Types are portable between SQLite and PostgreSQL:
 
-* every time is a BIGINT of UTC nanoseconds since the epoch (D7);
+* times are exact over the whole ``google.protobuf.Timestamp`` range (years
+  1 to 9999, D7): caller times with full precision (session and memory event
+  times) are two columns, ``<name>_s`` (BIGINT, UTC seconds since the
+  epoch) and ``<name>_ns`` (0 to 999,999,999); record and start times are
+  whole milliseconds (V1, V3), one BIGINT ``<name>_ms``; times the server's own
+  clock sets (``updated_at``, ``saved_at``, ``purged_at``) are BIGINT UTC
+  nanoseconds;
 * IDs and keys are text; a sessionless run has ``session_id = ''`` (§3.4);
 * payloads and checkpoints are bytes, stored byte for byte (D2);
 * labels are a JSON object with sorted keys, compared as maps (V7).
@@ -38,11 +44,13 @@ sessions = Table(
     metadata,
     Column("session_id", Text, primary_key=True),
     Column("status", String(16), nullable=False),
-    Column("created_at", BigInteger, nullable=False),
-    Column("ended_at", BigInteger, nullable=True),
+    Column("created_at_s", BigInteger, nullable=False),
+    Column("created_at_ns", Integer, nullable=False),
+    Column("ended_at_s", BigInteger, nullable=True),
+    Column("ended_at_ns", Integer, nullable=True),
     # ListSessions (§9.8.1): the order, alone and after a status.
-    Index(None, "created_at", "session_id"),
-    Index(None, "status", "created_at", "session_id"),
+    Index(None, "created_at_s", "created_at_ns", "session_id"),
+    Index(None, "status", "created_at_s", "created_at_ns", "session_id"),
 )
 
 session_tombstones = Table(
@@ -59,7 +67,7 @@ runs = Table(
     Column("agent_id", Text, nullable=False),
     Column("session_id", Text, nullable=False),
     Column("parent_run_id", Text, nullable=False),
-    Column("started_at", BigInteger, nullable=False),
+    Column("started_at_ms", BigInteger, nullable=False),
     Column("labels", Text, nullable=False),
     Column("start_outcome", String(16), nullable=False),
     Column("status", String(16), nullable=False),
@@ -76,13 +84,13 @@ runs = Table(
     Column("checkpoint_data", LargeBinary, nullable=True),
     # ListRunsBySession (ordered, Q10) and PurgeSession's running-run check;
     # ListRuns by session, and sessionless runs (session_id '').
-    Index(None, "session_id", "started_at", "run_id"),
+    Index(None, "session_id", "started_at_ms", "run_id"),
     # ListRuns (§9.8.2): the order alone and after each equality filter.
-    Index(None, "started_at", "run_id"),
-    Index(None, "agent_id", "started_at", "run_id"),
-    Index(None, "status", "started_at", "run_id"),
-    Index(None, "session_id", "status", "started_at", "run_id"),
-    Index(None, "agent_id", "status", "started_at", "run_id"),
+    Index(None, "started_at_ms", "run_id"),
+    Index(None, "agent_id", "started_at_ms", "run_id"),
+    Index(None, "status", "started_at_ms", "run_id"),
+    Index(None, "session_id", "status", "started_at_ms", "run_id"),
+    Index(None, "agent_id", "status", "started_at_ms", "run_id"),
 )
 
 records = Table(
@@ -98,7 +106,7 @@ records = Table(
     Column("payload", LargeBinary, nullable=False),
     # len(payload), so pages can be cut by bytes without reading payloads.
     Column("payload_size", Integer, nullable=False),
-    Column("timestamp", BigInteger, nullable=False),
+    Column("timestamp_ms", BigInteger, nullable=False),
     # Position in session order (D3); NULL for sessionless runs. Taken as the
     # session's largest position plus one under the session's lock, in the
     # record's own transaction: positions become visible in order, so readers
@@ -135,7 +143,8 @@ memory_events = Table(
     Column("run_id", Text, primary_key=True),
     Column("position", BigInteger, primary_key=True),
     Column("type", Text, nullable=False),
-    Column("timestamp", BigInteger, nullable=False),
+    Column("timestamp_s", BigInteger, nullable=False),
+    Column("timestamp_ns", Integer, nullable=False),
     Column("data", LargeBinary, nullable=False),
     Column("labels", Text, nullable=False),
 )
@@ -145,7 +154,10 @@ memory_appends = Table(
     metadata,
     Column("agent_id", Text, primary_key=True),
     Column("run_id", Text, primary_key=True),
-    Column("idempotency_key", Text, primary_key=True),
+    # SHA-256 of the idempotency key: three 1 KiB keys would overflow a
+    # PostgreSQL index entry, two and a digest stay far below it.
+    Column("key_digest", LargeBinary, primary_key=True),
+    Column("idempotency_key", Text, nullable=False),
     Column("digest", LargeBinary, nullable=False),
     Column("first_position", BigInteger, nullable=False),
     Column("count", Integer, nullable=False),

@@ -19,6 +19,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Transaction
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
+from runstore.server.metrics import DbFigures
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +153,7 @@ class _WalSyncer(threading.Thread):
     def __init__(self, wal_path: Path) -> None:
         super().__init__(name="runstore-sqlite-wal-sync", daemon=True)
         self._wal_path = wal_path
+        self.figures: DbFigures | None = None
         self._pending: queue.SimpleQueue[dict[asyncio.AbstractEventLoop, _Resolved] | None] = (
             queue.SimpleQueue()
         )
@@ -183,7 +186,10 @@ class _WalSyncer(threading.Thread):
                 try:
                     if fd < 0:
                         fd = os.open(self._wal_path, os.O_RDWR)
+                    started = time.perf_counter()
                     os.fdatasync(fd)
+                    if self.figures is not None:
+                        self.figures.sqlite_sync(time.perf_counter() - started)
                 except OSError as exc:
                     log.error("syncing the SQLite WAL failed: %s", exc)
                     error = UnavailableError(f"database sync failed: {exc}")
@@ -227,6 +233,8 @@ class _Worker(threading.Thread):
         self._batch_limit = batch_limit
         self.ready = threading.Event()
         self.startup_error: BaseException | None = None
+        self.figures: DbFigures | None = None
+        """Set on the writer: batch sizes are recorded there."""
 
     def run(self) -> None:
         try:
@@ -269,6 +277,8 @@ class _Worker(threading.Thread):
     def _run_batch(
         self, conn: sqlite3.Connection, tx: _SqliteTransaction, batch: list[_Job]
     ) -> None:
+        if self.figures is not None:
+            self.figures.sqlite_batch(len(batch))
         outcomes = run_batch(conn, tx, [fn for fn, _, _ in batch], self._begin)
         loops: dict[asyncio.AbstractEventLoop, _Resolved] = {}
         for (_, future, loop), (result, error) in zip(batch, outcomes, strict=True):
@@ -338,6 +348,9 @@ def _resolve_all(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | 
 class SqliteDatabase:
     """``Database`` over one SQLite file."""
 
+    figures: DbFigures | None = None
+    """Where batch sizes and WAL syncs are recorded; None when metrics are off."""
+
     def __init__(self, path: Path, options: SqliteOptions = SqliteOptions()) -> None:
         if options.synchronous.upper() not in SYNCHRONOUS_LEVELS:
             raise ValueError(
@@ -375,6 +388,7 @@ class SqliteDatabase:
         await asyncio.to_thread(lambda: self._connect(read_only=False).close())
         if self._syncs_itself:
             self._syncer = _WalSyncer(Path(f"{self.path}-wal"))
+            self._syncer.figures = self.figures
             self._syncer.start()
         self._workers.append(
             _Worker(
@@ -398,6 +412,7 @@ class SqliteDatabase:
                     batch_limit=self.options.read_batch,
                 )
             )
+        self._workers[0].figures = self.figures
         for worker in self._workers:
             worker.start()
         for worker in self._workers:

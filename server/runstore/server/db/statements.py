@@ -9,6 +9,7 @@ Row decoding into core values lives here too, so both backends share it.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -42,7 +43,9 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from runstore.contract import lifecycle
 from runstore.contract.model import Checkpoint, RunStartOutcome, RunStatus, SessionStatus
 from runstore.server.core.model import (
+    NANOS_PER_MILLI,
     LifecycleKeys,
+    Nanos,
     RecordDraft,
     RunChange,
     RunRecord,
@@ -104,20 +107,24 @@ def compile_for(statement: ClauseElement, dialect: Dialect) -> Compiled:
     return Compiled(str(compiled), names, defaults, getter)
 
 
+NANOS_PER_SECOND = 1_000_000_000
+
 # --- Columns read back into core values --------------------------------------
 
 SESSION_COLUMNS = (
     sessions.c.session_id,
     sessions.c.status,
-    sessions.c.created_at,
-    sessions.c.ended_at,
+    sessions.c.created_at_s,
+    sessions.c.created_at_ns,
+    sessions.c.ended_at_s,
+    sessions.c.ended_at_ns,
 )
 RUN_COLUMNS = (
     runs.c.run_id,
     runs.c.agent_id,
     runs.c.session_id,
     runs.c.parent_run_id,
-    runs.c.started_at,
+    runs.c.started_at_ms,
     runs.c.labels,
     runs.c.start_outcome,
     runs.c.status,
@@ -140,7 +147,7 @@ RECORD_COLUMNS = (
     records.c.turn_id,
     records.c.type,
     records.c.payload,
-    records.c.timestamp,
+    records.c.timestamp_ms,
 )
 
 
@@ -157,8 +164,32 @@ def labels_from_text(text: str) -> Mapping[str, str]:
     return MappingProxyType(json.loads(text))
 
 
+# --- Times: exact over years 1 to 9999 (see schema) ----------------------------
+
+
+def split_nanos(nanos: Nanos) -> tuple[int, int]:
+    """UTC nanoseconds as (seconds, nanos in 0..999,999,999) for two columns."""
+    return divmod(nanos, NANOS_PER_SECOND)
+
+
+def join_nanos(seconds: int, nanos: int) -> Nanos:
+    return seconds * NANOS_PER_SECOND + nanos
+
+
+def to_millis(nanos: Nanos) -> int:
+    """A whole-millisecond time (validated, V1/V3) for a ``_ms`` column."""
+    return nanos // NANOS_PER_MILLI
+
+
+def key_digest(idempotency_key: str) -> bytes:
+    """What memory appends are keyed by (see ``schema.memory_appends``)."""
+    return hashlib.sha256(idempotency_key.encode("utf-8")).digest()
+
+
 def session_from_row(row: Sequence[Any]) -> Session:
-    return Session(row[0], _SESSION_STATUS[row[1]], row[2], row[3])
+    """A session from ``SESSION_COLUMNS``."""
+    ended = join_nanos(row[4], row[5]) if row[4] is not None else None
+    return Session(row[0], _SESSION_STATUS[row[1]], join_nanos(row[2], row[3]), ended)
 
 
 def run_from_row(row: Sequence[Any]) -> RunState:
@@ -167,7 +198,7 @@ def run_from_row(row: Sequence[Any]) -> RunState:
         row[1],
         row[2],
         row[3],
-        row[4],
+        row[4] * NANOS_PER_MILLI,
         labels_from_text(row[5]),
         _START_OUTCOME[row[6]],
         _RUN_STATUS[row[7]],
@@ -184,7 +215,17 @@ def listed_run_from_row(row: Sequence[Any]) -> RunState:
 
 
 def record_from_row(row: Sequence[Any]) -> RunRecord:
-    return RunRecord(row[0], row[1], row[2], row[3], row[4], row[5], row[6], bytes(row[7]), row[8])
+    return RunRecord(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        row[6],
+        bytes(row[7]),
+        row[8] * NANOS_PER_MILLI,
+    )
 
 
 def labels_to_text(labels: Mapping[str, str]) -> str:
@@ -198,7 +239,7 @@ def run_params(run: RunState) -> dict[str, Any]:
         "agent_id": run.agent_id,
         "session_id": run.session_id,
         "parent_run_id": run.parent_run_id,
-        "started_at": run.started_at,
+        "started_at_ms": to_millis(run.started_at),
         "labels": labels_to_text(run.labels),
         "start_outcome": run.start_outcome.value,
         "status": run.status.value,
@@ -239,7 +280,7 @@ def record_params(record: RecordDraft) -> dict[str, Any]:
         "type": record.type,
         "payload": record.payload,
         "payload_size": len(record.payload),
-        "timestamp": record.timestamp,
+        "timestamp_ms": to_millis(record.timestamp) if record.timestamp is not None else None,
     }
 
 
@@ -298,9 +339,7 @@ def _record_target(for_update: bool) -> Any:
     statement = (
         select(
             *RUN_COLUMNS,
-            sessions.c.status,
-            sessions.c.created_at,
-            sessions.c.ended_at,
+            *SESSION_COLUMNS[1:],
             *(existing.c[column.name] for column in RECORD_COLUMNS),
         )
         .select_from(joined)
@@ -404,7 +443,7 @@ def _append_if_writable(in_session: bool, row_locks: bool) -> Any:
         bindparam("type", type_=Text),
         bindparam("payload", type_=LargeBinary),
         bindparam("payload_size", type_=Integer),
-        bindparam("timestamp", type_=BigInteger),
+        bindparam("timestamp_ms", type_=BigInteger),
         position,
     ]
     columns = [
@@ -417,7 +456,7 @@ def _append_if_writable(in_session: bool, row_locks: bool) -> Any:
         "type",
         "payload",
         "payload_size",
-        "timestamp",
+        "timestamp_ms",
         "session_position",
     ]
     return (
@@ -484,7 +523,8 @@ def _product_memory_sources(dialect: Dialect) -> dict[str, ClauseElement]:
         "memory_run_lock": memory_count.with_for_update(),
         "memory_events": select(
             memory_events.c.type,
-            memory_events.c.timestamp,
+            memory_events.c.timestamp_s,
+            memory_events.c.timestamp_ns,
             memory_events.c.data,
             memory_events.c.labels,
         )
@@ -504,7 +544,7 @@ def _product_memory_sources(dialect: Dialect) -> dict[str, ClauseElement]:
         ).where(
             memory_appends.c.agent_id == bindparam("agent_id"),
             memory_appends.c.run_id == bindparam("run_id"),
-            memory_appends.c.idempotency_key == bindparam("idempotency_key"),
+            memory_appends.c.key_digest == bindparam("key_digest"),
         ),
         "insert_memory_append": insert(memory_appends).values(binds(memory_appends)),
         "context_head": head.where(context_key),
@@ -612,7 +652,7 @@ def _statement_sources() -> dict[str, ClauseElement]:
         ),
         "runs_by_session": select(*RUN_COLUMNS)
         .where(runs.c.session_id == bindparam("session_id"))
-        .order_by(runs.c.started_at, runs.c.run_id),
+        .order_by(runs.c.started_at_ms, runs.c.run_id),
         "session_has_running_runs": select(
             exists().where(
                 runs.c.session_id == bindparam("session_id"),
@@ -622,12 +662,18 @@ def _statement_sources() -> dict[str, ClauseElement]:
         "insert_session": insert(sessions).values(
             session_id=bindparam("session_id"),
             status=bindparam("status"),
-            created_at=bindparam("created_at"),
-            ended_at=None,
+            created_at_s=bindparam("created_at_s"),
+            created_at_ns=bindparam("created_at_ns"),
+            ended_at_s=None,
+            ended_at_ns=None,
         ),
         "end_session": update(sessions)
         .where(sessions.c.session_id == bindparam("session_id"))
-        .values(status=SessionStatus.ENDED.value, ended_at=bindparam("ended_at")),
+        .values(
+            status=SessionStatus.ENDED.value,
+            ended_at_s=bindparam("ended_at_s"),
+            ended_at_ns=bindparam("ended_at_ns"),
+        ),
         "purge_records": delete(records).where(
             records.c.session_id == bindparam("session_id"),
             records.c.session_position.is_not(None),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runstore.contract.model import RunFilter, SessionFilter, SessionStatus
+from runstore.contract.model import RunFilter, SessionFilter
 from runstore.server.core.listing import PageKey
 from runstore.server.core.model import (
     ContextHead,
@@ -29,6 +29,8 @@ from runstore.server.db import statements as sql
 from runstore.server.db.statements import Compiled, Statements
 
 _RUN_WIDTH = len(sql.RUN_COLUMNS)
+_SESSION_END = _RUN_WIDTH + len(sql.SESSION_COLUMNS) - 1
+"""Where a record target's session columns (all but the id) end."""
 
 
 class SqlTransaction(Transaction):
@@ -38,6 +40,12 @@ class SqlTransaction(Transaction):
     row_locks: bool = False
     """Whether the backend takes row locks (``FOR UPDATE``); SQLite serialises
     writers instead and skips the lock-only statements."""
+
+    records_appended: int = 0
+    """Run records this connection's transactions inserted (``db.measured``
+    counts the difference a committed transaction made)."""
+    sessions_purged: int = 0
+    """Sessions this connection's transactions purged, likewise."""
 
     def __init__(self, statements: Statements) -> None:
         self._sql = statements
@@ -86,12 +94,11 @@ class SqlTransaction(Transaction):
         run = sql.run_from_row(row[:_RUN_WIDTH])
         session: SessionLookup = None
         if run.session_id:
-            status, created_at, ended_at = row[_RUN_WIDTH : _RUN_WIDTH + 3]
-            if status is not None:
-                session = Session(run.session_id, SessionStatus(status), created_at, ended_at)
+            if row[_RUN_WIDTH] is not None:
+                session = sql.session_from_row((run.session_id, *row[_RUN_WIDTH:_SESSION_END]))
             else:
                 session = await self.session(run.session_id)
-        existing_row = row[_RUN_WIDTH + 3 :]
+        existing_row = row[_SESSION_END:]
         existing = sql.record_from_row(existing_row) if existing_row[0] is not None else None
         return RecordTarget(run, session, existing)
 
@@ -157,21 +164,30 @@ class SqlTransaction(Transaction):
         return bool(row[0])
 
     async def insert_session(self, session: Session) -> None:
+        seconds, nanos = sql.split_nanos(session.created_at)
         await self._run(
             self._sql.insert_session,
             session_id=session.id,
             status=session.status.value,
-            created_at=session.created_at,
+            created_at_s=seconds,
+            created_at_ns=nanos,
         )
 
     async def end_session(self, session_id: str, ended_at: Nanos) -> None:
-        await self._run(self._sql.end_session, session_id=session_id, ended_at=ended_at)
+        seconds, nanos = sql.split_nanos(ended_at)
+        await self._run(
+            self._sql.end_session,
+            session_id=session_id,
+            ended_at_s=seconds,
+            ended_at_ns=nanos,
+        )
 
     async def purge_session(self, session_id: str, purged_at: Nanos) -> None:
         await self._run(self._sql.purge_records, session_id=session_id)
         await self._run(self._sql.purge_runs, session_id=session_id)
         await self._run(self._sql.purge_session, session_id=session_id)
         await self._run(self._sql.insert_tombstone, session_id=session_id, purged_at=purged_at)
+        self.sessions_purged += 1
 
     async def insert_run(self, run: RunState) -> None:
         await self._run(self._sql.insert_run, **sql.run_params(run))
@@ -191,7 +207,10 @@ class SqlTransaction(Transaction):
             else self._sql.append_if_writable_sessionless
         )
         row = await self._one_unless_conflict(statement, **sql.record_params(record))
-        return int(row[0]) if row is not None else None
+        if row is None:
+            return None
+        self.records_appended += 1
+        return int(row[0])
 
     async def append_record(self, record: RecordDraft) -> int:
         statement = (
@@ -200,6 +219,7 @@ class SqlTransaction(Transaction):
             else self._sql.insert_sessionless_record
         )
         row = await self._one(statement, **sql.record_params(record))
+        self.records_appended += 1
         return int(row[0])
 
     # --- Memory store (§12) ---------------------------------------------------------
@@ -214,7 +234,10 @@ class SqlTransaction(Transaction):
         rows = await self._all(
             self._sql.memory_events, agent_id=agent_id, run_id=run_id, after=after, limit=limit
         )
-        return [MemoryEvent(row[0], row[1], bytes(row[2]), json.loads(row[3])) for row in rows]
+        return [
+            MemoryEvent(row[0], sql.join_nanos(row[1], row[2]), bytes(row[3]), json.loads(row[4]))
+            for row in rows
+        ]
 
     async def lock_memory_run(self, agent_id: str, run_id: str) -> int:
         await self._run(self._sql.memory_run_create, agent_id=agent_id, run_id=run_id)
@@ -232,11 +255,13 @@ class SqlTransaction(Transaction):
                     "run_id": run_id,
                     "position": first_position + offset,
                     "type": event.type,
-                    "timestamp": event.timestamp,
+                    "timestamp_s": seconds,
+                    "timestamp_ns": nanos,
                     "data": event.data,
                     "labels": sql.labels_to_text(event.labels),
                 }
                 for offset, event in enumerate(events)
+                for seconds, nanos in [sql.split_nanos(event.timestamp or 0)]
             ],
         )
         await self._run(
@@ -250,7 +275,7 @@ class SqlTransaction(Transaction):
             self._sql.memory_append_request,
             agent_id=agent_id,
             run_id=run_id,
-            idempotency_key=idempotency_key,
+            key_digest=sql.key_digest(idempotency_key),
         )
         return StoredAppend(bytes(row[0]), row[1], row[2]) if row is not None else None
 
@@ -261,6 +286,7 @@ class SqlTransaction(Transaction):
             self._sql.insert_memory_append,
             agent_id=agent_id,
             run_id=run_id,
+            key_digest=sql.key_digest(idempotency_key),
             idempotency_key=idempotency_key,
             digest=stored.digest,
             first_position=stored.first_position,

@@ -22,8 +22,10 @@ from typing import Any, TypeAlias
 import grpc
 
 from runstore.contract.errors import PermissionDeniedError, RunstoreError, UnauthenticatedError
+from runstore.server import principal as current_principal
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, Principals, PrincipalsFile
+from runstore.server.interceptors.parsing import parsed_request
 from runstore.server.status import to_status
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return _refusing(handler, UnauthenticatedError(str(exc), details={"method": method}))
         if token is not None or not self._certificates:
             principal = principals.by_token(token) if token is not None else None
+            if principal is not None:
+                current_principal.set_current(principal.name)  # for the access log
             refusal = _refusal(method, principal, token is not None)
             if refusal is not None:
                 if principal is not None and method in roles.AUDITED_METHODS:
@@ -111,6 +115,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
         async def authorize(context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
             principal = principals.by_certificate(certificate_identities(context))
+            if principal is not None:
+                current_principal.set_current(principal.name)
             refusal = _refusal(method, principal, token_sent=False)
             if refusal is not None:
                 if principal is not None and method in roles.AUDITED_METHODS:
@@ -182,7 +188,7 @@ def _audited(method: str, inner: Behavior, principal: Principal) -> Behavior:
             log.info(
                 "%s session_id=%r by principal %r (role %s): %s",
                 name,
-                getattr(request, "session_id", ""),
+                getattr(parsed_request(request), "session_id", ""),
                 principal.name,
                 principal.role or "none, authentication off",
                 outcome if code is None else f"{outcome} ({getattr(code, 'name', code)})",

@@ -1,0 +1,228 @@
+"""The process's logs: text or one JSON object per line, each with the call's request id.
+
+``configure`` installs one handler on the root logger, so runstore's loggers,
+Alembic's, grpc's Python loggers and captured ``warnings`` all come out the
+same way. With ``json`` every line on stderr is one object with ``timestamp``,
+``level``, ``logger`` and ``message`` (plus ``request_id`` for a line a call
+caused, ``exception`` for a traceback, and the access-log fields): whatever
+else writes to file descriptor 2 (grpc's C core, a ``print`` to stderr, the
+interpreter's last words) is read back from a pipe and wrapped the same way,
+under the logger ``grpc.core`` for grpc's C core (its Abseil prefix names
+the level) and ``stderr`` for anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any, Final, TextIO
+
+from runstore.server import request_id
+
+ACCESS_LOGGER: Final = "runstore.access"
+"""The logger of the one line per call."""
+
+ACCESS_FIELDS: Final = (
+    "method",
+    "code",
+    "reason",
+    "duration_ms",
+    "principal",
+    "peer",
+    "request_id",
+)
+"""The fields of an access-log line, in order (JSON keys; ``key=value`` in text)."""
+
+_STDERR_LOGGER: Final = "stderr"
+_GRPC_CORE_LOGGER: Final = "grpc.core"
+_TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class RequestIdFilter(logging.Filter):
+    """Stamps each record with the request id of the call that logged it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            record.request_id = request_id.current()
+        return True
+
+
+def _timestamp(created: float) -> str:
+    moment = datetime.datetime.fromtimestamp(created, datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "timestamp": _timestamp(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        access = getattr(record, "access", None)
+        if isinstance(access, dict):
+            entry.update(access)
+        current = getattr(record, "request_id", "")
+        if current:
+            entry["request_id"] = current
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        elif record.stack_info:
+            entry["exception"] = record.stack_info
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    """The classic line, then the access fields and the request id as ``key=value``."""
+
+    def __init__(self) -> None:
+        super().__init__(_TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        access = getattr(record, "access", None)
+        if isinstance(access, dict):
+            return f"{line} {access_message(access)}"
+        current = getattr(record, "request_id", "")
+        return f"{line} request_id={current}" if current else line
+
+
+def access_message(fields: dict[str, Any]) -> str:
+    """The access fields as ``key=value`` (the JSON form carries them as keys)."""
+    return " ".join(
+        f"{name}={'-' if fields.get(name) in (None, '') else fields[name]}"
+        for name in ACCESS_FIELDS
+        if name not in ("method", "code")
+    )
+
+
+_ABSL_LEVELS: Final = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL"}
+"""grpc's C core logs through Abseil: ``E1201 10:00:00.000000 123 file.cc:42] text``."""
+
+
+def wrapped_line(text: str) -> str:
+    """A line something else wrote to stderr, as a JSON log line: at the level
+    of an Abseil prefix when it has one, otherwise ERROR (what lands on stderr
+    unasked is trouble: a traceback, a native library's complaint)."""
+    level, logger = "ERROR", _STDERR_LOGGER
+    if len(text) > 5 and text[0] in _ABSL_LEVELS and text[1:5].isdigit():
+        level, logger = _ABSL_LEVELS[text[0]], _GRPC_CORE_LOGGER
+    entry = {
+        "timestamp": _timestamp(datetime.datetime.now(datetime.UTC).timestamp()),
+        "level": level,
+        "logger": logger,
+        "message": text,
+    }
+    return json.dumps(entry, ensure_ascii=False)
+
+
+class _StderrCapture:
+    """File descriptor 2 redirected into a pipe whose lines come out as JSON.
+
+    The log handler writes to the original stderr directly; everything else
+    that writes to fd 2 (grpc's C core, native libraries, ``sys.stderr``) goes
+    through the pipe and a reader thread that wraps each line.
+    """
+
+    def __init__(self) -> None:
+        sys.stderr.flush()
+        self._original = os.dup(2)
+        self.output: TextIO = io.TextIOWrapper(
+            os.fdopen(os.dup(self._original), "wb", buffering=0),
+            encoding="utf-8",
+            errors="replace",
+            line_buffering=True,
+        )
+        self._lock = threading.Lock()
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        self._reader = threading.Thread(
+            target=self._relay, args=(read_end,), name="runstore-stderr-relay", daemon=True
+        )
+        self._reader.start()
+
+    def write_line(self, line: str) -> None:
+        with self._lock:
+            self.output.write(line + "\n")
+
+    def _relay(self, read_end: int) -> None:
+        with os.fdopen(read_end, "rb") as pipe:
+            for raw in pipe:
+                text = raw.decode("utf-8", "replace").rstrip("\r\n")
+                if text.strip():
+                    self.write_line(wrapped_line(text))
+
+    def close(self) -> None:
+        """Puts fd 2 back; the relay ends once every writer of the pipe is gone."""
+        sys.stderr.flush()
+        os.dup2(self._original, 2)
+        os.close(self._original)
+        self._reader.join(timeout=2)
+
+
+class _CapturedStream(io.TextIOBase):
+    """What the JSON handler writes to: whole lines, under the capture's lock."""
+
+    def __init__(self, capture: _StderrCapture) -> None:
+        self._capture = capture
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            self._capture.write_line(line)
+        return len(text)
+
+
+_capture: _StderrCapture | None = None
+
+
+def configure(log_format: str = "text", level: str = "INFO") -> None:
+    """Sends every log record (and, for JSON, every stderr line) out in ``log_format``."""
+    global _capture
+    json_lines = log_format.upper() == "JSON"
+    if json_lines and _capture is None:
+        _capture = _StderrCapture()
+    stream: Any = _CapturedStream(_capture) if json_lines and _capture else sys.stderr
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
+    handler.addFilter(RequestIdFilter())
+    root = logging.getLogger()
+    for existing in list(root.handlers):
+        root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    logging.captureWarnings(True)
+    if json_lines:
+        sys.excepthook = _log_uncaught
+
+
+def _log_uncaught(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    logging.getLogger("runstore").critical("uncaught exception", exc_info=(kind, value, tb))
+
+
+def shutdown() -> None:
+    """Flushes the handlers and gives fd 2 back (the end of ``runstore``)."""
+    global _capture
+    logging.shutdown()
+    if _capture is not None:
+        _capture.close()
+        _capture = None
+
+
+@contextlib.contextmanager
+def configured(log_format: str, level: str) -> Iterator[None]:
+    configure(log_format, level)
+    try:
+        yield
+    finally:
+        shutdown()

@@ -1,0 +1,267 @@
+"""Prometheus metrics: the calls (go-grpc-prometheus names) and runstore's own.
+
+Off by default. With ``--metrics-listen HOST:PORT`` one ``Metrics`` is made for
+the process and served as Prometheus text at ``/metrics``. Per-call figures are
+recorded by the call interceptor (``interceptors.calls``), database figures by
+the database layer through ``DbFigures`` (``db.measured`` and the backends).
+When metrics are off nothing of this module is on the path of a call: no
+object exists to record into, and the backends skip their timers.
+
+Names and label values follow go-grpc-prometheus, so existing gRPC dashboards
+work unchanged: ``grpc_type`` is ``unary``, ``server_stream``, ``client_stream``
+or ``bidi_stream`` and ``grpc_code`` is spelled as Go spells ``codes.Code``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+from wsgiref.simple_server import WSGIServer
+
+import grpc
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+SECONDS_BUCKETS: Final = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+"""Histogram buckets of call and transaction seconds: runstore answers in
+well under a millisecond to seconds, so the low end is finer than Go's default."""
+
+BATCH_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128)
+"""Histogram buckets of SQLite group-commit batch sizes (at most 64 by default)."""
+
+GO_CODE_NAMES: Final = {
+    grpc.StatusCode.OK: "OK",
+    grpc.StatusCode.CANCELLED: "Canceled",
+    grpc.StatusCode.UNKNOWN: "Unknown",
+    grpc.StatusCode.INVALID_ARGUMENT: "InvalidArgument",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "DeadlineExceeded",
+    grpc.StatusCode.NOT_FOUND: "NotFound",
+    grpc.StatusCode.ALREADY_EXISTS: "AlreadyExists",
+    grpc.StatusCode.PERMISSION_DENIED: "PermissionDenied",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "ResourceExhausted",
+    grpc.StatusCode.FAILED_PRECONDITION: "FailedPrecondition",
+    grpc.StatusCode.ABORTED: "Aborted",
+    grpc.StatusCode.OUT_OF_RANGE: "OutOfRange",
+    grpc.StatusCode.UNIMPLEMENTED: "Unimplemented",
+    grpc.StatusCode.INTERNAL: "Internal",
+    grpc.StatusCode.UNAVAILABLE: "Unavailable",
+    grpc.StatusCode.DATA_LOSS: "DataLoss",
+    grpc.StatusCode.UNAUTHENTICATED: "Unauthenticated",
+}
+"""Each gRPC code as Go's ``codes.Code.String()`` spells it (``Canceled``, one l)."""
+
+# Series Go's client does not have; dashboards built for go-grpc-prometheus do
+# not expect them.
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+def grpc_type(request_streaming: bool, response_streaming: bool) -> str:
+    """go-grpc-prometheus's ``grpc_type`` of a method."""
+    if request_streaming:
+        return "bidi_stream" if response_streaming else "client_stream"
+    return "server_stream" if response_streaming else "unary"
+
+
+@dataclass(frozen=True, slots=True)
+class MethodFigures:
+    """The label children of one method, made once and reused by every call."""
+
+    service: str
+    method: str
+    type: str
+    started: Counter
+    handling: Histogram
+    _metrics: Metrics
+
+    def handled(self, code: grpc.StatusCode) -> Counter:
+        return self._metrics.handled.labels(
+            self.service, self.method, self.type, GO_CODE_NAMES.get(code, "Unknown")
+        )
+
+
+class Metrics:
+    """Every collector of one server process, in a registry of its own."""
+
+    def __init__(self, version: str) -> None:
+        self.registry = CollectorRegistry()
+        call_labels = ("grpc_service", "grpc_method", "grpc_type")
+        self.started = Counter(
+            "grpc_server_started_total",
+            "Total number of RPCs started on the server.",
+            call_labels,
+            registry=self.registry,
+        )
+        self.handled = Counter(
+            "grpc_server_handled_total",
+            "Total number of RPCs completed on the server, regardless of success or failure.",
+            (*call_labels, "grpc_code"),
+            registry=self.registry,
+        )
+        self.handling = Histogram(
+            "grpc_server_handling_seconds",
+            "Histogram of response latency (seconds) of gRPC that had been application-level "
+            "handled by the server.",
+            call_labels,
+            buckets=SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "runstore_errors_total",
+            "Calls that failed, by the reason of their ErrorInfo.",
+            ("reason",),
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "runstore_calls_in_flight", "Calls being served now.", registry=self.registry
+        )
+        self.transaction_seconds = Histogram(
+            "runstore_db_transaction_seconds",
+            "Database transactions (kind write, read or append), waiting for the "
+            "database included.",
+            ("backend", "kind"),
+            buckets=SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self.retries = Counter(
+            "runstore_db_retries_total",
+            "Transactions run again after a lost race (deadlock, serialisation "
+            "failure, concurrent insert) or a connection that died before COMMIT.",
+            ("backend",),
+            registry=self.registry,
+        )
+        self.sqlite_batch_size = Histogram(
+            "runstore_sqlite_batch_size",
+            "Write transactions committed together by the SQLite writer (group commit).",
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self.sqlite_sync_seconds = Histogram(
+            "runstore_sqlite_sync_seconds",
+            "fdatasync of the SQLite WAL that makes committed batches durable.",
+            buckets=SECONDS_BUCKETS,
+            registry=self.registry,
+        )
+        self.pg_pool_connections = Gauge(
+            "runstore_pg_pool_connections",
+            "PostgreSQL pool connections by state (idle, in_use).",
+            ("state",),
+            registry=self.registry,
+        )
+        self.records_appended = Counter(
+            "runstore_records_appended_total",
+            "Run records committed (lifecycle records included; exact retries not).",
+            registry=self.registry,
+        )
+        self.sessions_purged = Counter(
+            "runstore_sessions_purged_total", "Sessions purged.", registry=self.registry
+        )
+        self.build_info = Gauge(
+            "runstore_build_info",
+            "Always 1; the label says which runstore version serves.",
+            ("version",),
+            registry=self.registry,
+        )
+        self.build_info.labels(version).set(1)
+        self._methods: dict[str, MethodFigures] = {}
+        self._lock = threading.Lock()
+
+    def method(self, full_method: str, type: str) -> MethodFigures:
+        """The figures of ``/package.Service/Method``."""
+        figures = self._methods.get(full_method)
+        if figures is None:
+            service, _, method = full_method.lstrip("/").rpartition("/")
+            with self._lock:
+                figures = MethodFigures(
+                    service,
+                    method,
+                    type,
+                    self.started.labels(service, method, type),
+                    self.handling.labels(service, method, type),
+                    self,
+                )
+                self._methods[full_method] = figures
+        return figures
+
+    def for_backend(self, backend: str) -> DbFigures:
+        return DbFigures(self, backend)
+
+    def scrape(self) -> str:
+        """The text a scrape of ``/metrics`` returns."""
+        return prometheus_client.generate_latest(self.registry).decode()
+
+
+class DbFigures:
+    """What the database layer records, with its backend's labels bound once."""
+
+    def __init__(self, metrics: Metrics, backend: str) -> None:
+        self.backend = backend
+        self._transactions = {
+            kind: metrics.transaction_seconds.labels(backend, kind)
+            for kind in ("write", "read", "append")
+        }
+        self._retries = metrics.retries.labels(backend)
+        self._batch = metrics.sqlite_batch_size
+        self._sync = metrics.sqlite_sync_seconds
+        self._appended = metrics.records_appended
+        self._purged = metrics.sessions_purged
+        self._pool = metrics.pg_pool_connections
+
+    def transaction(self, kind: str, seconds: float) -> None:
+        self._transactions[kind].observe(seconds)
+
+    def retried(self) -> None:
+        self._retries.inc()
+
+    def sqlite_batch(self, size: int) -> None:
+        self._batch.observe(size)
+
+    def sqlite_sync(self, seconds: float) -> None:
+        self._sync.observe(seconds)
+
+    def committed(self, records_appended: int, sessions_purged: int) -> None:
+        if records_appended:
+            self._appended.inc(records_appended)
+        if sessions_purged:
+            self._purged.inc(sessions_purged)
+
+    def watch_pool(self, idle: Callable[[], int], in_use: Callable[[], int]) -> None:
+        """Pool gauges read at scrape time (nothing is recorded per call)."""
+        self._pool.labels("idle").set_function(idle)
+        self._pool.labels("in_use").set_function(in_use)
+
+
+class MetricsEndpoint:
+    """``/metrics`` over HTTP on its own thread (prometheus-client's server)."""
+
+    def __init__(self, metrics: Metrics, listen: str) -> None:
+        host, _, port = listen.rpartition(":")
+        self._server: WSGIServer
+        self._server, self._thread = prometheus_client.start_http_server(
+            int(port), addr=host.strip("[]"), registry=metrics.registry
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_port)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

@@ -1,0 +1,257 @@
+"""Structured logs: JSON line by line, one access line per call, the request id
+everywhere a call leaves a trace, and never a payload or a token."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import signal
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from runstore.server import logs
+from runstore.server.app import build_server, create_stores, open_database
+from runstore.server.config import ServerConfig
+from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import session_admin_pb2 as sa
+from tests.processes import server_process
+from tests.support import Store, failure_of, run_start, ts, unique
+
+PAYLOAD_MARKER = "PAYLOAD-MARKER-4f1c"
+TOKEN = "TOKEN-SECRET-9b2e"
+LOAD_RUN = "/runstore.v1.RuntimeStore/LoadRun"
+APPEND = "/runstore.v1.RuntimeStore/AppendRunRecord"
+
+
+def trailing(err: grpc.aio.AioRpcError) -> dict[str, Any]:
+    return dict(err.trailing_metadata() or ())
+
+
+def error_info(err: grpc.aio.AioRpcError) -> dict[str, str]:
+    """The metadata of the failed call's one ErrorInfo, ``request_id`` included."""
+    status = rpc_status.from_call(err)
+    assert status is not None
+    (detail,) = status.details
+    info = error_details_pb2.ErrorInfo()
+    assert detail.Unpack(info)
+    return dict(info.metadata)
+
+
+async def test_json_logs_parse_line_by_line_and_name_each_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # grpc's C core says something on stderr at this verbosity: it must come out as JSON too.
+    monkeypatch.setenv("GRPC_VERBOSITY", "debug")
+    database = f"sqlite:///{tmp_path / 'runstore.db'}"
+    secret = (("authorization", f"Bearer {TOKEN}"),)
+    async with server_process("--database-url", database, "--log-format", "json") as server:
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            store = Store(channel, target=server.target)
+            run = await store.root()
+            payload = json.dumps({"text": PAYLOAD_MARKER}).encode()
+            await store.runtime.AppendRunRecord(
+                rs.AppendRunRecordRequest(record=run.record("k1", payload=payload)),
+                metadata=secret,
+            )
+            # A failing call with the caller's request id (and a token and a payload).
+            stranger = run_start(run_id=unique("missing"))
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                await store.runtime.AppendRunRecord(
+                    rs.AppendRunRecordRequest(record=stranger.record("k1", payload=payload)),
+                    metadata=(("x-request-id", "caller-chose-this-1"), *secret),
+                )
+            # A failing call without one: the server makes one up.
+            with pytest.raises(grpc.aio.AioRpcError) as generated:
+                await store.runtime.LoadRun(rs.LoadRunRequest(run_id=unique("missing")))
+        server.process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(server.process.wait(), timeout=30) == 0
+        await asyncio.sleep(0)
+    text = server.log.decode()
+
+    lines = [json.loads(line) for line in text.splitlines()]  # every line is JSON
+    assert lines
+    for line in lines:
+        assert {"timestamp", "level", "logger", "message"} <= line.keys(), line
+        assert line["timestamp"].endswith("Z")
+    loggers = {line["logger"] for line in lines}
+    assert "grpc.core" in loggers, loggers  # the C core's own lines, wrapped
+    assert "alembic.runtime.migration" in loggers  # the new file's schema
+    assert "runstore.server.app" in loggers
+
+    # The failing call: the request id in its ErrorInfo, its trailers and its log lines.
+    assert failure_of(failed.value).reason == "RUN_NOT_FOUND"
+    assert error_info(failed.value)["request_id"] == "caller-chose-this-1"
+    assert trailing(failed.value)["x-request-id"] == "caller-chose-this-1"
+    own = [line for line in lines if line.get("request_id") == "caller-chose-this-1"]
+    access = [line for line in own if line["logger"] == logs.ACCESS_LOGGER]
+    assert len(access) == 1, own
+    entry = access[0]
+    assert entry["method"] == APPEND
+    assert entry["code"] == "NotFound"
+    assert entry["reason"] == "RUN_NOT_FOUND"
+    assert entry["duration_ms"] > 0
+    assert entry["peer"].startswith("ipv4:127.0.0.1:")
+    assert entry["principal"] is None  # authentication is off
+    assert entry["level"] == "INFO"
+    assert entry["message"] == f"{APPEND} NotFound"
+
+    made_up = trailing(generated.value)["x-request-id"]
+    assert len(made_up) >= 16
+    assert error_info(generated.value)["request_id"] == made_up
+    (load,) = [line for line in lines if line.get("request_id") == made_up]
+    assert (load["method"], load["code"], load["reason"]) == (LOAD_RUN, "NotFound", "RUN_NOT_FOUND")
+
+    # One access line per call: CreateSession, StartRootRun, AppendRunRecord ×2, LoadRun.
+    calls = [line for line in lines if line["logger"] == logs.ACCESS_LOGGER]
+    assert [line["method"].rsplit("/", 1)[1] for line in calls] == [
+        "CreateSession",
+        "StartRootRun",
+        "AppendRunRecord",
+        "AppendRunRecord",
+        "LoadRun",
+    ]
+    assert len({line["request_id"] for line in calls}) == 5
+    # Nothing of what callers sent besides ids: no payload, no token.
+    assert PAYLOAD_MARKER not in text
+    assert TOKEN not in text
+
+
+async def test_text_logs_take_the_access_log_when_asked(tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'runstore.db'}"
+    async with server_process("--database-url", database, "--access-log") as server:
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await Store(channel).runtime.LoadRun(
+                    rs.LoadRunRequest(run_id="nope"), metadata=(("x-request-id", "text-id-7"),)
+                )
+        server.process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(server.process.wait(), timeout=30) == 0
+    (line,) = [line for line in server.log.decode().splitlines() if "text-id-7" in line]
+    assert " INFO runstore.access: /runstore.v1.RuntimeStore/LoadRun NotFound reason=" in line
+    assert "reason=RUN_NOT_FOUND" in line
+    assert "principal=- " in line
+    assert line.endswith("request_id=text-id-7")
+
+
+async def test_json_logs_without_an_access_log_when_turned_off(tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'runstore.db'}"
+    args = ("--database-url", database, "--log-format", "json", "--no-access-log")
+    async with server_process(*args) as server:
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            await Store(channel).session()
+        server.process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(server.process.wait(), timeout=30) == 0
+    lines = [json.loads(line) for line in server.log.decode().splitlines()]
+    assert not [line for line in lines if line["logger"] == logs.ACCESS_LOGGER]
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[dict[str, Any]] = []
+        self.setFormatter(logs.JsonFormatter())
+        self.addFilter(logs.RequestIdFilter())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(json.loads(self.format(record)))
+
+
+@contextmanager
+def captured() -> Iterator[_Records]:
+    handler = _Records()
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+async def test_server_side_errors_are_logged_under_the_request_id(tmp_path: Path) -> None:
+    """A database failure is logged by the server (the caller only learns
+    UNAVAILABLE): that line carries the call's request id like its access line."""
+    config = ServerConfig(
+        listen="127.0.0.1:0",
+        database_url=f"sqlite:///{tmp_path / 'runstore.db'}",
+        log_format="json",
+    )
+    async with AsyncExitStack() as stack:
+        db = await stack.enter_async_context(open_database(config))
+        running = await build_server(config, create_stores(config, db))
+        stack.push_async_callback(running.server.stop, None)
+        channel = await stack.enter_async_context(
+            grpc.aio.insecure_channel(f"127.0.0.1:{running.port}")
+        )
+        await db.close()  # the database goes away under the server
+        with captured() as records, pytest.raises(grpc.aio.AioRpcError) as failed:
+            await Store(channel).runtime.LoadRun(
+                rs.LoadRunRequest(run_id="r"), metadata=(("x-request-id", "db-trouble-3"),)
+            )
+    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert error_info(failed.value)["request_id"] == "db-trouble-3"
+    caused = [line for line in records.lines if line.get("request_id") == "db-trouble-3"]
+    assert {line["logger"] for line in caused} == {"runstore.server.status", logs.ACCESS_LOGGER}
+    (warning,) = [line for line in caused if line["level"] == "WARNING"]
+    assert "UnavailableError" in warning["message"]
+    # Every line runstore logged while the call ran is the call's.
+    ours = [line for line in records.lines if line["logger"].startswith("runstore")]
+    assert all(line.get("request_id") == "db-trouble-3" for line in ours), ours
+
+
+async def test_the_access_log_names_the_principal_and_never_the_token(tmp_path: Path) -> None:
+    token = f"{TOKEN}-worker"
+    auth_file = tmp_path / "auth.toml"
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    auth_file.write_text(
+        f'[[principal]]\nname = "worker-eu-1"\nrole = "worker"\ntoken_sha256 = "{digest}"\n'
+    )
+    auth_file.chmod(0o600)
+    database = f"sqlite:///{tmp_path / 'runstore.db'}"
+    args = ("--database-url", database, "--log-format", "json", "--auth-file", str(auth_file))
+    bearer = (("authorization", f"Bearer {token}"),)
+    async with server_process(*args) as server:
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            store = Store(channel)
+            with pytest.raises(grpc.aio.AioRpcError):  # a worker may not create sessions
+                await store.admin.CreateSession(
+                    sa.CreateSessionRequest(session_id="s", created_at=ts(1)),
+                    metadata=(*bearer, ("x-request-id", "denied-1")),
+                )
+            with pytest.raises(grpc.aio.AioRpcError):  # no credential at all
+                await store.runtime.LoadRun(
+                    rs.LoadRunRequest(run_id="r"), metadata=(("x-request-id", "anonymous-1"),)
+                )
+            with pytest.raises(grpc.aio.AioRpcError):  # allowed, but no such run
+                await store.runtime.LoadRun(
+                    rs.LoadRunRequest(run_id="r"), metadata=(*bearer, ("x-request-id", "ok-1"))
+                )
+        server.process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(server.process.wait(), timeout=30) == 0
+    text = server.log.decode()
+    lines = [json.loads(line) for line in text.splitlines()]
+    access = {line["request_id"]: line for line in lines if line["logger"] == logs.ACCESS_LOGGER}
+    assert (access["denied-1"]["code"], access["denied-1"]["reason"]) == (
+        "PermissionDenied",
+        "PERMISSION_DENIED",
+    )
+    assert access["denied-1"]["principal"] == "worker-eu-1"
+    assert (access["anonymous-1"]["code"], access["anonymous-1"]["reason"]) == (
+        "Unauthenticated",
+        "UNAUTHENTICATED",
+    )
+    assert access["anonymous-1"]["principal"] is None
+    assert access["ok-1"]["principal"] == "worker-eu-1"
+    assert access["ok-1"]["reason"] == "RUN_NOT_FOUND"
+    assert token not in text

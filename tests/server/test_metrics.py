@@ -1,0 +1,202 @@
+"""``/metrics`` after a known mix of calls: exact counts, codes, reasons, on both backends."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
+
+from runstore.server.app import Telemetry, build_server, create_stores, open_database
+from runstore.server.config import ServerConfig
+from runstore.server.metrics import Metrics, MetricsEndpoint
+from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import session_admin_pb2 as sa
+from tests import postgres
+from tests.support import Store, outcome, run_start, ts, unique
+
+RUNTIME = "runstore.v1.RuntimeStore"
+ADMIN = "runstore.v1.SessionAdmin"
+
+
+@dataclass
+class Scrape:
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+    def value(self, name: str, **labels: str) -> float:
+        return self.samples.get((name, frozenset(labels.items())), 0.0)
+
+    def total(self, name: str, **labels: str) -> float:
+        """The sum over every series of ``name`` that has ``labels``."""
+        wanted = set(labels.items())
+        return sum(v for (n, ls), v in self.samples.items() if n == name and wanted <= ls)
+
+    def names(self, name: str) -> list[frozenset[tuple[str, str]]]:
+        return [ls for (n, ls) in self.samples if n == name]
+
+
+def scrape(port: int) -> Scrape:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = response.read().decode()
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return Scrape(samples)
+
+
+@asynccontextmanager
+async def measured_server(database_url: str) -> AsyncIterator[tuple[Store, int]]:
+    """A server with metrics on, its own registry and ``/metrics`` on an ephemeral port."""
+    config = ServerConfig(
+        listen="127.0.0.1:0",
+        database_url=database_url,
+        migrate=True,
+        metrics_listen="127.0.0.1:0",
+    )
+    telemetry = Telemetry(metrics=Metrics("9.9.9-test"))
+    assert telemetry.metrics is not None
+    endpoint = MetricsEndpoint(telemetry.metrics, "127.0.0.1:0")
+    async with AsyncExitStack() as stack:
+        stack.callback(endpoint.close)
+        db = await stack.enter_async_context(open_database(config, telemetry))
+        running = await build_server(config, create_stores(config, db), telemetry=telemetry)
+        stack.push_async_callback(running.server.stop, None)
+        target = f"127.0.0.1:{running.port}"
+        channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
+        yield Store(channel, target=target), endpoint.port
+
+
+async def test_a_known_mix_of_calls_is_counted_exactly(database_url: str) -> None:
+    backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
+    async with measured_server(database_url) as (store, port):
+        session_id = await store.session()  # CreateSession OK (1 write)
+        run = run_start(session_id=session_id)
+        await store.runtime.StartRootRun(run.root_request())  # OK, appends "started"
+        appends = [rs.AppendRunRecordRequest(record=run.record(f"k{i}")) for i in range(3)]
+        for request in appends:
+            await store.runtime.AppendRunRecord(request)  # OK, 3 records
+        assert await outcome(store.runtime.AppendRunRecord(appends[0])) == "ok"  # exact retry
+        for _ in range(2):
+            missing = rs.LoadRunRequest(run_id=unique("missing"))
+            assert await outcome(store.runtime.LoadRun(missing)) == "RUN_NOT_FOUND"
+        bad = sa.CreateSessionRequest(session_id="", created_at=ts(1))
+        assert await outcome(store.admin.CreateSession(bad)) == "CONTRACT_VALIDATION"
+        purged = await store.session()  # CreateSession OK
+        await store.end(purged)  # EndSession OK
+        await store.admin.PurgeSession(sa.PurgeSessionRequest(session_id=purged))
+
+        # A server stream the caller leaves after its first message: Canceled.
+        health = health_pb2_grpc.HealthStub(store.channel)
+        watch = health.Watch(health_pb2.HealthCheckRequest(service=""))
+        first = await watch.read()
+        assert first.status == health_pb2.HealthCheckResponse.SERVING
+        watch.cancel()
+        figures = await asyncio.to_thread(scrape, port)
+        for _ in range(200):  # the server notices the cancellation on its own
+            if figures.total("grpc_server_handled_total", grpc_method="Watch"):
+                break
+            await asyncio.sleep(0.01)
+            figures = await asyncio.to_thread(scrape, port)
+
+    def handled(service: str, method: str, code: str) -> float:
+        return figures.value(
+            "grpc_server_handled_total",
+            grpc_service=service,
+            grpc_method=method,
+            grpc_type="unary",
+            grpc_code=code,
+        )
+
+    def started(service: str, method: str) -> float:
+        return figures.value(
+            "grpc_server_started_total", grpc_service=service, grpc_method=method, grpc_type="unary"
+        )
+
+    assert started(ADMIN, "CreateSession") == 3
+    assert handled(ADMIN, "CreateSession", "OK") == 2
+    assert handled(ADMIN, "CreateSession", "InvalidArgument") == 1
+    assert started(RUNTIME, "StartRootRun") == 1
+    assert handled(RUNTIME, "StartRootRun", "OK") == 1
+    assert handled(RUNTIME, "AppendRunRecord", "OK") == 4
+    assert started(RUNTIME, "LoadRun") == 2
+    assert handled(RUNTIME, "LoadRun", "NotFound") == 2
+    assert handled(ADMIN, "EndSession", "OK") == 1
+    assert handled(ADMIN, "PurgeSession", "OK") == 1
+    # Every handled code of these methods is accounted for above.
+    assert figures.total("grpc_server_handled_total", grpc_service=RUNTIME) == 7
+    assert figures.total("grpc_server_handled_total", grpc_service=ADMIN) == 5
+    assert (
+        figures.value(
+            "grpc_server_handled_total",
+            grpc_service="grpc.health.v1.Health",
+            grpc_method="Watch",
+            grpc_type="server_stream",
+            grpc_code="Canceled",
+        )
+        == 1
+    )
+
+    labels = {"grpc_service": RUNTIME, "grpc_method": "AppendRunRecord", "grpc_type": "unary"}
+    assert figures.value("grpc_server_handling_seconds_count", **labels) == 4
+    assert figures.value("grpc_server_handling_seconds_bucket", **labels, le="+Inf") == 4
+    assert figures.value("grpc_server_handling_seconds_sum", **labels) > 0
+
+    assert figures.value("runstore_errors_total", reason="RUN_NOT_FOUND") == 2
+    assert figures.value("runstore_errors_total", reason="CONTRACT_VALIDATION") == 1
+    # The cancelled stream carries no ErrorInfo.
+    assert figures.value("runstore_errors_total", reason="NONE") == 1
+    assert figures.total("runstore_errors_total") == 4
+    assert figures.value("runstore_calls_in_flight") == 0
+
+    # 1 started record + 3 appends; the exact retry appended nothing.
+    assert figures.value("runstore_records_appended_total") == 4
+    assert figures.value("runstore_sessions_purged_total") == 1
+    assert figures.value("runstore_build_info", version="9.9.9-test") == 1
+
+    writes = figures.value("runstore_db_transaction_seconds_count", backend=backend, kind="write")
+    appends_fast = figures.value(
+        "runstore_db_transaction_seconds_count", backend=backend, kind="append"
+    )
+    reads = figures.value("runstore_db_transaction_seconds_count", backend=backend, kind="read")
+    # CreateSession ×2 (the bad one is refused before the database), StartRootRun,
+    # EndSession, PurgeSession: writes; the appends take the one-statement path
+    # (the retry falls back to a write); LoadRun ×2: reads.
+    assert appends_fast == 4
+    assert writes == 6
+    assert reads == 2
+    assert figures.total("runstore_db_retries_total") == 0
+    if backend == "sqlite":
+        batches = figures.value("runstore_sqlite_batch_size_count")
+        assert 1 <= batches <= writes + appends_fast
+        assert figures.value("runstore_sqlite_batch_size_sum") == writes + appends_fast
+        assert figures.value("runstore_sqlite_sync_seconds_count") >= 1
+    else:
+        idle = figures.value("runstore_pg_pool_connections", state="idle")
+        in_use = figures.value("runstore_pg_pool_connections", state="in_use")
+        assert idle >= 1
+        assert in_use == 0
+
+
+@pytest.mark.postgres
+async def test_lost_races_on_postgres_are_counted_as_retries() -> None:
+    """PostgreSQL only: SQLite has one writer and never retries."""
+    async with postgres.fresh_database() as url, measured_server(url) as (store, port):
+        # Many replicas' worth of racers on one new session: the losers' unique
+        # violations are retried (and then see the winner's row).
+        for _ in range(5):
+            session_id = unique("race")
+            request = sa.CreateSessionRequest(session_id=session_id, created_at=ts(1000))
+            results = await asyncio.gather(
+                *(outcome(store.admin.CreateSession(request)) for _ in range(16))
+            )
+            assert set(results) == {"ok"}
+        figures = await asyncio.to_thread(scrape, port)
+    assert figures.value("runstore_db_retries_total", backend="postgres") >= 1
