@@ -12,12 +12,14 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-from runstore.server import admin, app, config
+from runstore.server import admin, app, config, logs, tracing
 from runstore.server.auth import SecurityError
 from runstore.server.auth.principals import AuthFileError, add_token
 from runstore.server.auth.roles import ROLES
 from runstore.server.auth.secrets import DatabaseURLError, resolve_database_url
 from runstore.server.db import backup, migrate
+
+log = logging.getLogger("runstore")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,7 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve gRPC")
     config.add_arguments(serve)
     upgrade = commands.add_parser("migrate", help="upgrade the database schema to head")
-    config.add_arguments(upgrade, names=("database_url", "database_url_file", "log_level"))
+    config.add_arguments(
+        upgrade, names=("database_url", "database_url_file", "log_level", "log_format")
+    )
     _add_auth_commands(commands)
     copy = commands.add_parser(
         "backup", help="an online, verified copy of a SQLite database (the server may serve)"
@@ -79,10 +83,6 @@ def _backup_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_applied(revision: str, description: str) -> None:
-    print(f"applied {revision}: {description}", flush=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "auth":
@@ -99,23 +99,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     except config.ConfigError as exc:
         print(f"runstore: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    with logs.configured(settings.log_format, settings.log_level):
+        return _run(args, settings)
+
+
+def _run(args: argparse.Namespace, settings: config.ServerConfig) -> int:
+    json_lines = settings.log_format.upper() == "JSON"
+
+    def say(text: str) -> None:
+        """A result line: on stdout, or a log line when every line must be JSON."""
+        if json_lines:
+            log.info("%s", text)
+        else:
+            print(text, flush=True)
+
+    def applied(revision: str, description: str) -> None:
+        say(f"applied {revision}: {description}")
+
     try:
         settings = resolve_database_url(settings, args.database_url)
         if args.command == "serve":
             asyncio.run(app.serve(settings))
         else:
-            before = asyncio.run(migrate.upgrade(settings.database_url, _print_applied))
+            before = asyncio.run(
+                migrate.upgrade(
+                    settings.database_url, lambda rev, doc: say(f"applied {rev}: {doc}")
+                )
+            )
             head = migrate.head_revision()
             if before.at_head:
-                print(f"schema already at {head}")
+                say(f"schema already at {head}")
             else:
-                print(f"schema upgraded from {before.current or 'empty'} to {head}")
-    except (migrate.SchemaError, SecurityError, DatabaseURLError) as exc:
-        print(f"runstore: {exc}", file=sys.stderr)
+                say(f"schema upgraded from {before.current or 'empty'} to {head}")
+    except (
+        migrate.SchemaError,
+        SecurityError,
+        DatabaseURLError,
+        tracing.TracingUnavailable,
+    ) as exc:
+        if json_lines:
+            log.error("%s", exc)
+        else:
+            print(f"runstore: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
