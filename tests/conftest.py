@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import socket
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AsyncExitStack, closing
+from contextlib import closing
 
-import grpc
 import pytest
 
-from runstore.server.app import build_server, create_stores, open_database
-from runstore.server.config import ServerConfig
 from tests import postgres
-from tests.support import Store
+from tests.support import Store, serving
 
 BACKENDS = [
     pytest.param("sqlite", id="sqlite"),
@@ -40,14 +37,8 @@ async def database_url(
 @pytest.fixture(scope="session")
 async def store(database_url: str) -> AsyncIterator[Store]:
     """A real server on an ephemeral port over ``database_url``."""
-    config = ServerConfig(listen="127.0.0.1:0", database_url=database_url, migrate=True)
-    async with AsyncExitStack() as stack:
-        db = await stack.enter_async_context(open_database(config))
-        running = await build_server(config, create_stores(config, db))
-        stack.push_async_callback(running.server.stop, None)
-        target = f"127.0.0.1:{running.port}"
-        channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
-        yield Store(channel, target=target)
+    async with serving(database_url) as store:
+        yield store
 
 
 # --- PostgreSQL is mandatory where CI says so ------------------------------------

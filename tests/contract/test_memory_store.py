@@ -652,3 +652,64 @@ async def test_concurrent_appends_get_disjoint_dense_positions(store: Store) -> 
         start = result.first_position
         assert stored[start : start + 3] == messages_of(batch)
     assert (await load(store, agent, run)).meta["event_count"] == str(3 * N)
+
+
+# --- DeleteRun ----------------------------------------------------------------------
+
+
+async def delete(store: Store, agent: str, run: str) -> bool:
+    response = await store.memory.DeleteRun(ms.MemoryDeleteRunRequest(agent_id=agent, run_id=run))
+    return bool(response.deleted)
+
+
+async def test_delete_run_removes_the_history_and_its_idempotency_keys(store: Store) -> None:
+    agent, run = history_ids()
+    await append(store, agent, run, numbered(3), idempotency_key="key-1")
+    other_agent = unique("agent")
+    await append(store, other_agent, run, numbered(2, "kept"))
+
+    assert await delete(store, agent, run)
+    assert await load_all(store, agent, run) == []
+    assert not await delete(store, agent, run)  # a retried delete finds nothing
+    # The key is gone with the run: the same key appends anew from position 0.
+    again = await append(store, agent, run, numbered(1, "new"), idempotency_key="key-1")
+    assert (again.first_position, again.count, again.inserted) == (0, 1, True)
+    # Another agent's run of the same ID is another history, untouched.
+    assert messages_of(await load_all(store, other_agent, run)) == messages_of(numbered(2, "kept"))
+
+
+async def test_delete_run_of_an_unknown_run_is_not_an_error(store: Store) -> None:
+    assert not await delete(store, *history_ids())
+
+
+async def test_delete_run_needs_both_ids(store: Store) -> None:
+    agent, run = history_ids()
+    for request in (
+        ms.MemoryDeleteRunRequest(run_id=run),
+        ms.MemoryDeleteRunRequest(agent_id=agent),
+    ):
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await store.memory.DeleteRun(request)
+        assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_delete_racing_appends_leaves_a_whole_history_or_none(store: Store) -> None:
+    """Appends and a delete at once: every append is all in or all out, and
+    what remains is a gap-free history."""
+    agent, run = history_ids()
+    await append(store, agent, run, numbered(2, "before"))
+    batches = [numbered(3, f"b{index}") for index in range(6)]
+    results = await asyncio.gather(
+        *(append(store, agent, run, batch) for batch in batches),
+        delete(store, agent, run),
+    )
+    assert results[-1] is True
+    events = await load_all(store, agent, run)
+    assert len(events) % 3 == 0  # never part of a batch, never the 2 deleted ones
+    data = messages_of(events)
+    kept = [batch for batch in batches if messages_of(batch)[0] in data]
+    assert data == [
+        d
+        for batch in sorted(kept, key=lambda b: data.index(messages_of(b)[0]))
+        for d in messages_of(batch)
+    ]

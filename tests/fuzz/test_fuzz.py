@@ -418,6 +418,13 @@ BUILDERS: dict[str, Builder] = {
             idempotency_key=unique("idem"),
         )
     ),
+    "/runstore.v1.MemoryStore/DeleteRun": _static(
+        lambda w: ms.MemoryDeleteRunRequest(agent_id=w.agent, run_id=unique("mrun"))
+    ),
+    # A cut-off long before any session of the fuzz world ended.
+    "/runstore.v1.SessionAdmin/PurgeEndedSessions": _static(
+        lambda w: sa.PurgeEndedSessionsRequest(ended_before=ts(-9_000_000_000_000), limit=1)
+    ),
     "/runstore.v1.ContextStore/GetContext": _static(
         lambda w: ctx.GetContextRequest(key=w.context_key, version=1)
     ),

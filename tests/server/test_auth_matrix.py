@@ -259,6 +259,11 @@ async def _purge_session(store: Store) -> Any:
     return sa.PurgeSessionRequest(session_id=await _ended_session(store))
 
 
+async def _purge_ended_sessions(store: Store) -> Any:
+    await _ended_session(store)
+    return sa.PurgeEndedSessionsRequest(ended_before=ts(now_ms() + 60_000), limit=1)
+
+
 async def _runs_by_session(store: Store) -> Any:
     return sa.ListRunsBySessionRequest(session_id=(await store.root()).start.session_id)
 
@@ -282,6 +287,11 @@ async def _memory_append(store: Store) -> Any:
     return ms.AppendEventsRequest(
         agent_id=agent, run_id=run, events=[_memory_event()], idempotency_key=unique("idem")
     )
+
+
+async def _memory_delete(store: Store) -> Any:
+    agent, run = await _memory_run(store)
+    return ms.MemoryDeleteRunRequest(agent_id=agent, run_id=run)
 
 
 async def _get_context(store: Store) -> Any:
@@ -336,8 +346,10 @@ BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.SessionAdmin/ListRunsBySession": ("admin", _runs_by_session),
     "/runstore.v1.SessionAdmin/ListSessions": ("admin", _list_sessions),
     "/runstore.v1.SessionAdmin/ListRuns": ("admin", _list_runs),
+    "/runstore.v1.SessionAdmin/PurgeEndedSessions": ("admin", _purge_ended_sessions),
     "/runstore.v1.MemoryStore/LoadRun": ("memory", _memory_load),
     "/runstore.v1.MemoryStore/AppendEvents": ("memory", _memory_append),
+    "/runstore.v1.MemoryStore/DeleteRun": ("memory", _memory_delete),
     "/runstore.v1.ContextStore/GetContext": ("context", _get_context),
     "/runstore.v1.ContextStore/SaveContext": ("context", _save_context),
     "/runstore.v1.ContextStore/DeleteContext": ("context", _delete_context),

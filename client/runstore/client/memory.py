@@ -232,3 +232,8 @@ class RemoteMemoryStore(_Client):
         )
         response = await self._call(self.stub.AppendEvents, request)
         return AppendOutcome(response.first_position, response.count, response.inserted)
+
+    async def delete_run(self, agent_id: str, run_id: str) -> bool:
+        """Deletes the run's memory; False when there was none (safe to retry)."""
+        request = ms.MemoryDeleteRunRequest(agent_id=agent_id, run_id=run_id)
+        return bool((await self._call(self.stub.DeleteRun, request)).deleted)

@@ -146,3 +146,11 @@ class RunSuspension(contract.RunSuspension[RunRecord]):
 
 class RunTerminal(contract.RunTerminal[RunRecord]):
     """RecordRunTerminal (and its repair): the status and ``run_completed``."""
+
+
+@dataclass(frozen=True, slots=True)
+class PurgeResult:
+    """One retention batch: the IDs this call purged and whether more matched."""
+
+    purged_ids: tuple[str, ...]
+    more: bool

@@ -35,6 +35,7 @@ from runstore.client.model import (
     OneShotRunStart,
     OneShotRunStartResult,
     Page,
+    PurgeResult,
     RootRunStart,
     RootRunStartResult,
     RunCancellation,
@@ -479,6 +480,15 @@ class RemoteSessionAdmin(_Client):
 
     async def purge_session(self, session_id: str) -> None:
         await self._call(self.stub.PurgeSession, sa.PurgeSessionRequest(session_id=session_id))
+
+    async def purge_ended_sessions(self, ended_before: datetime, limit: int = 0) -> PurgeResult:
+        """Purges up to ``limit`` (0: 100) ended sessions without running runs that
+        ended before ``ended_before``; call again while ``more``. A retried call
+        that had purged some reports only what its last attempt purged."""
+        request = sa.PurgeEndedSessionsRequest(limit=limit)
+        request.ended_before.CopyFrom(convert.timestamp(ended_before))
+        response = await self._call(self.stub.PurgeEndedSessions, request)
+        return PurgeResult(tuple(response.purged_session_ids), response.more)
 
     async def list_runs_by_session(
         self, session_id: str, statuses: Collection[RunStatus] = ()

@@ -24,6 +24,7 @@ from runstore.client.model import (
     OneShotRunStart,
     OneShotRunStartResult,
     Page,
+    PurgeResult,
     RootRunStart,
     RootRunStartResult,
     RunCancellation,
@@ -164,6 +165,9 @@ class SyncRemoteSessionAdmin(_Facade):
 
     def purge_session(self, session_id: str) -> None:
         self._thread.run(self._remote.purge_session(session_id))
+
+    def purge_ended_sessions(self, ended_before: datetime, limit: int = 0) -> PurgeResult:
+        return self._thread.run(self._remote.purge_ended_sessions(ended_before, limit))
 
     def list_runs_by_session(
         self, session_id: str, statuses: Collection[RunStatus] = ()

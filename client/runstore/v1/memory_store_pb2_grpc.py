@@ -44,6 +44,11 @@ class MemoryStoreStub:
                 request_serializer=runstore_dot_v1_dot_memory__store__pb2.AppendEventsRequest.SerializeToString,
                 response_deserializer=runstore_dot_v1_dot_memory__store__pb2.AppendEventsResponse.FromString,
                 _registered_method=True)
+        self.DeleteRun = channel.unary_unary(
+                '/runstore.v1.MemoryStore/DeleteRun',
+                request_serializer=runstore_dot_v1_dot_memory__store__pb2.MemoryDeleteRunRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_memory__store__pb2.MemoryDeleteRunResponse.FromString,
+                _registered_method=True)
 
 
 class MemoryStoreServicer:
@@ -66,6 +71,14 @@ class MemoryStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteRun(self, request, context):
+        """Deletes a run's memory: its events and remembered idempotency keys, in one
+        transaction. Deleting an unknown (or deleted) run is not an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MemoryStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -78,6 +91,11 @@ def add_MemoryStoreServicer_to_server(servicer, server):
                     servicer.AppendEvents,
                     request_deserializer=runstore_dot_v1_dot_memory__store__pb2.AppendEventsRequest.FromString,
                     response_serializer=runstore_dot_v1_dot_memory__store__pb2.AppendEventsResponse.SerializeToString,
+            ),
+            'DeleteRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRun,
+                    request_deserializer=runstore_dot_v1_dot_memory__store__pb2.MemoryDeleteRunRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_memory__store__pb2.MemoryDeleteRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -134,6 +152,33 @@ class MemoryStore:
             '/runstore.v1.MemoryStore/AppendEvents',
             runstore_dot_v1_dot_memory__store__pb2.AppendEventsRequest.SerializeToString,
             runstore_dot_v1_dot_memory__store__pb2.AppendEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.MemoryStore/DeleteRun',
+            runstore_dot_v1_dot_memory__store__pb2.MemoryDeleteRunRequest.SerializeToString,
+            runstore_dot_v1_dot_memory__store__pb2.MemoryDeleteRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,10 @@ class MemoryStoreStub:
     retried call appends nothing and returns the original result; the same key
     with different events is ALREADY_EXISTS.
     """
+    DeleteRun: _grpc.UnaryUnaryMultiCallable[_memory_store_pb2.MemoryDeleteRunRequest, _memory_store_pb2.MemoryDeleteRunResponse]
+    """Deletes a run's memory: its events and remembered idempotency keys, in one
+    transaction. Deleting an unknown (or deleted) run is not an error.
+    """
 
 @_typing.type_check_only
 class MemoryStoreAsyncStub(MemoryStoreStub):
@@ -56,6 +60,10 @@ class MemoryStoreAsyncStub(MemoryStoreStub):
     """Appends events atomically, in the given order. With an idempotency key, a
     retried call appends nothing and returns the original result; the same key
     with different events is ALREADY_EXISTS.
+    """
+    DeleteRun: _aio.UnaryUnaryMultiCallable[_memory_store_pb2.MemoryDeleteRunRequest, _memory_store_pb2.MemoryDeleteRunResponse]  # type: ignore[assignment]
+    """Deletes a run's memory: its events and remembered idempotency keys, in one
+    transaction. Deleting an unknown (or deleted) run is not an error.
     """
 
 class MemoryStoreServicer(metaclass=_abc_1.ABCMeta):
@@ -78,6 +86,16 @@ class MemoryStoreServicer(metaclass=_abc_1.ABCMeta):
         """Appends events atomically, in the given order. With an idempotency key, a
         retried call appends nothing and returns the original result; the same key
         with different events is ALREADY_EXISTS.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteRun(
+        self,
+        request: _memory_store_pb2.MemoryDeleteRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_memory_store_pb2.MemoryDeleteRunResponse, _abc.Awaitable[_memory_store_pb2.MemoryDeleteRunResponse]]:
+        """Deletes a run's memory: its events and remembered idempotency keys, in one
+        transaction. Deleting an unknown (or deleted) run is not an error.
         """
 
 def add_MemoryStoreServicer_to_server(servicer: MemoryStoreServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -374,3 +374,57 @@ class ListRunsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListRunsResponse: _TypeAlias = ListRunsResponse  # noqa: Y015
+
+@_typing.final
+class PurgeEndedSessionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENDED_BEFORE_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    """Sessions examined at most; 0 means 100; at most 1000."""
+    @_builtins.property
+    def ended_before(self) -> _timestamp_pb2.Timestamp:
+        """Required: sessions whose ended_at is before this time (exclusive)."""
+
+    def __init__(
+        self,
+        *,
+        ended_before: _timestamp_pb2.Timestamp | None = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ended_before", b"ended_before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ended_before", b"ended_before", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeEndedSessionsRequest: _TypeAlias = PurgeEndedSessionsRequest  # noqa: Y015
+
+@_typing.final
+class PurgeEndedSessionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PURGED_SESSION_IDS_FIELD_NUMBER: _builtins.int
+    MORE_FIELD_NUMBER: _builtins.int
+    more: _builtins.bool
+    """More sessions matched than `limit`: call again."""
+    @_builtins.property
+    def purged_session_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The sessions this call purged, oldest ended first. A session another
+        caller purged first is not listed (each purge is reported once).
+        """
+
+    def __init__(
+        self,
+        *,
+        purged_session_ids: _abc.Iterable[_builtins.str] | None = ...,
+        more: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["more", b"more", "purged_session_ids", b"purged_session_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeEndedSessionsResponse: _TypeAlias = PurgeEndedSessionsResponse  # noqa: Y015

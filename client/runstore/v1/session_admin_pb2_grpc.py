@@ -69,6 +69,11 @@ class SessionAdminStub:
                 request_serializer=runstore_dot_v1_dot_session__admin__pb2.ListRunsRequest.SerializeToString,
                 response_deserializer=runstore_dot_v1_dot_session__admin__pb2.ListRunsResponse.FromString,
                 _registered_method=True)
+        self.PurgeEndedSessions = channel.unary_unary(
+                '/runstore.v1.SessionAdmin/PurgeEndedSessions',
+                request_serializer=runstore_dot_v1_dot_session__admin__pb2.PurgeEndedSessionsRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_session__admin__pb2.PurgeEndedSessionsResponse.FromString,
+                _registered_method=True)
 
 
 class SessionAdminServicer:
@@ -124,6 +129,14 @@ class SessionAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PurgeEndedSessions(self, request, context):
+        """Purges, each in its own transaction like PurgeSession, up to `limit` ended
+        sessions ended before `ended_before` with no running run (retention).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -161,6 +174,11 @@ def add_SessionAdminServicer_to_server(servicer, server):
                     servicer.ListRuns,
                     request_deserializer=runstore_dot_v1_dot_session__admin__pb2.ListRunsRequest.FromString,
                     response_serializer=runstore_dot_v1_dot_session__admin__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'PurgeEndedSessions': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeEndedSessions,
+                    request_deserializer=runstore_dot_v1_dot_session__admin__pb2.PurgeEndedSessionsRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_session__admin__pb2.PurgeEndedSessionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -352,6 +370,33 @@ class SessionAdmin:
             '/runstore.v1.SessionAdmin/ListRuns',
             runstore_dot_v1_dot_session__admin__pb2.ListRunsRequest.SerializeToString,
             runstore_dot_v1_dot_session__admin__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeEndedSessions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.SessionAdmin/PurgeEndedSessions',
+            runstore_dot_v1_dot_session__admin__pb2.PurgeEndedSessionsRequest.SerializeToString,
+            runstore_dot_v1_dot_session__admin__pb2.PurgeEndedSessionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

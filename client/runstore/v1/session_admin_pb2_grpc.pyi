@@ -47,6 +47,10 @@ class SessionAdminStub:
     """One page of runs, with or without a session, ordered by started_at then
     run_id (§9.8.2).
     """
+    PurgeEndedSessions: _grpc.UnaryUnaryMultiCallable[_session_admin_pb2.PurgeEndedSessionsRequest, _session_admin_pb2.PurgeEndedSessionsResponse]
+    """Purges, each in its own transaction like PurgeSession, up to `limit` ended
+    sessions ended before `ended_before` with no running run (retention).
+    """
 
 @_typing.type_check_only
 class SessionAdminAsyncStub(SessionAdminStub):
@@ -66,6 +70,10 @@ class SessionAdminAsyncStub(SessionAdminStub):
     ListRuns: _aio.UnaryUnaryMultiCallable[_session_admin_pb2.ListRunsRequest, _session_admin_pb2.ListRunsResponse]  # type: ignore[assignment]
     """One page of runs, with or without a session, ordered by started_at then
     run_id (§9.8.2).
+    """
+    PurgeEndedSessions: _aio.UnaryUnaryMultiCallable[_session_admin_pb2.PurgeEndedSessionsRequest, _session_admin_pb2.PurgeEndedSessionsResponse]  # type: ignore[assignment]
+    """Purges, each in its own transaction like PurgeSession, up to `limit` ended
+    sessions ended before `ended_before` with no running run (retention).
     """
 
 class SessionAdminServicer(metaclass=_abc_1.ABCMeta):
@@ -125,6 +133,16 @@ class SessionAdminServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_session_admin_pb2.ListRunsResponse, _abc.Awaitable[_session_admin_pb2.ListRunsResponse]]:
         """One page of runs, with or without a session, ordered by started_at then
         run_id (§9.8.2).
+        """
+
+    @_abc_1.abstractmethod
+    def PurgeEndedSessions(
+        self,
+        request: _session_admin_pb2.PurgeEndedSessionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_admin_pb2.PurgeEndedSessionsResponse, _abc.Awaitable[_session_admin_pb2.PurgeEndedSessionsResponse]]:
+        """Purges, each in its own transaction like PurgeSession, up to `limit` ended
+        sessions ended before `ended_before` with no running run (retention).
         """
 
 def add_SessionAdminServicer_to_server(servicer: SessionAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

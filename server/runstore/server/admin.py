@@ -1,4 +1,4 @@
-"""The operator's commands: ``runstore sessions|runs|records|health``.
+"""The operator's commands: ``runstore sessions|runs|records|export|health``.
 
 They talk to a running server over gRPC with the typed client, never to its
 database, so they work against any deployment an operator can reach, with the
@@ -42,6 +42,7 @@ from runstore.client import (
 )
 from runstore.contract.errors import RunstoreError
 from runstore.contract.model import ListPage
+from runstore.server.export import record_line
 
 DEFAULT_TARGET: Final = "127.0.0.1:50051"
 RECORDS_PAGE: Final = 1000
@@ -236,6 +237,11 @@ class Output:
     def flush(self) -> None:
         self._out.flush()
 
+    def lines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self._out.write(line + "\n")
+        self._out.flush()
+
     def table(
         self, title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]
     ) -> None:
@@ -401,7 +407,17 @@ async def sessions_end(args: argparse.Namespace, clients: Clients, out: Output) 
     return 0
 
 
+PURGE_BATCH: Final = 100
+"""Sessions purged per ``PurgeEndedSessions`` call by ``sessions purge --ended-before``."""
+
+
 async def sessions_purge(args: argparse.Namespace, clients: Clients, out: Output) -> int:
+    if (args.session_id is None) == (args.ended_before is None):
+        raise UsageError("give a SESSION_ID or --ended-before TIME (not both)")
+    if args.limit is not None and args.session_id is not None:
+        raise UsageError("--limit goes with --ended-before")
+    if args.ended_before is not None:
+        return await _purge_ended_sessions(args, clients, out)
     question = f"Purge session {args.session_id}? Its runs and records are deleted for good."
     if not _confirmed(args, question):
         print("runstore: not confirmed; nothing was changed", file=sys.stderr)
@@ -411,6 +427,36 @@ async def sessions_purge(args: argparse.Namespace, clients: Clients, out: Output
         out.json({"id": args.session_id, "purged": True})
     else:
         out.console.print(f"purged session {args.session_id}")
+    return 0
+
+
+async def _purge_ended_sessions(args: argparse.Namespace, clients: Clients, out: Output) -> int:
+    """Retention on demand: batches of ``PurgeEndedSessions`` until none match or
+    ``--limit`` sessions were purged."""
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    cut_off = _iso(args.ended_before)
+    question = (
+        f"Purge every ended session that ended before {cut_off} and has no running run? "
+        "Their runs and records are deleted for good."
+    )
+    if not _confirmed(args, question):
+        print("runstore: not confirmed; nothing was changed", file=sys.stderr)
+        return 1
+    purged: list[str] = []
+    while args.limit is None or len(purged) < args.limit:
+        batch = PURGE_BATCH if args.limit is None else min(PURGE_BATCH, args.limit - len(purged))
+        result = await clients.admin.purge_ended_sessions(args.ended_before, batch)
+        for session_id in result.purged_ids:
+            if out.as_json:
+                out.json({"id": session_id, "purged": True})
+        purged.extend(result.purged_ids)
+        if not result.more:
+            break
+    if not out.as_json:
+        for session_id in purged:
+            out.console.print(f"purged session {session_id}")
+        out.console.print(f"purged {len(purged)} sessions ended before {cut_off}")
     return 0
 
 
@@ -515,6 +561,23 @@ async def records_tail(args: argparse.Namespace, clients: Clients, out: Output) 
     return 0
 
 
+async def export(args: argparse.Namespace, clients: Clients, out: Output) -> int:
+    """Streams every record, page by page, as JSON Lines (``docs/export.md``)."""
+
+    async def fetch(cursor: str) -> Any:
+        if args.run:
+            return await clients.store.list_run_records(args.run, cursor, RECORDS_PAGE)
+        return await clients.store.list_session_run_records(args.session, cursor, RECORDS_PAGE)
+
+    cursor = ""
+    while True:
+        page = await fetch(cursor)
+        out.lines(record_line(record) for record in page.events)
+        cursor = page.next_cursor
+        if not cursor:
+            return 0
+
+
 async def health(args: argparse.Namespace, clients: Clients, out: Output) -> int:
     stub: Any = health_pb2_grpc.HealthStub(clients.channel)
     try:
@@ -534,7 +597,7 @@ async def health(args: argparse.Namespace, clients: Clients, out: Output) -> int
 
 # --- Parser and dispatch ------------------------------------------------------------
 
-COMMANDS: Final = ("sessions", "runs", "records", "health")
+COMMANDS: Final = ("sessions", "runs", "records", "export", "health")
 
 
 def add_commands(commands: Any) -> None:
@@ -567,8 +630,22 @@ def add_commands(commands: Any) -> None:
     end.add_argument("session_id", metavar="SESSION_ID")
     end.add_argument("--at", type=_timestamp, metavar="TIME", help="ended_at (default: now)")
     end.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
-    purge = leaf(session_actions, "purge", sessions_purge, "delete an ended session (asks first)")
-    purge.add_argument("session_id", metavar="SESSION_ID")
+    purge = leaf(
+        session_actions,
+        "purge",
+        sessions_purge,
+        "delete an ended session, or every one ended before --ended-before (asks first)",
+    )
+    purge.add_argument("session_id", metavar="SESSION_ID", nargs="?")
+    purge.add_argument(
+        "--ended-before",
+        type=_timestamp,
+        metavar="TIME",
+        help="purge every ended session without running runs ended before TIME (exclusive)",
+    )
+    purge.add_argument(
+        "--limit", type=int, metavar="N", help="with --ended-before: at most N sessions"
+    )
     purge.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
     runs = commands.add_parser("runs", help="list runs, show one run with its records")
@@ -611,6 +688,11 @@ def add_commands(commands: Any) -> None:
     tail.add_argument(
         "--follow", "-f", action="store_true", help="then print each new record as it commits"
     )
+
+    archive = leaf(commands, "export", export, "a run's or a session's records as JSON Lines")
+    owner = archive.add_mutually_exclusive_group(required=True)
+    owner.add_argument("--run", metavar="RUN_ID", help="a run's records in run order")
+    owner.add_argument("--session", metavar="SESSION_ID", help="a session's, in commit order")
 
     check = commands.add_parser(
         "health", parents=[connection], help="the server's gRPC health status"

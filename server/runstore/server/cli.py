@@ -1,6 +1,6 @@
-"""``runstore serve``, ``runstore migrate`` and ``runstore auth add-token``: thin shells
-over ``app``, ``migrate`` and ``auth``; the operator's commands (``sessions``, ``runs``,
-``records``, ``health``) are ``admin``."""
+"""``runstore serve``, ``migrate``, ``backup`` and ``auth add-token``: thin shells over
+``app``, ``migrate``, ``db.backup`` and ``auth``; the operator's commands (``sessions``,
+``runs``, ``records``, ``export``, ``health``) are ``admin``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from runstore.server.auth import SecurityError
 from runstore.server.auth.principals import AuthFileError, add_token
 from runstore.server.auth.roles import ROLES
 from runstore.server.auth.secrets import DatabaseURLError, resolve_database_url
-from runstore.server.db import migrate
+from runstore.server.db import backup, migrate
 
 log = logging.getLogger("runstore")
 
@@ -35,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
         upgrade, names=("database_url", "database_url_file", "log_level", "log_format")
     )
     _add_auth_commands(commands)
+    copy = commands.add_parser(
+        "backup", help="an online, verified copy of a SQLite database (the server may serve)"
+    )
+    copy.add_argument("--database-url", required=True, help="sqlite:///path/to/runstore.db")
+    copy.add_argument("--to", required=True, type=Path, metavar="PATH", help="a new file")
     admin.add_commands(commands)
     return parser
 
@@ -65,10 +70,25 @@ def _auth_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _backup_command(args: argparse.Namespace) -> int:
+    try:
+        result = backup.backup_sqlite(args.database_url, args.to)
+    except backup.BackupError as exc:
+        print(f"runstore: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"backed up to {result.path} ({result.bytes} bytes, schema {result.schema_revision}; "
+        f"verified: {result.sessions} sessions, {result.runs} runs, {result.records} records)"
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "auth":
         return _auth_command(args)
+    if args.command == "backup":
+        return _backup_command(args)
     if args.command in admin.COMMANDS:
         try:
             return admin.run(args)

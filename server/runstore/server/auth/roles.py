@@ -65,9 +65,11 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
     _SESSIONS + "ListRunsBySession": _HOST_READER,
     _SESSIONS + "ListSessions": _HOST_READER,
     _SESSIONS + "ListRuns": _HOST_READER,
+    _SESSIONS + "PurgeEndedSessions": _HOST,
     # MemoryStore and ContextStore: conversation state kept by host and workers.
     _MEMORY + "LoadRun": _EVERYONE,
     _MEMORY + "AppendEvents": _HOST_WORKER,
+    _MEMORY + "DeleteRun": _HOST_WORKER,
     _CONTEXT + "GetContext": _EVERYONE,
     _CONTEXT + "SaveContext": _HOST_WORKER,
     _CONTEXT + "DeleteContext": _HOST_WORKER,
@@ -78,7 +80,9 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": _EVERYONE,
 }
 
-AUDITED_METHODS: Final = frozenset({_SESSIONS + "EndSession", _SESSIONS + "PurgeSession"})
+AUDITED_METHODS: Final = frozenset(
+    {_SESSIONS + "EndSession", _SESSIONS + "PurgeSession", _SESSIONS + "PurgeEndedSessions"}
+)
 """Methods logged with the calling principal's name, whatever the outcome."""
 
 

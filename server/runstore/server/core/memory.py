@@ -128,6 +128,17 @@ class MemoryStore:
 
         return await self._db.write(tx_fn)
 
+    async def delete_run(self, agent_id: str, run_id: str) -> bool:
+        """Deletes a run's memory (retention, a user's erasure); an unknown run is
+        ``False``, not an error, so a retried delete succeeds. A later append
+        starts a new history at position 0."""
+        _check_ids(agent_id, run_id)
+
+        async def tx_fn(tx: Transaction) -> bool:
+            return await tx.delete_memory_run(agent_id, run_id)
+
+        return await self._db.write(tx_fn)
+
 
 def _check_ids(agent_id: str, run_id: str, idempotency_key: str = "") -> None:
     if not agent_id:

@@ -120,6 +120,10 @@ class Transaction(Protocol):
 
     async def session_has_running_runs(self, session_id: str) -> bool: ...
 
+    async def purgeable_sessions(self, ended_before: Nanos, limit: int) -> list[str]:
+        """Ended before ``ended_before``, no running run; oldest ended first."""
+        ...
+
     async def list_sessions(
         self, query: SessionFilter[Nanos], after: PageKey | None, limit: int
     ) -> list[Session]:
@@ -155,6 +159,10 @@ class Transaction(Protocol):
 
     async def memory_event_count(self, agent_id: str, run_id: str) -> int:
         """Events stored for (agent, run); 0 for an unknown run."""
+        ...
+
+    async def delete_memory_run(self, agent_id: str, run_id: str) -> bool:
+        """Deletes the run's events and appends under its lock; False if unknown."""
         ...
 
     async def memory_events(

@@ -187,6 +187,48 @@ class RuntimeStore:
 
         await self._db.write(tx_fn)
 
+    async def purge_ended_sessions(
+        self, ended_before: Nanos | None, limit: int
+    ) -> tuple[list[str], bool]:
+        """Retention: purges up to ``limit`` ended, quiescent sessions ended before
+        ``ended_before``, oldest first; returns those this call purged and whether
+        more matched.
+
+        Candidates are read first, then each is purged in its own transaction
+        exactly as ``purge_session`` does, re-checked under the session's lock:
+        a session that gained a running run, or that another replica purged
+        meanwhile, is skipped, so concurrent purgers report each session once
+        and touch nothing else.
+        """
+        batch = validation.check_purge_batch(ended_before, "ended_before", limit)
+        assert ended_before is not None
+
+        async def candidates(tx: Transaction) -> list[str]:
+            return await tx.purgeable_sessions(ended_before, batch + 1)
+
+        found = await self._db.read(candidates)
+
+        def purge_one(session_id: str) -> Callable[[Transaction], Coroutine[Any, Any, bool]]:
+            async def tx_fn(tx: Transaction) -> bool:
+                session = await tx.session(session_id, for_update=True)
+                if not isinstance(session, Session) or session.status is not SessionStatus.ENDED:
+                    return False  # purged by another caller meanwhile (or reopened: never)
+                if session.ended_at is None or session.ended_at >= ended_before:
+                    return False
+                if await tx.session_has_running_runs(session_id):
+                    return False
+                await tx.purge_session(session_id, self._clock())
+                return True
+
+            return tx_fn
+
+        purged = [
+            session_id
+            for session_id in found[:batch]
+            if await self._db.write(purge_one(session_id))
+        ]
+        return purged, len(found) > batch
+
     async def list_runs_by_session(
         self, session_id: str, statuses: Collection[RunStatus] | None = None
     ) -> list[RunState]:

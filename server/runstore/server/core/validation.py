@@ -430,6 +430,19 @@ def check_session_command(session_id: str, at: Nanos | None, at_field: str) -> N
         raise _invalid(f"{at_field} is required", at_field, session_id=session_id)
 
 
+PURGE_BATCH_DEFAULT = 100
+PURGE_BATCH_MAX = 1000
+
+
+def check_purge_batch(before: Nanos | None, before_field: str, limit: int) -> int:
+    """A retention call's cut-off is required; its batch is 1..1000 (0: 100)."""
+    if before is None:
+        raise _invalid(f"{before_field} is required", before_field)
+    if not 0 <= limit <= PURGE_BATCH_MAX:
+        raise _invalid(f"limit must be between 0 and {PURGE_BATCH_MAX}", "limit")
+    return limit or PURGE_BATCH_DEFAULT
+
+
 def check_time_range(nanos: Nanos, field: str) -> Nanos:
     """Every time must be one a google.protobuf.Timestamp can carry."""
     if not MIN_NANOS <= nanos <= MAX_NANOS:

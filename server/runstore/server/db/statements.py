@@ -32,6 +32,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -558,6 +559,15 @@ def _product_memory_sources(dialect: Dialect) -> dict[str, ClauseElement]:
             memory_appends.c.key_digest == bindparam("key_digest"),
         ),
         "insert_memory_append": insert(memory_appends).values(binds(memory_appends)),
+        "delete_memory_events": delete(memory_events).where(
+            memory_events.c.agent_id == bindparam("agent_id"),
+            memory_events.c.run_id == bindparam("run_id"),
+        ),
+        "delete_memory_appends": delete(memory_appends).where(
+            memory_appends.c.agent_id == bindparam("agent_id"),
+            memory_appends.c.run_id == bindparam("run_id"),
+        ),
+        "delete_memory_run": delete(memory_runs).where(memory_run),
         "context_head": head.where(context_key),
         "context_create": _insert_if_missing(
             dialect,
@@ -670,6 +680,18 @@ def _statement_sources() -> dict[str, ClauseElement]:
                 runs.c.status == RunStatus.RUNNING.value,
             )
         ),
+        "purgeable_sessions": select(sessions.c.session_id)
+        .where(
+            sessions.c.status == SessionStatus.ENDED.value,
+            tuple_(sessions.c.ended_at_s, sessions.c.ended_at_ns)
+            < tuple_(bindparam("ended_before_s"), bindparam("ended_before_ns")),
+            ~exists().where(
+                runs.c.session_id == sessions.c.session_id,
+                runs.c.status == RunStatus.RUNNING.value,
+            ),
+        )
+        .order_by(sessions.c.ended_at_s, sessions.c.ended_at_ns, sessions.c.session_id)
+        .limit(bindparam("limit")),
         "insert_session": insert(sessions).values(
             session_id=bindparam("session_id"),
             status=bindparam("status"),
@@ -722,6 +744,7 @@ class Statements:
     transcript_records: Compiled
     runs_by_session: Compiled
     session_has_running_runs: Compiled
+    purgeable_sessions: Compiled
     insert_session: Compiled
     end_session: Compiled
     purge_records: Compiled
@@ -744,6 +767,9 @@ class Statements:
     grow_memory_run: Compiled
     memory_append_request: Compiled
     insert_memory_append: Compiled
+    delete_memory_events: Compiled
+    delete_memory_appends: Compiled
+    delete_memory_run: Compiled
     context_head: Compiled
     context_create: Compiled
     context_lock: Compiled

@@ -179,6 +179,16 @@ class SqlTransaction(Transaction):
         row = await self._one(self._sql.session_has_running_runs, session_id=session_id)
         return bool(row[0])
 
+    async def purgeable_sessions(self, ended_before: Nanos, limit: int) -> list[str]:
+        seconds, nanos = sql.split_nanos(ended_before)
+        rows = await self._all(
+            self._sql.purgeable_sessions,
+            ended_before_s=seconds,
+            ended_before_ns=nanos,
+            limit=limit,
+        )
+        return [str(row[0]) for row in rows]
+
     async def insert_session(self, session: Session) -> None:
         seconds, nanos = sql.split_nanos(session.created_at)
         await self._run(
@@ -258,10 +268,24 @@ class SqlTransaction(Transaction):
             for row in rows
         ]
 
+    async def delete_memory_run(self, agent_id: str, run_id: str) -> bool:
+        locked = await self._one(self._sql.memory_run_lock, agent_id=agent_id, run_id=run_id)
+        if locked is None:
+            return False
+        ids = {"agent_id": agent_id, "run_id": run_id}
+        await self._run(self._sql.delete_memory_events, **ids)
+        await self._run(self._sql.delete_memory_appends, **ids)
+        await self._run(self._sql.delete_memory_run, **ids)
+        return True
+
     async def lock_memory_run(self, agent_id: str, run_id: str) -> int:
-        await self._run(self._sql.memory_run_create, agent_id=agent_id, run_id=run_id)
-        row = await self._one(self._sql.memory_run_lock, agent_id=agent_id, run_id=run_id)
-        return int(row[0])
+        # A DeleteRun that committed while this lock waited leaves no row to lock
+        # (READ COMMITTED re-reads it as gone): create it anew and lock that.
+        while True:
+            await self._run(self._sql.memory_run_create, agent_id=agent_id, run_id=run_id)
+            row = await self._one(self._sql.memory_run_lock, agent_id=agent_id, run_id=run_id)
+            if row is not None:
+                return int(row[0])
 
     async def append_memory_events(
         self, agent_id: str, run_id: str, first_position: int, events: list[MemoryEvent]

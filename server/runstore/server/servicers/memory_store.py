@@ -65,3 +65,10 @@ class MemoryStoreServicer(ms_grpc.MemoryStoreServicer):
         return ms.AppendEventsResponse(
             first_position=outcome.first_position, count=outcome.count, inserted=outcome.inserted
         )
+
+    @maps_errors
+    async def DeleteRun(
+        self, request: ms.MemoryDeleteRunRequest, context: Context
+    ) -> ms.MemoryDeleteRunResponse:
+        deleted = await self._store.delete_run(request.agent_id, request.run_id)
+        return ms.MemoryDeleteRunResponse(deleted=deleted)

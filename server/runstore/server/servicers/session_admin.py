@@ -50,6 +50,14 @@ class SessionAdminServicer(sa_grpc.SessionAdminServicer):
         return sa.PurgeSessionResponse()
 
     @maps_errors
+    async def PurgeEndedSessions(
+        self, request: sa.PurgeEndedSessionsRequest, context: Context
+    ) -> sa.PurgeEndedSessionsResponse:
+        ended_before = convert.nanos_from_wire(request, "ended_before", "ended_before")
+        purged, more = await self._store.purge_ended_sessions(ended_before, request.limit)
+        return sa.PurgeEndedSessionsResponse(purged_session_ids=purged, more=more)
+
+    @maps_errors
     async def ListRunsBySession(
         self, request: sa.ListRunsBySessionRequest, context: Context
     ) -> sa.ListRunsBySessionResponse:
