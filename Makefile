@@ -28,24 +28,25 @@ $(BUF_STAMP):
 	npm install --prefix .tools --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
 	touch $@
 
+# `make run` and `make test` need only the venv; buf (npm) is for `make lint`, `fmt` and `proto-image`.
 install: $(STAMP) $(BUF_STAMP)
 
 ## Serve on $(LISTEN) with the embedded SQLite database under var/.
-run: install
+run: $(STAMP)
 	$(BIN)/runstore serve --listen $(LISTEN) --database-url $(DATABASE_URL)
 
 ## The whole suite; PostgreSQL tests run when RUNSTORE_TEST_POSTGRES_URL is set
 ## (the end of the run says how many were skipped otherwise).
-test: install
+test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-pg: install
+test-pg: $(STAMP)
 	RUNSTORE_TEST_POSTGRES_URL=$${RUNSTORE_TEST_POSTGRES_URL:-postgresql://postgres@127.0.0.1:5432/test} \
 		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## Regenerate runstore.v1 from protos/ (committed; must leave no diff): messages,
 ## gRPC stubs, their typed stubs (mypy-protobuf) and the package's re-exports.
-proto: install
+proto: $(STAMP)
 	rm -f client/runstore/v1/*_pb2*.py client/runstore/v1/*_pb2*.pyi
 	$(BIN)/python -m grpc_tools.protoc -Iprotos \
 		--plugin=protoc-gen-mypy=$(BIN)/protoc-gen-mypy \
@@ -74,19 +75,19 @@ fmt: install
 	$(BIN)/ruff format .
 	$(BUF) format -w
 
-migrate: install
+migrate: $(STAMP)
 	$(BIN)/runstore migrate --database-url $(DATABASE_URL)
 
 ## Benchmarks: a real server process driven from a separate client process.
 ## `make bench ARGS="--backend sqlite --duration 5"`; see `python -m bench --help`.
-bench: install
+bench: $(STAMP)
 	$(BIN)/python -m bench $(ARGS)
 
-bench-quick: install
+bench-quick: $(STAMP)
 	$(BIN)/python -m bench --quick $(ARGS)
 
 ## The cost of the interceptor chain (metrics + JSON access log + auth) on appends.
-bench-chain: install
+bench-chain: $(STAMP)
 	$(BIN)/python -m bench --chain both --workloads append --concurrency 1,16 $(ARGS)
 
 check: lint test
