@@ -80,10 +80,16 @@ migrate: $(STAMP)
 
 ## Benchmarks: a real server process driven from a separate client process.
 ## `make bench ARGS="--backend sqlite --duration 5"`; see `python -m bench --help`.
-bench: $(STAMP)
+# `make bench ARGS=--peers` first installs the `peers` dependency group (bench/peers.py).
+PEERS_STAMP := $(VENV)/.installed-peers
+$(PEERS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet --group peers
+	touch $@
+
+bench: $(STAMP) $(if $(findstring --peers,$(ARGS)),$(PEERS_STAMP))
 	$(BIN)/python -m bench $(ARGS)
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) $(if $(findstring --peers,$(ARGS)),$(PEERS_STAMP))
 	$(BIN)/python -m bench --quick $(ARGS)
 
 ## The cost of the interceptor chain (metrics + JSON access log + auth) on appends.

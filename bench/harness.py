@@ -380,10 +380,16 @@ def render(summary: list[dict[str, Any]], header: str) -> str:
         chain = f" (chain {row['chain']})" if "chain" in row else ""
         lines.append(
             f"| {row['backend']} | {row['workload']}{chain} | {row['in_flight']} "
-            f"| {row['ops_per_s']:,.0f} "
-            f"| {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['ratio_to_ceiling']:.2f} |"
+            f"| {_figure(row['ops_per_s'], ',.0f')} "
+            f"| {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
+            f"| {_figure(row['ratio_to_ceiling'], '.2f')} |"
         )
     return "\n".join(lines)
+
+
+def _figure(value: float | None, spec: str) -> str:
+    """A table cell; latency rows have no throughput or ratio."""
+    return "–" if value is None else format(value, spec)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -426,7 +432,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     raw += await run_driver(
                         target, listing_plan(args, size), tag={"backend": backend}
                     )
-        summary.extend(summarise(backend, raw))
+        summary.extend(_summarise_all(backend, raw))
     return {
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python", "-m", "bench", *sys.argv[1:]]),
@@ -441,6 +447,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "tables": args.tables,
             "sqlite_synchronous": args.sqlite_synchronous,
             "chain": args.chain,
+            "peers": args.peers,
             "append_payload_bytes": 1024,
         },
         "results": summary,
@@ -467,7 +474,40 @@ async def _measure(
     if args.chain != "off":
         tag["chain"] = chain
     async with server(url, args.sqlite_synchronous, flags) as target:
-        return await run_driver(target, plan_for(args, repeat, pairs), token=token, tag=tag)
+        rows = await run_driver(target, plan_for(args, repeat, pairs), token=token, tag=tag)
+        rows += await _measure_extras(args, backend, url, target, flags, token, tag, repeat, pairs)
+        return rows
+
+
+async def _measure_extras(
+    args: argparse.Namespace,
+    backend: str,
+    url: str,
+    target: str,
+    flags: list[str],
+    token: str,
+    tag: dict[str, Any],
+    repeat: int | None,
+    pairs: str,
+) -> list[dict[str, Any]]:
+    """The Watch workloads (``bench.watch``) and, with ``--peers``, the in-process
+    peers (``bench.peers``), against the same server and paired with its ceiling."""
+    from bench import peers, watch
+
+    repeat = args.repeat if repeat is None else repeat
+    rows = await watch.measure(args, backend, url, target, flags, token, tag, repeat, pairs)
+    if args.peers:
+        rows += await peers.measure(args, backend, target, token, tag, repeat, pairs)
+    return rows
+
+
+def _summarise_all(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``summarise`` for the paired figures, ``bench.watch`` for the latencies."""
+    from bench import watch
+
+    summary = summarise(backend, [r for r in raw if r["workload"] != watch.LATENCY])
+    watch.annotate_idle_cost(summary, raw)
+    return summary + watch.summarise(backend, raw)
 
 
 def _git_commit() -> str:
@@ -512,7 +552,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sqlite-synchronous", default="FULL", help="FULL or NORMAL")
     parser.add_argument(
         "--workloads",
-        default="append,start_terminal,turn,list_run,list_session,listings",
+        default="append,start_terminal,turn,list_run,list_session,listings,"
+        "watch_latency,idle_watchers",
         help="comma-separated workloads (the ceiling is always measured)",
     )
     parser.add_argument(
@@ -522,6 +563,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the interceptor chain's optional concerns (metrics, JSON access log, auth): "
         "off (the defaults), on, or both side by side",
     )
+    parser.add_argument(
+        "--peers",
+        action="store_true",
+        help="also measure the in-process peers side by side (bench/peers.py; "
+        "the `peers` dependency group, which `make bench ARGS=--peers` installs)",
+    )
     parser.add_argument("--output", type=Path, default=None, help="JSON file to write")
     args = parser.parse_args(argv)
     args.backend = [b.strip() for b in args.backend.split(",") if b.strip()]
@@ -529,6 +576,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.workloads = {w.strip() for w in args.workloads.split(",") if w.strip()}
     if not args.workloads:
         parser.error("--workloads names at least one workload")
+    if args.peers:
+        from bench import peers
+
+        if absent := peers.missing():
+            parser.error(f"--peers: {', '.join(absent)} not installed; {peers.INSTALL_HINT}")
     if args.duration is None:
         args.duration = 0.2 if args.quick else 3.0
     if args.warmup is None:
