@@ -486,14 +486,13 @@ class RuntimeStore:
             # "" is no record's key (V1): this locks and reads the run and its session.
             state = await tx.record_target(run_id, "", for_update=True)
             stored = await tx.records_by_keys(run_id, list({r.event_key: r for r in drafts}))
-            results, new = _batch_results(state, stored, drafts)
+            results, new, repeats = _batch_results(state, stored, drafts)
             if new:
                 ids = await tx.append_records([drafts[index] for index in new])
                 for index, record_id in zip(new, ids, strict=True):
                     results[index] = replace(results[index], id=str(record_id))
-                for index, result in enumerate(results):
-                    if not result.id:  # a repeat of a record this batch inserted
-                        results[index] = replace(result, id=results[_first(drafts, index)].id)
+                for index, first in repeats.items():
+                    results[index] = replace(results[index], id=results[first].id)
             return results
 
         return await self._db.write(tx_fn)
@@ -873,36 +872,34 @@ def _append_rules(
 
 def _batch_results(
     state: RecordTarget, stored: Mapping[str, RunRecord], drafts: Sequence[RecordDraft]
-) -> tuple[list[AppendResult], list[int]]:
+) -> tuple[list[AppendResult], list[int], dict[int, int]]:
     """§9.3.1: each record through ``_append_rules`` in order, as if the new
-    records before it were already stored. Returns a result per record (the
-    inserted ones without their ID yet) and the indexes of the records to
-    insert. The first failing record's error fails the batch, naming it."""
+    records before it were already stored. The first failing record's error
+    fails the batch, naming the record.
+
+    Returns a result per record, the indexes of the records to insert (their
+    results still without an ID), and for each record that repeats one of
+    those, the index of the record it repeats (its ID is that one's)."""
     results: list[AppendResult] = []
     new: list[int] = []
-    pending: dict[str, RunRecord] = {}
-    """Records this batch inserts, by key (ID 0: not assigned yet)."""
+    repeats: dict[int, int] = {}
+    pending: dict[str, tuple[RunRecord, int]] = {}
+    """The records to insert by key, as they will be stored (ID not yet known)."""
     for index, record in enumerate(drafts):
         field = batch.record_field(index)
-        earlier = stored.get(record.event_key) or pending.get(record.event_key)
+        earlier, first = pending.get(record.event_key, (stored.get(record.event_key), -1))
         try:
             existing, status = _append_rules(replace(state, existing=earlier), record, field)
         except RunstoreError as error:
             error.field = error.field or field
             raise
-        if existing is not None:
-            results.append(AppendResult(str(existing.id or ""), False, status))
-            continue
-        pending[record.event_key] = RunRecord.from_draft(record, 0)
-        results.append(AppendResult("", True, status))
-        new.append(index)
-    return results, new
-
-
-def _first(drafts: Sequence[RecordDraft], index: int) -> int:
-    """The index of the first record of the batch with the key of ``index``."""
-    key = drafts[index].event_key
-    return next(i for i, record in enumerate(drafts) if record.event_key == key)
+        if existing is None:
+            pending[record.event_key] = (RunRecord.from_draft(record, 0), index)
+            new.append(index)
+        elif first >= 0:
+            repeats[index] = first
+        results.append(AppendResult(str(existing.id) if existing else "", existing is None, status))
+    return results, new, repeats
 
 
 def _check_record_owner(record: RecordDraft, run: RunState, field: str) -> None:
