@@ -168,3 +168,36 @@ def test_bench_measures_the_postgres_peer_side_by_side(tmp_path: Path) -> None:
         "--peers",
     )
     _check_peers(report, "postgres", ("langgraph-asyncpostgressaver",))
+
+
+def test_bench_runs_the_batch_workload(tmp_path: Path) -> None:
+    output = tmp_path / "batch.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--backend",
+            "sqlite",
+            "--workloads",
+            "append_batch",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0.1",
+            "--repeat",
+            "1",
+            "--concurrency",
+            "2",
+            "--output",
+            str(output),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    rows = {r["workload"]: r for r in json.loads(output.read_text())["results"]}
+    assert set(rows) == {"ceiling", "append_batch"}
+    assert rows["append_batch"]["ops_per_s"] > 0
