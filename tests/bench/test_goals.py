@@ -137,23 +137,24 @@ def test_page_goal_names_other_history_sizes() -> None:
 
 
 def test_idle_watchers_may_cost_appends_at_most_ten_percent() -> None:
-    watch = [
-        {
-            "backend": "sqlite",
-            "appends_per_second": {"no watchers": 1000, "100 idle watchers": 900},
-        },
-        {
-            "backend": "postgres, 2 replicas",
-            "appends_per_second": {"no watchers": 1000, "100 idle watchers": 899},
-        },
-    ]
-    rows = goals.watcher_goals(_report(watch=watch))
-    assert [(r["backend"], r["met"]) for r in rows] == [
-        ("sqlite", True),
-        ("postgres, 2 replicas", False),
-    ]
-    (missing,) = goals.watcher_goals(_report())
-    assert missing["met"] is None and "--peers" in missing["note"]
+    rows = goals.watcher_goals(
+        _report(
+            _row("sqlite", "append", 0.6),
+            _row("sqlite", "append (100 idle watchers)", 0.55, vs_no_watchers=0.9),
+            _row("postgres", "append", 0.6),
+            _row(
+                "postgres",
+                "append (100 idle watchers)",
+                0.5,
+                vs_no_watchers=0.899,
+                vs_no_watchers_range=[0.8, 0.95],
+            ),
+        )
+    )
+    assert [(r["backend"], r["met"]) for r in rows] == [("sqlite", True), ("postgres", False)]
+    assert rows[1]["measured"] == pytest.approx(0.101) and "0.80–0.95" in rows[1]["note"]
+    (missing,) = goals.watcher_goals(_report(_row("sqlite", "append", 0.6)))
+    assert missing["met"] is None and "idle_watchers" in missing["note"]
 
 
 def test_every_goal_is_reported_in_order_and_rendered() -> None:
