@@ -9,7 +9,9 @@ every measurement and reads the CPU the server and the database spent
 (``bench/cpu.py``). Each figure is the median of ``--repeat`` repetitions; each
 store figure is also given as a ratio of the ceiling measured against the same
 server process in the same run. Then the optional modules (``OPTIONAL_MODULES``),
-the scaling projection and the goals (``bench/goals.py``).
+the scaling projection and the goals (``bench/goals.py``). Other modules plug
+in through ``SERVER_MODULES`` (measured against each backend's main server)
+and ``OPTIONAL_MODULES`` (measured once, after every backend).
 """
 
 from __future__ import annotations
@@ -434,16 +436,21 @@ async def _measure(
     on: bool,
     plan: list[dict[str, Any]],
     tag: dict[str, Any] | None = None,
+    *,
+    with_modules: bool = False,
 ) -> list[dict[str, Any]]:
-    """``plan`` against one fresh server process with protections ``on`` or off."""
+    """``plan`` against one fresh server process with protections ``on`` or
+    off; ``with_modules``: then the ``SERVER_MODULES``' measurements against it."""
+    tag = {"backend": backend, **(tag or {})}
     with tempfile.TemporaryDirectory(prefix="runstore-bench-server-") as directory:
         prepared = protections.prepare(on, Path(directory), tls=args.tls)
         async with start_server(
             url, args.sqlite_synchronous, prepared, directory=Path(directory)
         ) as running:
-            return await run_driver(
-                running, plan, tag={"backend": backend, **(tag or {})}, database_url=url
-            )
+            rows = await run_driver(running, plan, tag=tag, database_url=url)
+            for module in server_modules() if with_modules else ():
+                rows += await module.measure_server(args, backend, url, running, tag)
+            return rows
 
 
 async def measure_protections_cost(
@@ -488,7 +495,7 @@ async def measure_backend(args: argparse.Namespace, backend: str) -> dict[str, A
                     await asyncio.to_thread(seed_sqlite, url, size)
                 else:
                     await seed_postgres(url, size)
-            raw += await _measure(args, backend, url, on, plan_for(args))
+            raw += await _measure(args, backend, url, on, plan_for(args), with_modules=True)
             if args.protections == "both":
                 sections["protections_cost"] = [await measure_protections_cost(args, backend, url)]
     for size in args.tables if "listings" in args.workloads else ():
@@ -502,24 +509,44 @@ async def measure_backend(args: argparse.Namespace, backend: str) -> dict[str, A
     return {"results": summarise(backend, raw), **sections}
 
 
-OPTIONAL_MODULES = ("bench.peers", "bench.retention")
-"""Measurements other modules add, each used when it is importable. A module
-defines ``add_arguments(parser)`` (its flags, e.g. ``--peers``) and
-``async def measure(args, report) -> dict | None``, called once after the main
-plan (``report`` holds ``results`` so far); the dict it returns is merged into
-the report: its ``results`` rows are appended to ``results[]`` (same keys:
-``backend``, ``workload``, ``in_flight``, ``ops_per_s``, ``ratio_to_ceiling``
-where it has one; a peer's workload is ``peer:<name>``), any other key is a
-section of its own. An optional ``render(report) -> str | None`` prints its
-section. ``bench/goals.py`` reads the rows and sections it knows."""
+OPTIONAL_MODULES = ("bench.retention",)
+"""Measurements taken once, after every backend's main plan, each module used
+when it is importable. It defines ``async def measure_report(args, report) ->
+dict | None`` (``report`` holds ``results`` so far) and optionally
+``add_arguments(parser)`` (its flags) and ``render(report) -> str | None`` (its
+printed table). The dict it returns is merged into the report: its
+``results`` rows are appended to ``results[]`` (same keys: ``backend``,
+``workload``, ``in_flight``, ``ops_per_s``, ``ratio_to_ceiling`` where it has
+one), any other key is a section of its own. ``bench/goals.py`` reads the rows
+and sections it knows."""
+
+
+SERVER_MODULES = ("bench.watch", "bench.peers")
+"""Measurements taken against each backend's main server, right after the main
+plan, so they pair with that server's ceiling: a module used here defines
+``async def measure_server(args, backend, url, server: Server, tag) -> list``
+returning raw driver rows (``workload``, ``concurrency``, ``ops_per_s``,
+``pair`` naming the ceiling row it pairs with, ...), summarised with the main
+plan's rows. ``server.protections.plan()`` says how to call it."""
+
+
+def _modules(names: Sequence[str], attribute: str) -> list[Any]:
+    """The modules of ``names`` that exist and define ``attribute``."""
+    found = []
+    for name in names:
+        if importlib.util.find_spec(name) is not None:
+            module = importlib.import_module(name)
+            if hasattr(module, attribute):
+                found.append(module)
+    return found
 
 
 def optional_modules() -> list[Any]:
-    return [
-        importlib.import_module(name)
-        for name in OPTIONAL_MODULES
-        if importlib.util.find_spec(name) is not None
-    ]
+    return _modules(OPTIONAL_MODULES, "measure_report")
+
+
+def server_modules() -> list[Any]:
+    return _modules(SERVER_MODULES, "measure_server")
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -547,7 +574,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     for backend in args.backend:
         _merge(report, await measure_backend(args, backend))
     for module in optional_modules():
-        section = await module.measure(args, report)
+        section = await module.measure_report(args, report)
         if section:
             _merge(report, section)
     report["projection"] = cpu.projection_table(report["results"])
@@ -663,8 +690,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--readme-file", type=Path, default=ROOT / "README.md", help="the README --readme edits"
     )
-    for module in optional_modules():
-        module.add_arguments(parser)
+    for module in dict.fromkeys([*optional_modules(), *server_modules()]):
+        if hasattr(module, "add_arguments"):
+            module.add_arguments(parser)  # e.g. bench.peers's --peers
     parser.add_argument("--output", type=Path, default=None, help="JSON file to write")
     args = parser.parse_args(argv)
     if args.pairs < 1:
