@@ -53,7 +53,8 @@ HISTORY_PAYLOAD = b'{"history":"' + b"h" * 180 + b'"}'
 _PORT_LINE = re.compile(rb"serving on \S+ \(port (\d+)\)")
 _METRICS_LINE = re.compile(rb"metrics at \S+ \(port (\d+)\)")
 
-WRITE_WORKLOADS = ("append", "start_terminal", "turn")
+WRITE_WORKLOADS = ("append", "append_batch", "start_terminal", "turn")
+"""``append_batch``: AppendRunRecords of 4 × ~1 KiB records; its ops/s are records/s."""
 
 
 # --- Databases and seeded histories -------------------------------------------
@@ -396,7 +397,8 @@ def summarise(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 CPU_FIELDS = ("server_cpu_ms_per_op", "db_cpu_ms_per_op", "client_cpu_ms_per_op")
 """CPU-ms per operation of the workload (one RPC, except start_terminal: 2 and
-turn: 12), read by the driver during each timed window (``bench/cpu.py``)."""
+turn: 12; for append_batch, whose ops are records, per record), read by the
+driver during each timed window (``bench/cpu.py``)."""
 
 
 def _cpu_cell(value: float | None) -> str:

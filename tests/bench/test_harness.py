@@ -188,3 +188,36 @@ def test_readme_is_regenerated_from_a_results_file(tmp_path: Path) -> None:
     original = (ROOT / "README.md").read_text()
     assert text.split(readme.BEGIN)[0] == original.split(readme.BEGIN)[0]
     assert text.split(readme.END)[1] == original.split(readme.END)[1]
+
+
+def test_bench_runs_the_batch_workload(tmp_path: Path) -> None:
+    output = tmp_path / "batch.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--backend",
+            "sqlite",
+            "--workloads",
+            "append_batch",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0.1",
+            "--repeat",
+            "1",
+            "--concurrency",
+            "2",
+            "--output",
+            str(output),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    rows = {r["workload"]: r for r in json.loads(output.read_text())["results"]}
+    assert set(rows) == {"ceiling", "append_batch"}
+    assert rows["append_batch"]["ops_per_s"] > 0
