@@ -17,8 +17,8 @@ import pytest
 
 from runstore.server.db import postgres as postgres_backend
 from runstore.server.db.postgres import asyncpg_dsn
-from tests import postgres
 from runstore.v1 import runtime_store_pb2 as rs
+from tests import postgres
 from tests.server.test_watch import append, collect, session_watch
 from tests.server.test_watch_replicas import replica
 from tests.support import fails
