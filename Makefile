@@ -78,23 +78,26 @@ fmt: install
 migrate: $(STAMP)
 	$(BIN)/runstore migrate --database-url $(DATABASE_URL)
 
-## Benchmarks: a real server process driven from a separate client process.
-## `make bench ARGS="--backend sqlite --duration 5"`; see `python -m bench --help`.
+## Benchmarks: a real server process driven from a separate client process, with
+## authentication, metrics and a JSON access log on, as users run it (--protections off:
+## the bare server). `make bench ARGS="--backend sqlite --duration 5"`; see `python -m bench --help`.
 # `make bench ARGS=--peers` first installs the `peers` dependency group (bench/peers.py).
 PEERS_STAMP := $(VENV)/.installed-peers
 $(PEERS_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet --group peers
 	touch $@
+PEERS_IF_ASKED := $(if $(findstring --peers,$(ARGS)),$(PEERS_STAMP))
 
-bench: $(STAMP) $(if $(findstring --peers,$(ARGS)),$(PEERS_STAMP))
+bench: $(STAMP) $(PEERS_IF_ASKED)
 	$(BIN)/python -m bench $(ARGS)
 
-bench-quick: $(STAMP) $(if $(findstring --peers,$(ARGS)),$(PEERS_STAMP))
+bench-quick: $(STAMP) $(PEERS_IF_ASKED)
 	$(BIN)/python -m bench --quick $(ARGS)
 
-## The cost of the interceptor chain (metrics + JSON access log + auth) on appends.
+## The protections' cost (auth + metrics + JSON access log) on appends at 16 in flight:
+## 10 pairs of on/off servers in alternating order, median on/off and its spread.
 bench-chain: $(STAMP)
-	$(BIN)/python -m bench --chain both --workloads append --concurrency 1,16 $(ARGS)
+	$(BIN)/python -m bench --protections both --workloads append --concurrency 16 $(ARGS)
 
 check: lint test
 

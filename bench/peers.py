@@ -214,7 +214,7 @@ def missing() -> list[str]:
 
 
 def plan(
-    args: argparse.Namespace, peer: str, repetition: int, pairs: str
+    args: argparse.Namespace, peer: str, repetition: int, pairs: str = ""
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The ceiling measurements (for the driver) and the peer's, paired one to one."""
     ceilings, measurements = [], []
@@ -272,31 +272,49 @@ async def run_peer(
     return rows
 
 
-async def measure(
-    args: argparse.Namespace,
-    backend: str,
-    target: str,
-    token: str,
-    tag: dict[str, Any],
-    repeat: int,
-    pairs: str = "",
+async def measure_server(
+    args: argparse.Namespace, backend: str, url: str, server: Any, tag: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """Every peer of ``backend``, each measurement right after a ceiling of its own
-    against the backend's server (``target``); repetitions interleave the peers."""
+    """With ``--peers``: every peer of ``backend``, each measurement right after a
+    ceiling of its own against the backend's main ``server`` (the harness's
+    ``SERVER_MODULES`` hook); repetitions interleave the peers."""
     from bench import harness
 
+    if not getattr(args, "peers", False):
+        return []
     rows: list[dict[str, Any]] = []
     async with contextlib.AsyncExitStack() as stack:
         databases = {
             peer: await stack.enter_async_context(_peer_database(backend, args.postgres_url, peer))
             for peer in PEERS.get(backend, ())
         }
-        for repetition in range(repeat):
+        for repetition in range(args.repeat):
             for peer, database in databases.items():
-                ceilings, measurements = plan(args, peer, repetition, pairs)
-                rows += await harness.run_driver(target, ceilings, token=token, tag=tag)
+                ceilings, measurements = plan(args, peer, repetition)
+                rows += await harness.run_driver(server, ceilings, tag=tag, database_url=url)
                 rows += await run_peer(peer, database, measurements, tag)
     return rows
+
+
+class _PeersFlag(argparse.Action):
+    """``--peers``: refused at once when the peer libraries are not installed."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        if absent := missing():
+            parser.error(f"--peers: {', '.join(absent)} not installed; {INSTALL_HINT}")
+        setattr(namespace, self.dest, True)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--peers",
+        action=_PeersFlag,
+        nargs=0,
+        default=False,
+        help="also measure the in-process peers side by side (bench/peers.py: OpenAI Agents "
+        "SQLiteSession, LangGraph SqliteSaver and AsyncPostgresSaver; the `peers` "
+        "dependency group, which `make bench ARGS=--peers` installs)",
+    )
 
 
 if __name__ == "__main__":

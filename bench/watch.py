@@ -50,17 +50,31 @@ def idle_label(watchers: int) -> str:
 # --- The client processes ---------------------------------------------------------
 
 
+def _bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
 class Client:
-    def __init__(self, target: str, token: str) -> None:
+    """Calls one server as ``bench.driver`` does: sessions with the host token,
+    runs, appends and watches with the worker token (both empty without
+    protections), over TLS when the plan has a CA."""
+
+    def __init__(self, target: str, plan: dict[str, Any]) -> None:
         import grpc
 
         from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
         from runstore.v1 import session_admin_pb2_grpc as sa_grpc
 
-        self.channel = grpc.aio.insecure_channel(target)
+        if plan.get("tls_ca"):
+            credentials = grpc.ssl_channel_credentials(root_certificates=plan["tls_ca"].encode())
+            self.channel = grpc.aio.secure_channel(target, credentials)
+        else:
+            self.channel = grpc.aio.insecure_channel(target)
         self.runtime = rs_grpc.RuntimeStoreStub(self.channel)
         self.admin = sa_grpc.SessionAdminStub(self.channel)
-        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        tokens = plan.get("tokens") or {}
+        self.metadata = _bearer(tokens.get("worker", ""))
+        self.host = _bearer(tokens.get("host", ""))
 
     async def session_with_run(self, number: int) -> tuple[str, Any]:
         """A new session and a started root run in it."""
@@ -76,7 +90,7 @@ class Client:
         now.FromMilliseconds(time.time_ns() // 1_000_000)  # records carry milliseconds
         await self.admin.CreateSession(
             sa.CreateSessionRequest(session_id=session_id, created_at=now),
-            metadata=self.metadata,
+            metadata=self.host,
         )
         run = pb.RunStart(
             run_id=f"{session_id}-run", agent_id="bench", session_id=session_id, started_at=now
@@ -152,7 +166,9 @@ async def latency(
     from bench.stats import latency_ms
 
     watchers, records = int(spec["watchers"]), int(spec["records"])
-    session_id, run = await writer.session_with_run(number)
+    # The session starts through the watchers' replica (every replica serves unary
+    # calls too); the records are appended through the writer's.
+    session_id, run = await watcher.session_with_run(number)
     sent: dict[str, float] = {}
     delays: list[float] = []
     streams = [await watcher.watch(session_id) for _ in range(watchers)]
@@ -178,8 +194,8 @@ async def latency(
 
 
 async def run_latency(plan: dict[str, Any]) -> None:
-    writer = Client(plan["writer"], plan.get("token", ""))
-    watcher = Client(plan["watcher"], plan.get("token", ""))
+    writer = Client(plan["writer"], plan)
+    watcher = Client(plan["watcher"], plan)
     for number, spec in enumerate(plan["measurements"]):
         print(json.dumps(await latency(writer, watcher, spec, number)), flush=True)
     await writer.channel.close()
@@ -189,7 +205,7 @@ async def run_latency(plan: dict[str, Any]) -> None:
 async def run_holder(plan: dict[str, Any]) -> None:
     """Keeps ``watchers`` idle streams, each on a session of its own: ``open`` and
     ``close`` on stdin, one JSON acknowledgement per command on stdout."""
-    client = Client(plan["target"], plan.get("token", ""))
+    client = Client(plan["target"], plan)
     sessions = [(await client.session_with_run(n))[0] for n in range(int(plan["watchers"]))]
     print(json.dumps({"ready": len(sessions)}), flush=True)
     streams: list[Any] = []
@@ -282,9 +298,9 @@ async def _reply(process: asyncio.subprocess.Process) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def holder(target: str, token: str, watchers: int) -> AsyncIterator[Any]:
+async def holder(target: str, calls: dict[str, Any], watchers: int) -> AsyncIterator[Any]:
     """The process holding the idle streams; yields ``command(name)``."""
-    process = await _child({"mode": "hold", "target": target, "token": token, "watchers": watchers})
+    process = await _child({"mode": "hold", "target": target, **calls, "watchers": watchers})
     assert process.stdin is not None
     try:
         await _reply(process)
@@ -302,56 +318,50 @@ async def holder(target: str, token: str, watchers: int) -> AsyncIterator[Any]:
             raise RuntimeError("the idle watcher process failed")
 
 
-async def measure(
-    args: argparse.Namespace,
-    backend: str,
-    url: str,
-    target: str,
-    flags: list[str],
-    token: str,
-    tag: dict[str, Any],
-    repeat: int,
-    pairs: str = "",
+async def measure_server(
+    args: argparse.Namespace, backend: str, url: str, server: Any, tag: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """The Watch workloads against the backend's server (``target``, replica A)."""
+    """The Watch workloads against the backend's main ``server`` (replica A; the
+    harness's ``SERVER_MODULES`` hook)."""
     from bench import harness
 
+    calls = server.protections.plan()  # tokens and the TLS CA
     rows: list[dict[str, Any]] = []
     if LATENCY in args.workloads:
         async with contextlib.AsyncExitStack() as stack:
-            watcher = (
-                target
-                if backend == "sqlite"
-                else await stack.enter_async_context(
-                    harness.server(url, args.sqlite_synchronous, flags)
+            watcher = server.target
+            if backend != "sqlite":
+                replica_b = await stack.enter_async_context(
+                    harness.start_server(url, args.sqlite_synchronous, server.protections)
                 )
-            )
-            plan = latency_plan(args, repeat)
+                watcher = replica_b.target
+            plan = latency_plan(args, args.repeat)
             process = await _child(
                 {
                     "mode": "latency",
-                    "writer": target,
+                    "writer": server.target,
                     "watcher": watcher,
-                    "token": token,
+                    **calls,
                     "measurements": plan,
                 }
             )
             assert process.stdin is not None
             process.stdin.close()
+            replicas = 1 if watcher == server.target else 2
             for index in range(len(plan)):
-                row = {**await _reply(process), **tag, "replicas": 1 if watcher == target else 2}
+                row = {**await _reply(process), **tag, "replicas": replicas}
                 print(_progress(row, index + 1, len(plan)), flush=True)
                 rows.append(row)
             if await process.wait() != 0:
                 raise RuntimeError("the watch latency process failed")
     if IDLE in args.workloads:
-        async with holder(target, token, IDLE_WATCHERS) as command:
-            for repetition in range(repeat):
+        async with holder(server.target, calls, IDLE_WATCHERS) as command:
+            for repetition in range(args.repeat):
                 for watchers in idle_order(repetition):
                     if watchers:
                         await command("open")
                     measured = await harness.run_driver(
-                        target, idle_plan(args, repetition, watchers, pairs), token=token, tag=tag
+                        server, idle_plan(args, repetition, watchers), tag=tag, database_url=url
                     )
                     if watchers:
                         await command("close")
@@ -375,12 +385,21 @@ def _progress(row: dict[str, Any], index: int, total: int) -> str:
     )
 
 
-def summarise(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summarise(
+    backend: str, raw: list[dict[str, Any]], summary: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The harness's summary with ``vs_no_watchers`` on the idle-watcher row, then
+    the latency rows (they have no ceiling, so the harness leaves them to us)."""
+    annotate_idle_cost(summary, raw)
+    return summary + latency_rows(backend, raw)
+
+
+def latency_rows(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The latency rows: medians of each repetition's p50 and p99 per watcher count."""
-    groups: dict[tuple[int, Any], list[dict[str, Any]]] = {}
+    groups: dict[int, list[dict[str, Any]]] = {}
     for row in raw:
         if row["workload"] == LATENCY:
-            groups.setdefault((row["watchers"], row.get("chain")), []).append(row)
+            groups.setdefault(row["watchers"], []).append(row)
     return [
         {
             "backend": backend,
@@ -394,27 +413,26 @@ def summarise(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "ratio_to_ceiling": None,
             "repetitions": len(rows),
             "records": rows[0]["records"],
-            **({"chain": chain} if chain is not None else {}),
         }
-        for (watchers, chain), rows in sorted(groups.items(), key=lambda g: (g[0][0], str(g[0][1])))
+        for watchers, rows in sorted(groups.items())
     ]
 
 
 def annotate_idle_cost(summary: list[dict[str, Any]], raw: list[dict[str, Any]]) -> None:
     """Adds ``vs_no_watchers`` to each ``append (100 idle watchers)`` row: the median
     over repetitions of its appends per second ÷ those without watchers in the same
-    repetition (and chain), with the smallest and largest of those ratios."""
-    by_repetition: dict[tuple[Any, Any, int], dict[int, float]] = {}
+    repetition, with the smallest and largest of those ratios."""
+    by_repetition: dict[tuple[Any, int], dict[int, float]] = {}
     for row in raw:
         if row["workload"] in (idle_label(0), idle_label(IDLE_WATCHERS)):
-            key = (row.get("backend"), row.get("chain"), row["repetition"])
+            key = (row.get("backend"), row["repetition"])
             by_repetition.setdefault(key, {})[row["idle_watchers"]] = row["ops_per_s"]
-    ratios: dict[tuple[Any, Any], list[float]] = {}
-    for (backend, chain, _), figures in by_repetition.items():
+    ratios: dict[Any, list[float]] = {}
+    for (backend, _), figures in by_repetition.items():
         if figures.get(0) and IDLE_WATCHERS in figures:
-            ratios.setdefault((backend, chain), []).append(figures[IDLE_WATCHERS] / figures[0])
+            ratios.setdefault(backend, []).append(figures[IDLE_WATCHERS] / figures[0])
     for row in summary:
-        paired = ratios.get((row["backend"], row.get("chain")))
+        paired = ratios.get(row["backend"])
         if row["workload"] == idle_label(IDLE_WATCHERS) and paired:
             row["vs_no_watchers"] = round(statistics.median(paired), 3)
             row["vs_no_watchers_range"] = [round(min(paired), 3), round(max(paired), 3)]

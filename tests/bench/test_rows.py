@@ -43,7 +43,7 @@ def _args(*argv: str) -> object:
 
 
 def test_each_peer_measurement_has_a_ceiling_of_its_own() -> None:
-    ceilings, measured = peers.plan(_args("--concurrency", "1,16"), "langgraph-sqlitesaver", 2, "x")
+    ceilings, measured = peers.plan(_args("--concurrency", "1,16"), "langgraph-sqlitesaver", 2)
     assert [c["workload"] for c in ceilings] == ["ceiling", "ceiling"]
     assert [m["workload"] for m in measured] == ["peer:langgraph-sqlitesaver"] * 2
     assert [(c["pair"], c["concurrency"]) for c in ceilings] == [
@@ -72,9 +72,9 @@ def test_peer_rows_get_their_ratio_from_the_paired_ceiling() -> None:
 
 def test_idle_watchers_alternate_and_are_labelled_by_their_count() -> None:
     assert [watch.idle_order(r) for r in range(4)] == [(0, 100), (100, 0), (0, 100), (100, 0)]
-    plan = watch.idle_plan(_args("--concurrency", "1,16"), 3, 100, "on1-")
+    plan = watch.idle_plan(_args("--concurrency", "1,16"), 3, 100)
     assert [(m["workload"], m["concurrency"]) for m in plan] == [("ceiling", 16), ("append", 16)]
-    assert plan[0]["pair"] == plan[1]["pair"] == "on1-idle3-100"
+    assert plan[0]["pair"] == plan[1]["pair"] == "idle3-100"
     assert watch.idle_plan(_args("--concurrency", "1,4"), 0, 0)[1]["concurrency"] == 4
     ceiling, append = (watch.relabel(row) for row in plan)
     assert ceiling["workload"] == "ceiling"
@@ -122,13 +122,34 @@ def test_latency_rows_are_medians_per_watcher_count() -> None:
             (1, {"p50_ms": 9.0, "p99_ms": 8.0}),
         ]
     ] + [{"workload": "append"}]
-    one, hundred = watch.summarise("postgres", raw)
+    one, hundred = watch.latency_rows("postgres", raw)
     assert one["workload"] == "watch latency (1 watcher)"
     assert (one["p50_ms"], one["p99_ms"], one["repetitions"]) == (2.0, 4.0, 3)
     assert hundred["workload"] == "watch latency (100 watchers)"
     assert hundred["replicas"] == 2 and hundred["ops_per_s"] is None
     table = harness.render([one], "header")
     assert "| postgres | watch latency (1 watcher) | 1 | – | 2.00 | 4.00 | – |" in table
+
+
+def test_latency_rows_join_the_summary_without_a_ceiling() -> None:
+    """The harness summarises the paired rows; bench.watch adds its latencies and
+    annotates the idle-watcher row."""
+    raw = [
+        {"workload": "ceiling", "pair": "i0-0", "concurrency": 16, "ops_per_s": 2000.0},
+        {**_idle(0, 0, 1000.0), "pair": "i0-0", "concurrency": 16},
+        {"workload": "ceiling", "pair": "i0-100", "concurrency": 16, "ops_per_s": 2000.0},
+        {**_idle(0, 100, 950.0), "pair": "i0-100", "concurrency": 16},
+        {"workload": "watch_latency", "watchers": 1, "records": 20, "replicas": 1}
+        | {"p50_ms": 1.0, "p99_ms": 2.0},
+    ]
+    for row in raw:
+        row.setdefault("p50_ms", 1.0)
+        row.setdefault("p99_ms", 2.0)
+    summary = {r["workload"]: r for r in harness.summarise_with_modules("sqlite", raw)}
+    assert summary["append (100 idle watchers)"]["vs_no_watchers"] == 0.95
+    assert summary["append (100 idle watchers)"]["ratio_to_ceiling"] == 0.475
+    assert summary["watch latency (1 watcher)"]["p99_ms"] == 2.0
+    assert "watch_latency" not in summary
 
 
 def test_the_watch_latency_plan_scales_records_with_duration() -> None:
@@ -139,7 +160,10 @@ def test_the_watch_latency_plan_scales_records_with_duration() -> None:
 
 
 def test_the_default_workloads_include_the_watch_workloads() -> None:
-    assert {"watch_latency", "idle_watchers"} <= harness.parse_args([]).workloads
+    args = harness.parse_args([])
+    assert {"watch_latency", "idle_watchers"} <= args.workloads
+    assert args.peers is False
+    assert {m.__name__ for m in harness.server_modules()} == {"bench.watch", "bench.peers"}
 
 
 @pytest.mark.parametrize("peer", peers.PEERS["sqlite"])
