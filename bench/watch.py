@@ -1,8 +1,8 @@
 """The Watch workloads of ``make bench`` (docs/contract.md §9.9).
 
 * ``watch_latency``: commit-to-delivery latency with 1 and with 100 watchers.
-  One writer appends records to one session one at a time (5 ms apart); each
-  watcher notes when each record arrives. A record's latency is its arrival
+  One writer appends records to one run one at a time (5 ms apart), then
+  ends it; each watcher (``WatchRunRecords``) notes when each record arrives. A record's latency is its arrival
   minus the moment its AppendRunRecord call was sent, so it is an upper bound
   of commit-to-delivery (it includes the append's own round trip and commit);
   p50 and p99 are over every (record, watcher) pair. On SQLite the writer and
@@ -148,6 +148,41 @@ class Client:
             rs.AppendRunRecordRequest(record=record), metadata=self.metadata
         )
 
+    async def complete(self, run: Any) -> None:
+        """The run's terminal record (``completed``)."""
+        from runstore.contract import lifecycle
+        from runstore.v1 import runtime_store_pb2 as rs
+        from runstore.v1 import types_pb2 as pb
+
+        payload = lifecycle.encode_run_completed(
+            lifecycle.RunCompletedPayload(status="success", phase="completed")
+        )
+        record = pb.RunRecord(
+            event_key="completed",
+            run_id=run.run_id,
+            agent_id=run.agent_id,
+            session_id=run.session_id,
+            type=lifecycle.RUN_COMPLETED,
+            payload=payload,
+            timestamp=run.started_at,
+        )
+        await self.runtime.RecordRunTerminal(
+            rs.RecordRunTerminalRequest(
+                run_id=run.run_id, status=pb.RUN_STATUS_COMPLETED, record=record
+            ),
+            metadata=self.metadata,
+        )
+
+    async def watch_run(self, run_id: str) -> Any:
+        """An open run stream: its first batch (the started record) has arrived."""
+        from runstore.v1 import runtime_store_pb2 as rs
+
+        stream = self.runtime.WatchRunRecords(
+            rs.WatchRunRecordsRequest(run_id=run_id), metadata=self.metadata
+        )
+        await stream.read()
+        return stream
+
     async def watch(self, session_id: str) -> Any:
         """An open stream: its first batch (the run's started record) has arrived."""
         from runstore.v1 import runtime_store_pb2 as rs
@@ -163,25 +198,26 @@ async def latency(
     writer: Client, watcher: Client, spec: dict[str, Any], number: int
 ) -> dict[str, Any]:
     """One latency measurement: ``spec['records']`` records, ``spec['watchers']`` watchers."""
+    import grpc
+
     from bench.stats import latency_ms
 
     watchers, records = int(spec["watchers"]), int(spec["records"])
     # The session starts through the watchers' replica (every replica serves unary
     # calls too); the records are appended through the writer's.
-    session_id, run = await watcher.session_with_run(number)
+    _, run = await watcher.session_with_run(number)
     sent: dict[str, float] = {}
     delays: list[float] = []
-    streams = [await watcher.watch(session_id) for _ in range(watchers)]
+    # Run watches: the run's terminal record ends every stream (OK) on the
+    # server's side, so no stream is cancelled while others are being served.
+    streams = [await watcher.watch_run(run.run_id) for _ in range(watchers)]
 
     async def follow(stream: Any) -> None:
-        got = 0
-        while got < records:
-            batch = await stream.read()
+        while (batch := await stream.read()) is not grpc.aio.EOF:
             arrived = time.perf_counter()
             for record in batch.events:
-                delays.append(arrived - sent[record.event_key])
-                got += 1
-        stream.cancel()
+                if record.event_key in sent:
+                    delays.append(arrived - sent[record.event_key])
 
     tasks = [asyncio.ensure_future(follow(stream)) for stream in streams]
     for index in range(records):
@@ -189,7 +225,10 @@ async def latency(
         sent[key] = time.perf_counter()
         await writer.append(run, key)
         await asyncio.sleep(0.005)  # one record at a time, not a burst
+    await writer.complete(run)
     await asyncio.wait_for(asyncio.gather(*tasks), 120)
+    if len(delays) != watchers * records:
+        raise RuntimeError(f"{len(delays)} deliveries, expected {watchers} × {records}")
     return {**spec, "deliveries": len(delays), **latency_ms(delays)}
 
 
