@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -111,8 +111,30 @@ class _PostgresTransaction(SqlTransaction):
         except asyncpg.UniqueViolationError:
             return None
 
+    async def _all_unless_conflict(self, statement: Compiled, **params: Any) -> list[Any]:
+        try:
+            return await self._all(statement, **params)
+        except asyncpg.UniqueViolationError:
+            return []
+
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
         await self._conn.executemany(statement.sql, [statement.args(row) for row in rows])
+
+    async def notify(self, payload: str) -> None:
+        """Watchers' wake-up for other replicas (not a port method)."""
+        await self._conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
+
+
+def _refused_before_sending(exc: BaseException) -> bool:
+    """Whether the driver refused a statement before writing any of it: a
+    kill closed the connection (or released it from the pool), or left it
+    mid-protocol (the server's goodbye arrived while it was idle). asyncpg
+    raises InterfaceError for a statement only on such client-side checks."""
+    if isinstance(exc, asyncpg.exceptions.ProtocolError):
+        return False  # raised on reading a reply: the statement was sent
+    if isinstance(exc, asyncpg.InternalClientError):
+        return "cannot switch to state" in str(exc)
+    return isinstance(exc, asyncpg.InterfaceError)
 
 
 def _is_retryable(exc: BaseException) -> bool:
@@ -240,17 +262,21 @@ class PostgresDatabase:
 
     async def _notify(self, payload: str) -> None:
         """One NOTIFY on its own pooled connection: after the commit, never
-        inside a write transaction (that would serialise every writer)."""
-        pool = self._require_pool()
-        conn = await self._acquire(pool, bound.deadline(self.options.operation_timeout))
-        try:
-            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
-        except BaseException as exc:
-            if not _connection_survives(exc):
-                _terminate(conn)
-            raise
-        finally:
-            await pool.release(conn)
+        inside a write transaction (that would serialise every writer).
+        Bounded like every operation, so a frozen server cannot keep a
+        pooled connection busy with it."""
+
+        async def send(tx: Transaction) -> None:
+            assert isinstance(tx, _PostgresTransaction)
+            await tx.notify(payload)
+
+        until = bound.deadline(self.options.operation_timeout)
+        for _ in range(self.options.pool_max):
+            try:
+                return await self._on_connection(send, None, until)
+            except _StaleConnection:  # nothing was sent: try the next connection
+                continue
+        await self._on_connection(send, None, until)
 
     def _committed(self, tx: SqlTransaction) -> None:
         if tx.touched and self._wakeups is not None:
@@ -393,6 +419,21 @@ class PostgresDatabase:
         except Exception as exc:
             raise _translate(exc) from exc
 
+    async def append_records_if_writable(self, batch: Sequence[RecordDraft]) -> list[int] | None:
+        """One statement, like ``append_if_writable``."""
+
+        async def append(tx: Transaction) -> list[int] | None:
+            assert isinstance(tx, _PostgresTransaction)
+            return await tx.append_records_if_writable(batch)
+
+        until = bound.deadline(self.options.operation_timeout)
+        try:
+            return await self._on_connection(append, None, until)
+        except _StaleConnection:
+            return None
+        except Exception as exc:
+            raise _translate(exc) from exc
+
     async def write(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
         return await self._transaction(
             fn, "BEGIN", until=bound.deadline(self.options.operation_timeout)
@@ -457,13 +498,13 @@ async def _single_statement(
     statements: Statements,
     on_commit: Callable[[SqlTransaction], None],
 ) -> T:
-    """``fn``'s one statement on its own. A connection that a kill left
-    mid-protocol refuses the statement before sending it: nothing ran."""
+    """``fn``'s one statement on its own. A connection that a kill closed or
+    left mid-protocol refuses the statement before sending it: nothing ran."""
     tx = _PostgresTransaction(conn, statements)
     try:
         result = await fn(tx)
-    except asyncpg.InternalClientError as exc:
-        if "cannot switch to state" in str(exc):
+    except Exception as exc:
+        if _refused_before_sending(exc):
             raise _StaleConnection() from exc
         raise
     on_commit(tx)
@@ -480,6 +521,12 @@ async def _in_transaction(
     """``fn`` between ``begin`` and COMMIT; rolled back when it fails cleanly;
     ``on_commit`` (the watchers' wake-up) runs only after COMMIT.
 
+    A COMMIT the connection refused to send (a kill closed it, or left it
+    mid-protocol, after ``fn``'s last statement) committed nothing, and a
+    read-only transaction changes nothing whatever happens to its COMMIT:
+    both run again on a fresh connection. Any other failure during COMMIT
+    leaves the outcome unknown (UNAVAILABLE).
+
     No asyncpg transaction object: its exit would roll back on a connection
     the caller is about to terminate, waiting on a server that may never
     answer."""
@@ -495,6 +542,13 @@ async def _in_transaction(
         # The connection died before COMMIT was sent: PostgreSQL rolls the
         # transaction back, so nothing of it happened.
         raise _StaleConnection() from exc
-    await conn.execute("COMMIT")
+    try:
+        await conn.execute("COMMIT")
+    except Exception as exc:
+        if _refused_before_sending(exc) or (
+            begin == _READ_ONLY_SNAPSHOT and not _connection_survives(exc)
+        ):
+            raise _StaleConnection() from exc
+        raise
     on_commit(tx)
     return result
