@@ -2,8 +2,9 @@
 
 * ``watch_latency``: commit-to-delivery latency with 1 and with 100 watchers.
   One writer appends records to one run one at a time (5 ms apart), then
-  ends it; each watcher (``WatchRunRecords``) notes when each record arrives. A record's latency is its arrival
-  minus the moment its AppendRunRecord call was sent, so it is an upper bound
+  ends it; each watcher (``WatchRunRecords``) notes when each record arrives.
+  A record's latency is its arrival minus the moment its AppendRunRecord call
+  was sent, so it is an upper bound
   of commit-to-delivery (it includes the append's own round trip and commit);
   p50 and p99 are over every (record, watcher) pair. On SQLite the writer and
   the watchers use the backend's server; on PostgreSQL the writer talks to
