@@ -68,43 +68,52 @@ class CallObserver:
 
         def unary(behaviour: Unary) -> Unary:
             async def call(request: Any, context: Context) -> Any:
-                started = begin(figures)
+                started, peer = begin(figures, context)
                 try:
                     result = await behaviour(request, context)
                 except BaseException as exc:
-                    end(method, figures, started, _code_of(exc, context), context)
+                    end(method, figures, started, peer, _code_of(exc, context), context)
                     raise
-                end(method, figures, started, _returned_code(context), context)
+                end(method, figures, started, peer, _returned_code(context), context)
                 return result
 
             return call
 
         def stream(behaviour: Streaming) -> Streaming:
             async def call(request: Any, context: Context) -> AsyncIterator[Any]:
-                started = begin(figures)
+                started, peer = begin(figures, context)
                 try:
                     async for response in behaviour(request, context):
                         yield response
                 except BaseException as exc:
-                    end(method, figures, started, _code_of(exc, context), context)
+                    end(method, figures, started, peer, _code_of(exc, context), context)
                     raise
-                end(method, figures, started, _returned_code(context), context)
+                end(method, figures, started, peer, _returned_code(context), context)
 
             return call
 
         return wrapped(handler, unary=unary, stream=stream)
 
-    def _begin(self, figures: MethodFigures | None) -> float:
+    def _begin(self, figures: MethodFigures | None, context: Context) -> tuple[float, str | None]:
+        """The call's start time, and its peer when the access log will name it.
+
+        The peer is read now, while the call is live: once a client has cancelled
+        a stream, grpc.aio may have released the core call, and ``context.peer()``
+        then dereferences a null pointer in grpc's C core (a segfault that takes
+        the whole server down).
+        """
         if figures is not None:
             figures.started.inc()
             figures.in_flight.inc()
-        return time.perf_counter()
+        peer = context.peer() if self._access_log else None
+        return time.perf_counter(), peer
 
     def _end(
         self,
         method: str,
         figures: MethodFigures | None,
         started: float,
+        peer: str | None,
         code: grpc.StatusCode,
         context: Context,
     ) -> None:
@@ -125,7 +134,7 @@ class CallObserver:
                 "reason": reason or None,
                 "duration_ms": round(seconds * 1000, 3),
                 "principal": principal.current() or None,
-                "peer": context.peer(),
+                "peer": peer,
                 "request_id": request_id.current() or None,
             }
             # Logger.info without its search of the stack for the caller's
