@@ -390,7 +390,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     summary: list[dict[str, Any]] = []
     for backend in args.backend:
         raw: list[dict[str, Any]] = []
-        if args.workloads - {"listings"}:
+        if args.workloads - {"listings", "retention"}:
             async with database(backend, args.postgres_url) as url:
                 await migrate.upgrade(url)
                 for size in args.history if args.workloads & {"list_run", "list_session"} else ():
@@ -427,6 +427,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         target, listing_plan(args, size), tag={"backend": backend}
                     )
         summary.extend(summarise(backend, raw))
+    retained = await _retention(args)
     return {
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python", "-m", "bench", *sys.argv[1:]]),
@@ -444,6 +445,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "append_payload_bytes": 1024,
         },
         "results": summary,
+        **({"retention": retained} if retained else {}),
         **(
             {"chain_on": chain_on_description(), "chain_cost": chain_cost(summary)}
             if args.chain == "both"
@@ -468,6 +470,18 @@ async def _measure(
         tag["chain"] = chain
     async with server(url, args.sqlite_synchronous, flags) as target:
         return await run_driver(target, plan_for(args, repeat, pairs), token=token, tag=tag)
+
+
+async def _retention(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The ``retention`` workload: its own module (bench/retention.py)."""
+    if "retention" not in args.workloads:
+        return []
+    from bench import retention
+
+    items = 300 if args.quick else 2000
+    return await retention.measure_backends(
+        args.backend, args.postgres_url, items, 4, 1 if args.quick else args.repeat
+    )
 
 
 def _git_commit() -> str:
@@ -512,7 +526,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sqlite-synchronous", default="FULL", help="FULL or NORMAL")
     parser.add_argument(
         "--workloads",
-        default="append,start_terminal,turn,list_run,list_session,listings",
+        default="append,start_terminal,turn,list_run,list_session,listings,retention",
         help="comma-separated workloads (the ceiling is always measured)",
     )
     parser.add_argument(
@@ -557,6 +571,11 @@ def main(argv: list[str] | None = None) -> int:
     if "chain_cost" in report:
         print()
         print(render_chain_cost(report["chain_cost"]))
+    if "retention" in report:
+        from bench import retention
+
+        print()
+        print(retention.render(report["retention"]))
     RESULTS.mkdir(parents=True, exist_ok=True)
     output = args.output or RESULTS / "latest.json"
     output.write_text(json.dumps(report, indent=2) + "\n")

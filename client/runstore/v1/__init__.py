@@ -113,6 +113,8 @@ from runstore.v1.session_admin_pb2 import (
     PurgeEndedSessionsResponse,
     PurgeSessionRequest,
     PurgeSessionResponse,
+    PurgeSessionlessRunsRequest,
+    PurgeSessionlessRunsResponse,
 )
 from runstore.v1.session_admin_pb2_grpc import (
     SessionAdminServicer,
@@ -194,6 +196,8 @@ __all__ = [
     "PurgeEndedSessionsResponse",
     "PurgeSessionRequest",
     "PurgeSessionResponse",
+    "PurgeSessionlessRunsRequest",
+    "PurgeSessionlessRunsResponse",
     "RecordRunCancellationRequest",
     "RecordRunCancellationResponse",
     "RecordRunSuspensionRequest",

@@ -28,6 +28,7 @@ from runstore.contract.errors import (
     RunConflictError,
     RunNotActiveError,
     RunNotFoundError,
+    RunPurgedError,
     RunRecordOwnerMismatchError,
     RunSessionMismatchError,
     RunSuspensionConflictError,
@@ -67,6 +68,7 @@ from runstore.server.core.model import (
     RootRunStart,
     RunCancellation,
     RunChange,
+    RunEnding,
     RunRecord,
     RunStart,
     RunStartResult,
@@ -229,6 +231,80 @@ class RuntimeStore:
         ]
         return purged, len(found) > batch
 
+    async def purge_sessionless_runs(
+        self, finished_before: Nanos | None, limit: int
+    ) -> tuple[list[str], bool]:
+        """Retention: deletes up to ``limit`` finished sessionless root runs
+        finished before ``finished_before``, oldest first, each with its
+        one-shot children (at any depth) and every record, and leaves a run
+        tombstone for each (§9.10.2). Returns the IDs this call deleted (a root
+        before its children) and whether more roots may match.
+
+        Each root's family goes in one transaction, re-checked under the locks
+        of the root, then of its children: a family with a run still running
+        (or suspended), or one that finished at or after the cut-off, is
+        skipped whole, never partly deleted; a root another caller deleted
+        first is skipped and not reported. Skipped roots are stepped over
+        (keyset), so they never stop the roots after them.
+        """
+        batch = validation.check_purge_batch(finished_before, "finished_before", limit)
+        assert finished_before is not None
+        budget = batch * _ROOTS_EXAMINED_PER_PURGE
+        families: list[list[str]] = []
+        after: tuple[Nanos, str] | None = None
+
+        def purged() -> list[str]:
+            return [run_id for family in families for run_id in family]
+
+        while len(families) < batch and budget > 0:
+            wanted = min(batch - len(families), budget)
+
+            async def candidates(
+                tx: Transaction, after: tuple[Nanos, str] | None = after, wanted: int = wanted
+            ) -> list[tuple[str, Nanos]]:
+                return await tx.purgeable_sessionless_runs(finished_before, after, wanted + 1)
+
+            found = await self._db.read(candidates)
+            for run_id, finished_at in found[:wanted]:
+                budget -= 1
+                after = (finished_at, run_id)
+                family = await self._db.write(self._purge_family(run_id, finished_before))
+                if family:
+                    families.append(family)
+            if len(found) <= wanted:
+                return purged(), False
+        return purged(), True
+
+    def _purge_family(
+        self, root_id: str, finished_before: Nanos
+    ) -> Callable[[Transaction], Coroutine[Any, Any, list[str]]]:
+        def qualifies(run: RunEnding | None) -> bool:
+            return (
+                run is not None
+                and not run.session_id
+                and run.status in _FINISHED
+                and run.finished_at is not None
+                and run.finished_at < finished_before
+            )
+
+        async def tx_fn(tx: Transaction) -> list[str]:
+            root = await tx.lock_run_ending(root_id)
+            if root is None or root.parent_run_id or not qualifies(root):
+                return []  # deleted by another caller meanwhile, or never a candidate
+            family, frontier = [root_id], [root_id]
+            while frontier:
+                children = await tx.lock_child_run_endings(frontier.pop())
+                if not all(qualifies(child) for child in children):
+                    return []
+                family.extend(child.run_id for child in children)
+                frontier.extend(child.run_id for child in children)
+            purged_at = self._clock()
+            for run_id in family:
+                await tx.purge_sessionless_run(run_id, purged_at)
+            return family
+
+        return tx_fn
+
     async def list_runs_by_session(
         self, session_id: str, statuses: Collection[RunStatus] | None = None
     ) -> list[RunState]:
@@ -295,6 +371,7 @@ class RuntimeStore:
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
                 return await _replay_session_start(tx, stored, run, None, started, canceled)
+            await _check_not_purged(tx, run)
             if session is None:
                 raise SessionNotFoundError(run_id=run.run_id, session_id=run.session_id)
             return await self._create_session_run(tx, run, session, None, started, canceled)
@@ -319,6 +396,7 @@ class RuntimeStore:
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
                 return await _replay_session_start(tx, stored, run, link, started, canceled)
+            await _check_not_purged(tx, run)
             if session is None:
                 raise SessionNotFoundError(run_id=run.run_id, session_id=run.session_id)
             if parent.session_id != run.session_id:
@@ -343,6 +421,7 @@ class RuntimeStore:
                 return RunStartResult(
                     RunStartOutcome.PROCEED, await _replay_record(tx, started, None)
                 )
+            await _check_not_purged(tx, run)
             await tx.insert_run(self._new_run(run, RunStartOutcome.PROCEED, None, started, None))
             return RunStartResult(RunStartOutcome.PROCEED, await _append(tx, started, None))
 
@@ -367,6 +446,7 @@ class RuntimeStore:
                     await _replay_record(tx, started, None),
                     parent_record=parent_record,
                 )
+            await _check_not_purged(tx, run)
             if parent is None:
                 raise RunNotFoundError(run_id=run.parent_run_id)
             if parent.session_id:
@@ -589,7 +669,12 @@ class RuntimeStore:
             status,
             record,
             stored,
-            RunChange(status=terminal, updated_at=self._clock(), terminal_key=record.event_key),
+            RunChange(
+                status=terminal,
+                updated_at=self._clock(),
+                terminal_key=record.event_key,
+                finished_at=record.timestamp,
+            ),
         )
 
     # --- Repairs (§9.5) ------------------------------------------------------
@@ -748,6 +833,20 @@ class RuntimeStore:
 
 
 # --- Rules used inside transactions -----------------------------------------
+
+_FINISHED: Final = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED})
+"""The statuses sessionless retention deletes (suspended runs can be continued)."""
+
+_ROOTS_EXAMINED_PER_PURGE: Final = 4
+"""A retention call examines at most this many candidate roots per root it may
+purge, so skipped families cost a bounded amount of work per call."""
+
+
+async def _check_not_purged(tx: Transaction, run: RunStart) -> None:
+    """§9.10.2: a first start of a run ID retention deleted is refused, so a
+    delayed retry of a purged run's start never re-creates it."""
+    if await tx.run_purged(run.run_id):
+        raise RunPurgedError(run_id=run.run_id, session_id=run.session_id)
 
 
 def _check_suspension_text(cmd: RunSuspension) -> None:
