@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import signal
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -40,6 +42,7 @@ from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from tests.contract.test_context_store import snapshot as context_snapshot
 from tests.contract.test_context_store import user
+from tests.processes import run_module, serve_process, server_process
 from tests.server.test_admin_cli import runstore
 from tests.server.test_retention import DAY_MS, _iso, ended_session, exists, window
 from tests.support import Run, Store, fails, failure_of, run_start, serving, ts
@@ -567,3 +570,86 @@ async def test_a_stop_mid_pass_ends_the_task_cleanly(store: Store, database_url:
         report = await task.run_pass()
         assert (calls, report.runs) == (1, 1)  # the batch finished; no batch after it
         await task.stop()
+
+
+async def test_a_failed_pass_is_counted_and_the_next_one_runs(
+    store: Store, database_url: str
+) -> None:
+    base = window()
+    clock = Clock(base + 200 * DAY_MS)
+    old_session = await ended_session(store, base)
+    attempts = 0
+
+    @asynccontextmanager
+    async def down_once() -> AsyncIterator[bool]:
+        nonlocal attempts
+        attempts += 1
+        if attempts == 1:
+            raise ConnectionRefusedError("the database is down")
+        yield True
+
+    async with replica(database_url, clock) as one:
+        waited: list[float] = []
+        second_pass = asyncio.Event()
+
+        async def wait(seconds: float) -> None:
+            waited.append(seconds)
+            if len(waited) == 2:
+                second_pass.set()
+                await task.stopping.wait()
+
+        task = task_of(one, clock, lock=down_once, wait=wait)
+        task.start()
+        await second_pass.wait()
+        await task.stop()
+        assert attempts == 2
+        assert counted_with(one.metrics, "runstore_retention_passes_total", outcome="failed") == 1
+        assert counted_with(one.metrics, "runstore_retention_passes_total", outcome="done") == 1
+        assert not await exists(store, old_session)
+
+
+def counted_with(metrics: Metrics, name: str, **labels: str) -> float:
+    for family in metrics.registry.collect():
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return 0.0
+
+
+# --- The real server process -------------------------------------------------------------
+
+
+async def test_serve_runs_retention_at_start_and_stops_cleanly(tmp_path: Path) -> None:
+    database = f"sqlite:///{tmp_path / 'runstore.db'}"
+    base = window()
+    async with (
+        serve_process("--database-url", database) as (process, target),
+        grpc.aio.insecure_channel(target) as channel,
+    ):
+        seeding = Store(channel, target=target)
+        old_session = await ended_session(seeding, base)
+        old_run = await finished(seeding, base, base + 1)
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), timeout=30) == 0
+
+    flags = ("--retain-ended-sessions", "30d", "--retain-sessionless-runs", "30d")
+    async with server_process("--database-url", database, *flags) as server:
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            store = Store(channel, target=server.target)
+            # The first pass runs at start; its log line says when it is done.
+            for _ in range(400):  # bounded: 20 s
+                if b"retention pass: purged" in server.log:
+                    break
+                await asyncio.sleep(0.05)
+            assert b"retention pass: purged 1 sessions, 1 sessionless runs" in server.log
+            assert not await exists(store, old_session)
+            assert not await run_exists(store, old_run.id)
+        server.process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(server.process.wait(), timeout=30) == 0
+    assert b"runstore stopped" in server.log
+
+
+async def test_serve_refuses_a_bad_duration() -> None:
+    code, _, err = await run_module("runstore.server", "serve", "--retain-contexts", "3w")
+    assert code != 0
+    assert b"--retain-contexts must be a whole number and s, m, h or d" in err

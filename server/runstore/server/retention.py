@@ -151,17 +151,19 @@ class RetentionTask:
     async def run_pass(self) -> PassReport:
         """One pass, if this replica holds the retention lock; logged and counted."""
         now = self._clock()
-        async with self._lock() as held:
-            if not held:
-                log.info("retention pass skipped: another replica holds the retention lock")
-                self._count("skipped")
-                return PassReport(ran=False)
-            started = time.perf_counter()
-            try:
+        started = time.perf_counter()
+        try:
+            async with self._lock() as held:
+                if not held:
+                    log.info("retention pass skipped: another replica holds the retention lock")
+                    self._count("skipped")
+                    return PassReport(ran=False)
                 report = await self._purge(now, started)
-            except BaseException:
-                self._count("failed", time.perf_counter() - started)
-                raise
+        except BaseException:
+            # Taking the lock failed (database down) or a batch did: the next
+            # pass tries again; what was purged stays purged.
+            self._count("failed", time.perf_counter() - started)
+            raise
         self._count("done", report.seconds)
         if self.metrics is not None:
             self.metrics.retention_last_success.set(time.time())

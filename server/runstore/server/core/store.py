@@ -12,10 +12,11 @@ session first, so every writer acquires locks in the same order.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from runstore.contract import lifecycle
 from runstore.contract.errors import (
@@ -84,6 +85,8 @@ from runstore.server.core.ports import (
     SessionLookup,
     Transaction,
 )
+
+T = TypeVar("T")
 
 DEFAULT_PAGE_LIMIT: Final = DEFAULTS.page_limit
 """Largest page ListRunRecords / ListSessionRunRecords return (D3)."""
@@ -224,11 +227,8 @@ class RuntimeStore:
 
             return tx_fn
 
-        purged = [
-            session_id
-            for session_id in found[:batch]
-            if await self._db.write(purge_one(session_id))
-        ]
+        done = await _in_parallel([purge_one(session_id) for session_id in found[:batch]], self._db)
+        purged = [session_id for session_id, ok in zip(found[:batch], done, strict=True) if ok]
         return purged, len(found) > batch
 
     async def purge_sessionless_runs(
@@ -265,12 +265,14 @@ class RuntimeStore:
                 return await tx.purgeable_sessionless_runs(finished_before, after, wanted + 1)
 
             found = await self._db.read(candidates)
-            for run_id, finished_at in found[:wanted]:
-                budget -= 1
-                after = (finished_at, run_id)
-                family = await self._db.write(self._purge_family(run_id, finished_before))
-                if family:
-                    families.append(family)
+            page = found[:wanted]
+            budget -= len(page)
+            if page:
+                after = (page[-1][1], page[-1][0])
+            deleted = await _in_parallel(
+                [self._purge_family(run_id, finished_before) for run_id, _ in page], self._db
+            )
+            families.extend(family for family in deleted if family)
             if len(found) <= wanted:
                 return purged(), False
         return purged(), True
@@ -837,9 +839,35 @@ class RuntimeStore:
 _FINISHED: Final = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED})
 """The statuses sessionless retention deletes (suspended runs can be continued)."""
 
+PURGE_PARALLEL: Final = 8
+"""Retention transactions (one session, one run family each) in flight at once
+per call: SQLite commits them in one group commit, PostgreSQL on several pool
+connections. Different sessions (families) share no row, so they never wait
+for each other."""
+
 _ROOTS_EXAMINED_PER_PURGE: Final = 4
 """A retention call examines at most this many candidate roots per root it may
 purge, so skipped families cost a bounded amount of work per call."""
+
+
+async def _in_parallel(
+    transactions: list[Callable[[Transaction], Coroutine[Any, Any, T]]], db: Database
+) -> list[T]:
+    """Each function in a write transaction of its own, ``PURGE_PARALLEL`` at a
+    time; results in the order given. On a failure every other transaction
+    still ends (committed or not) before the first error is raised, so none
+    outlives the call."""
+    gate = asyncio.Semaphore(PURGE_PARALLEL)
+
+    async def one(fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        async with gate:
+            return await db.write(fn)
+
+    results = await asyncio.gather(*(one(fn) for fn in transactions), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return [result for result in results if not isinstance(result, BaseException)]
 
 
 async def _check_not_purged(tx: Transaction, run: RunStart) -> None:

@@ -515,6 +515,7 @@ _SESSIONLESS = runs.c.session_id == literal_column("''")
 """Spelled as a literal, not a parameter, so PostgreSQL's generic plans can
 use the partial indexes on sessionless runs."""
 
+
 def _purgeable_sessionless_runs() -> Any:
     """Finished sessionless roots finished before the cut-off, after a keyset
     position, oldest first (only an ending sets ``finished_at_ms``); roots with
