@@ -478,7 +478,7 @@ async def _retention(args: argparse.Namespace) -> list[dict[str, Any]]:
         return []
     from bench import retention
 
-    items = 300 if args.quick else 2000
+    items = args.retention_items or (300 if args.quick else 2000)
     return await retention.measure_backends(
         args.backend, args.postgres_url, items, 4, 1 if args.quick else args.repeat
     )
@@ -535,6 +535,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="off",
         help="the interceptor chain's optional concerns (metrics, JSON access log, auth): "
         "off (the defaults), on, or both side by side",
+    )
+    parser.add_argument(
+        "--retention-items",
+        type=int,
+        default=None,
+        help="retention: sessions and runs seeded and purged per repetition (2000; quick 300)",
     )
     parser.add_argument("--output", type=Path, default=None, help="JSON file to write")
     args = parser.parse_args(argv)
