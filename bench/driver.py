@@ -34,6 +34,12 @@ AGENT = "bench-agent"
 
 Op = Callable[[], Awaitable[Any]]
 
+BATCH_RECORDS = 4
+"""Records per AppendRunRecords call of ``append_batch`` (one model response:
+thinking, text and two tool calls, ~1 KiB each). Its ``ops_per_s`` counts
+records, comparable with one-record appends; ``calls_per_s`` counts calls."""
+RECORDS_PER_OP = {"append_batch": BATCH_RECORDS}
+
 
 def _now() -> Timestamp:
     ms = time.time_ns() // 1_000_000
@@ -142,6 +148,24 @@ async def _make_op(client: Client, workload: str, spec: dict[str, Any]) -> Op:
             return client.runtime.AppendRunRecord(request)
 
         return append
+    if workload == "append_batch":
+        run = await client.start(await client.session())
+        # Like "append": one request reused, only its keys change.
+        batch = rs.AppendRunRecordsRequest(
+            records=[
+                _record(run, "", type_, PAYLOAD_1K, _now())
+                for type_ in ("thinking", "assistant_text", "tool_call", "tool_call")
+            ]
+        )
+        assert len(batch.records) == BATCH_RECORDS
+
+        def append_batch() -> Any:
+            turn = next(keys)
+            for index, record in enumerate(batch.records):
+                record.event_key = f"k{turn}-{index}"
+            return client.runtime.AppendRunRecords(batch)
+
+        return append_batch
     if workload == "start_terminal":
         session_id = await client.session()
 
@@ -217,10 +241,16 @@ async def measure(client: Client, spec: dict[str, Any]) -> dict[str, Any]:
     await asyncio.gather(*(worker(op) for op in ops))
     elapsed = time.perf_counter() - began
     latencies.sort()
+    per_op = RECORDS_PER_OP.get(workload, 1)
     return {
         **{k: v for k, v in spec.items() if k not in ("run_id", "session_id", "cursor", "request")},
-        "ops": len(latencies),
-        "ops_per_s": len(latencies) / elapsed,
+        "ops": len(latencies) * per_op,
+        "ops_per_s": len(latencies) * per_op / elapsed,
+        **(
+            {"records_per_call": per_op, "calls_per_s": len(latencies) / elapsed}
+            if per_op > 1
+            else {}
+        ),
         "p50_ms": 1000 * statistics.median(latencies) if latencies else None,
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
         if latencies

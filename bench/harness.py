@@ -44,7 +44,8 @@ RESULTS = ROOT / "bench" / "results"
 HISTORY_PAYLOAD = b'{"history":"' + b"h" * 180 + b'"}'
 _PORT_LINE = re.compile(rb"serving on \S+ \(port (\d+)\)")
 
-WRITE_WORKLOADS = ("append", "start_terminal", "turn")
+WRITE_WORKLOADS = ("append", "append_batch", "start_terminal", "turn")
+"""``append_batch``: AppendRunRecords of 4 × ~1 KiB records; its ops/s are records/s."""
 
 
 # --- Databases and seeded histories -------------------------------------------

@@ -90,6 +90,18 @@ async def _sessionless_append(store: Store) -> Command:
     return _append_to(await store.one_shot())
 
 
+def _all_inserted(response: Any) -> bool:
+    return all(result.inserted for result in response.results)
+
+
+async def _append_batch(store: Store) -> Command:
+    run = await store.root()
+    request = rs.AppendRunRecordsRequest(
+        records=[run.record("thinking-1"), run.record("text-1"), run.record("tool-call-1")]
+    )
+    return Command(lambda s: s.runtime.AppendRunRecords(request), _all_inserted)
+
+
 async def _cancellation(store: Store) -> Command:
     run = await store.root()
     return Command(
@@ -190,6 +202,7 @@ SCENARIOS: dict[str, Prepare] = {
     "start_one_shot_child": _one_shot_child_start,
     "append": _append,
     "append_sessionless": _sessionless_append,
+    "append_batch": _append_batch,
     "cancellation": _cancellation,
     "suspension": _suspension,
     "terminal": _terminal,
@@ -221,6 +234,9 @@ def _clear_inserted(message: Message) -> None:
             message.ClearField("inserted")
         elif descriptor.message_type is not None and not isinstance(value, Sequence):
             _clear_inserted(value)
+        elif descriptor.message_type is not None and descriptor.name == "results":
+            for item in value:  # AppendRunRecords: one result per record
+                _clear_inserted(item)
 
 
 async def fire_duplicates(name: str, replicas: Sequence[Store], copies: int = COPIES) -> None:

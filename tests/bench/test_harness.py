@@ -123,3 +123,36 @@ def test_bench_compares_the_interceptor_chain_off_and_on(tmp_path: Path) -> None
     chains = {(r["workload"], r["chain"]) for r in report["results"]}
     assert chains == {(w, c) for w in ("ceiling", "append") for c in ("off", "on")}
     assert {r["repetitions"] for r in report["results"]} == {2}
+
+
+def test_bench_runs_the_batch_workload(tmp_path: Path) -> None:
+    output = tmp_path / "batch.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--backend",
+            "sqlite",
+            "--workloads",
+            "append_batch",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0.1",
+            "--repeat",
+            "1",
+            "--concurrency",
+            "2",
+            "--output",
+            str(output),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    rows = {r["workload"]: r for r in json.loads(output.read_text())["results"]}
+    assert set(rows) == {"ceiling", "append_batch"}
+    assert rows["append_batch"]["ops_per_s"] > 0

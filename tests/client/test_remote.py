@@ -416,6 +416,17 @@ class FlakyRuntimeStore(RuntimeStoreServicer):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "reply lost")
         return response
 
+    async def AppendRunRecords(self, request: Any, context: Any) -> Any:
+        self.calls += 1
+        if self.before > 0:
+            self.before -= 1
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "try again")
+        response = await super().AppendRunRecords(request, context)
+        if self.after > 0:
+            self.after -= 1
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "reply lost")
+        return response
+
 
 @pytest.fixture
 async def flaky(tmp_path: Path) -> AsyncIterator[tuple[FlakyRuntimeStore, str]]:
@@ -471,6 +482,31 @@ async def test_lost_replies_are_retried_and_the_store_holds_one_record(
         assert retries == [("TRANSIENT", 1), ("TRANSIENT", 2)]
         page = await remote.list_run_records(run.run_id, "", 10)
         assert [r.event_key for r in page.events] == ["run_started", "once"]
+
+
+async def test_a_batch_whose_reply_was_lost_is_retried_into_its_original_results(
+    flaky: tuple[FlakyRuntimeStore, str],
+) -> None:
+    servicer, target = flaky
+    run = await _one_shot(target)
+    servicer.after = 1
+    notes = [_note(run, "thinking"), _note(run, "text"), _note(run, "tool-call")]
+    async with RemoteStore(target, retry=FAST_RETRY) as remote:
+        results = await remote.append_run_records(notes)
+        assert [(r.id, r.inserted) for r in results] == [("2", False), ("3", False), ("4", False)]
+        assert servicer.calls == 2
+        page = await remote.list_run_records(run.run_id, "", 10)
+        assert [r.event_key for r in page.events] == [
+            "run_started",
+            "thinking",
+            "text",
+            "tool-call",
+        ]
+        changed = [notes[0], replace(notes[1], payload=b'{"changed":true}')]
+        with pytest.raises(EventConflictError) as raised:
+            await remote.append_run_records(changed)
+        assert raised.value.field == "records[1]"
+        assert servicer.calls == 3
 
 
 async def test_refused_calls_are_retried_until_they_succeed(
@@ -555,12 +591,14 @@ async def test_blocking_facades_work_from_plain_threads(store: StubStore) -> Non
             run = root(session_id)
             remote.start_root_run(records.root_run_start(run))
             remote.append_run_record(replace(_note(run, "n1"), session_id=session_id))
+            batch = [replace(_note(run, f"b{i}"), session_id=session_id) for i in range(2)]
+            assert [r.id for r in remote.append_run_records(batch)] == ["3", "4"]
             page = remote.list_run_records(run.run_id, "", 10)
             with pytest.raises(RunNotFoundError):
                 remote.load_run(unique("nope"))
             return remote.load_session_status(session_id).value, len(page.events)
 
-    assert await asyncio.to_thread(worker) == ("active", 2)
+    assert await asyncio.to_thread(worker) == ("active", 4)
 
 
 def test_naive_datetimes_are_refused_before_sending() -> None:

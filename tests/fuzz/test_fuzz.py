@@ -348,6 +348,11 @@ BUILDERS: dict[str, Builder] = {
     "/runstore.v1.RuntimeStore/AppendRunRecord": _static(
         lambda w: rs.AppendRunRecordRequest(record=w.root.record(unique("key"), turn_id="t1"))
     ),
+    "/runstore.v1.RuntimeStore/AppendRunRecords": _static(
+        lambda w: rs.AppendRunRecordsRequest(
+            records=[w.root.record(unique("key"), turn_id="t1") for _ in range(3)]
+        )
+    ),
     "/runstore.v1.RuntimeStore/RecordRunCancellation": _cancellation,
     "/runstore.v1.RuntimeStore/RecordRunSuspension": _suspension,
     "/runstore.v1.RuntimeStore/RecordRunTerminal": _terminal,

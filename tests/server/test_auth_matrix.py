@@ -173,6 +173,11 @@ async def _append(store: Store) -> Any:
     return rs.AppendRunRecordRequest(record=(await store.root()).record(unique("key")))
 
 
+async def _append_batch(store: Store) -> Any:
+    run = await store.root()
+    return rs.AppendRunRecordsRequest(records=[run.record(unique("key")) for _ in range(2)])
+
+
 async def _cancel(store: Store) -> Any:
     return (await store.root()).cancellation_request()
 
@@ -333,6 +338,7 @@ BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.RuntimeStore/StartOneShotRun": ("runtime", _one_shot_request),
     "/runstore.v1.RuntimeStore/StartOneShotChildRun": ("runtime", _one_shot_child),
     "/runstore.v1.RuntimeStore/AppendRunRecord": ("runtime", _append),
+    "/runstore.v1.RuntimeStore/AppendRunRecords": ("runtime", _append_batch),
     "/runstore.v1.RuntimeStore/RecordRunCancellation": ("runtime", _cancel),
     "/runstore.v1.RuntimeStore/RecordRunSuspension": ("runtime", _suspend),
     "/runstore.v1.RuntimeStore/RecordRunTerminal": ("runtime", _terminal),

@@ -270,8 +270,33 @@ async def test_a_slow_reader_holds_at_most_a_page_or_so(database_url: str) -> No
             stream.cancel()
 
 
+async def append_batch(store: Store, run: Run, key: str) -> None:
+    """Three records in one AppendRunRecords call (§9.3.1)."""
+    records = [run.record(f"{key}-{part}") for part in ("thinking", "text", "call")]
+    await store.runtime.AppendRunRecords(rs.AppendRunRecordsRequest(records=records))
+
+
+async def test_batches_arrive_whole_and_in_order(store: Store) -> None:
+    session = await store.session()
+    runs = [await store.root(session_id=session) for _ in range(2)]
+    calls = 12
+    total = len(runs) + 3 * calls
+    stream = session_watch(store, session)
+    run_stream = store.runtime.WatchRunRecords(rs.WatchRunRecordsRequest(run_id=runs[0].id))
+    seen, seen_run, *_ = await asyncio.gather(
+        collect(stream, total),
+        collect(run_stream, 1 + 3 * calls // 2),
+        *(append_batch(store, runs[i % 2], f"t{i}") for i in range(calls)),
+    )
+    stream.cancel()
+    run_stream.cancel()
+    assert seen == ids(await store.session_records(session))
+    assert seen_run == ids(await store.records(runs[0].id))
+
+
+@pytest.mark.parametrize("appender", ["single", "batch"])
 async def test_sqlite_full_sends_a_record_only_after_its_wal_sync(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, appender: str
 ) -> None:
     url = f"sqlite:///{tmp_path / 'sync.db'}"
     async with watch_server(url, watch_poll_seconds=0.1, sqlite_synchronous="FULL") as (store, _):
@@ -289,10 +314,12 @@ async def test_sqlite_full_sends_a_record_only_after_its_wal_sync(
             real_sync(fd)
 
         monkeypatch.setattr(sqlite_backend.os, "fdatasync", held_sync)
-        appending = asyncio.ensure_future(append(store, run, "held"))
+        write = append if appender == "single" else append_batch
+        appending = asyncio.ensure_future(write(store, run, "held"))
         await asyncio.to_thread(syncing.wait, 30)
         # Committed and visible to readers, not yet durable...
-        assert len(await store.session_records(session)) == 2
+        written = 1 if appender == "single" else 3
+        assert len(await store.session_records(session)) == 1 + written
         reading = asyncio.ensure_future(stream.read())
         await asyncio.sleep(0.5)  # five poll intervals
         assert not reading.done(), "a watcher sent a record before its WAL sync"
@@ -300,7 +327,10 @@ async def test_sqlite_full_sends_a_record_only_after_its_wal_sync(
         release.set()
         batch = await reading
         await appending
-        assert ids(batch.events) == [(run.id, "2")]
+        delivered = ids(batch.events)
+        while len(delivered) < written:
+            delivered += ids((await stream.read()).events)
+        assert delivered == [(run.id, str(2 + i)) for i in range(written)]
         stream.cancel()
 
 

@@ -8,7 +8,7 @@ protocols, so worker code does not care where the store lives.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -52,6 +52,10 @@ class Store(Protocol):
     ) -> OneShotChildRunStartResult: ...
 
     async def append_run_record(self, record: RunRecord) -> AppendResult: ...
+
+    async def append_run_records(self, records: Sequence[RunRecord]) -> list[AppendResult]:
+        """Several records of one run at once, all or none (§9.3.1)."""
+        ...
 
     async def record_run_cancellation(self, command: RunCancellation) -> AppendResult: ...
 

@@ -334,6 +334,15 @@ class RemoteStore(_Client):
         request = rs.AppendRunRecordRequest(record=convert.record(record))
         return convert.from_append_result(await self._call(self.stub.AppendRunRecord, request))
 
+    async def append_run_records(self, records: Sequence[RunRecord]) -> list[AppendResult]:
+        """Several records of one run in one call and one transaction, all or
+        none (docs/contract.md §9.3.1): one result per record, in order. Safe
+        to retry like ``append_run_record``: the identical batch again returns
+        the original results."""
+        request = rs.AppendRunRecordsRequest(records=[convert.record(r) for r in records])
+        response = await self._call(self.stub.AppendRunRecords, request)
+        return [convert.from_append_result(result) for result in response.results]
+
     async def record_run_cancellation(self, command: RunCancellation) -> AppendResult:
         response = await self._call(
             self.stub.RecordRunCancellation, convert.run_cancellation(command)

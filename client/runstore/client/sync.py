@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Collection, Coroutine
+from collections.abc import Collection, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -109,6 +109,9 @@ class SyncRemoteStore(_Facade):
 
     def append_run_record(self, record: RunRecord) -> AppendResult:
         return self._thread.run(self._remote.append_run_record(record))
+
+    def append_run_records(self, records: Sequence[RunRecord]) -> list[AppendResult]:
+        return self._thread.run(self._remote.append_run_records(records))
 
     def record_run_cancellation(self, command: RunCancellation) -> AppendResult:
         return self._thread.run(self._remote.record_run_cancellation(command))

@@ -56,6 +56,8 @@ from runstore.v1.memory_store_pb2_grpc import (
 from runstore.v1.runtime_store_pb2 import (
     AppendRunRecordRequest,
     AppendRunRecordResponse,
+    AppendRunRecordsRequest,
+    AppendRunRecordsResponse,
     ListRunRecordsRequest,
     ListRunRecordsResponse,
     ListRunTranscriptRecordsRequest,
@@ -140,6 +142,8 @@ __all__ = [
     "AppendResult",
     "AppendRunRecordRequest",
     "AppendRunRecordResponse",
+    "AppendRunRecordsRequest",
+    "AppendRunRecordsResponse",
     "AppendTranscriptRequest",
     "AppendTranscriptResponse",
     "CacheCheckpointBlock",

@@ -335,6 +335,59 @@ class AppendRunRecordResponse(_message.Message):
 Global___AppendRunRecordResponse: _TypeAlias = AppendRunRecordResponse  # noqa: Y015
 
 @_typing.final
+class AppendRunRecordsRequest(_message.Message):
+    """At most 128 records of one run, at most 4 MiB of payload in all (docs/contract.md
+    "Limits on input"). The batch is AppendRunRecord applied to each record in
+    request order within one transaction: a record already stored exactly
+    (also by an earlier record of the same batch) is an exact retry, and if
+    any record fails the whole batch fails with that record's error (its
+    ErrorInfo "field" names it, e.g. "records[3].event_key") and nothing is
+    written. Retrying the identical batch returns the original results.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.RunRecord]: ...
+    def __init__(
+        self,
+        *,
+        records: _abc.Iterable[_types_pb2.RunRecord] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["records", b"records"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendRunRecordsRequest: _TypeAlias = AppendRunRecordsRequest  # noqa: Y015
+
+@_typing.final
+class AppendRunRecordsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.AppendResult]:
+        """One result per request record, in request order: what AppendRunRecord
+        would have answered for it (id, inserted, session_status).
+        """
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[_types_pb2.AppendResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendRunRecordsResponse: _TypeAlias = AppendRunRecordsResponse  # noqa: Y015
+
+@_typing.final
 class RecordRunCancellationRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

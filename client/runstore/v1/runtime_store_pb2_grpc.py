@@ -64,6 +64,11 @@ class RuntimeStoreStub:
                 request_serializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordRequest.SerializeToString,
                 response_deserializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordResponse.FromString,
                 _registered_method=True)
+        self.AppendRunRecords = channel.unary_unary(
+                '/runstore.v1.RuntimeStore/AppendRunRecords',
+                request_serializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordsRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordsResponse.FromString,
+                _registered_method=True)
         self.RecordRunCancellation = channel.unary_unary(
                 '/runstore.v1.RuntimeStore/RecordRunCancellation',
                 request_serializer=runstore_dot_v1_dot_runtime__store__pb2.RecordRunCancellationRequest.SerializeToString,
@@ -166,6 +171,14 @@ class RuntimeStoreServicer:
 
     def AppendRunRecord(self, request, context):
         """Stores one ordinary (non-lifecycle) record (§9.3).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendRunRecords(self, request, context):
+        """Stores several ordinary records of one run in one transaction, each by
+        the rules of AppendRunRecord, all or none (§9.3.1).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -290,6 +303,11 @@ def add_RuntimeStoreServicer_to_server(servicer, server):
                     servicer.AppendRunRecord,
                     request_deserializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordRequest.FromString,
                     response_serializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordResponse.SerializeToString,
+            ),
+            'AppendRunRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendRunRecords,
+                    request_deserializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordsRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordsResponse.SerializeToString,
             ),
             'RecordRunCancellation': grpc.unary_unary_rpc_method_handler(
                     servicer.RecordRunCancellation,
@@ -514,6 +532,33 @@ class RuntimeStore:
             '/runstore.v1.RuntimeStore/AppendRunRecord',
             runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordRequest.SerializeToString,
             runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendRunRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/AppendRunRecords',
+            runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordsRequest.SerializeToString,
+            runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,

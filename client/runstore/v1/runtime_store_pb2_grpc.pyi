@@ -51,6 +51,10 @@ class RuntimeStoreStub:
     """Parent link and first state of a sessionless child run (§9.2.4)."""
     AppendRunRecord: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordRequest, _runtime_store_pb2.AppendRunRecordResponse]
     """Stores one ordinary (non-lifecycle) record (§9.3)."""
+    AppendRunRecords: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordsRequest, _runtime_store_pb2.AppendRunRecordsResponse]
+    """Stores several ordinary records of one run in one transaction, each by
+    the rules of AppendRunRecord, all or none (§9.3.1).
+    """
     RecordRunCancellation: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.RecordRunCancellationRequest, _runtime_store_pb2.RecordRunCancellationResponse]
     """Records the first cancellation reason with its intent record (§9.4.1)."""
     RecordRunSuspension: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.RecordRunSuspensionRequest, _runtime_store_pb2.RecordRunSuspensionResponse]
@@ -96,6 +100,10 @@ class RuntimeStoreAsyncStub(RuntimeStoreStub):
     """Parent link and first state of a sessionless child run (§9.2.4)."""
     AppendRunRecord: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordRequest, _runtime_store_pb2.AppendRunRecordResponse]  # type: ignore[assignment]
     """Stores one ordinary (non-lifecycle) record (§9.3)."""
+    AppendRunRecords: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordsRequest, _runtime_store_pb2.AppendRunRecordsResponse]  # type: ignore[assignment]
+    """Stores several ordinary records of one run in one transaction, each by
+    the rules of AppendRunRecord, all or none (§9.3.1).
+    """
     RecordRunCancellation: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.RecordRunCancellationRequest, _runtime_store_pb2.RecordRunCancellationResponse]  # type: ignore[assignment]
     """Records the first cancellation reason with its intent record (§9.4.1)."""
     RecordRunSuspension: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.RecordRunSuspensionRequest, _runtime_store_pb2.RecordRunSuspensionResponse]  # type: ignore[assignment]
@@ -174,6 +182,16 @@ class RuntimeStoreServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_runtime_store_pb2.AppendRunRecordResponse, _abc.Awaitable[_runtime_store_pb2.AppendRunRecordResponse]]:
         """Stores one ordinary (non-lifecycle) record (§9.3)."""
+
+    @_abc_1.abstractmethod
+    def AppendRunRecords(
+        self,
+        request: _runtime_store_pb2.AppendRunRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_runtime_store_pb2.AppendRunRecordsResponse, _abc.Awaitable[_runtime_store_pb2.AppendRunRecordsResponse]]:
+        """Stores several ordinary records of one run in one transaction, each by
+        the rules of AppendRunRecord, all or none (§9.3.1).
+        """
 
     @_abc_1.abstractmethod
     def RecordRunCancellation(

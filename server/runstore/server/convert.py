@@ -7,6 +7,7 @@ absent: that is what a Go client sends for an unset ``time.Time``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -52,9 +53,18 @@ def record_from_wire(parent: Any, name: str) -> model.RecordDraft | None:
     if not parent.HasField(name):
         return None
     message: pb.RunRecord = getattr(parent, name)
+    return _record_draft(message, name)
+
+
+def records_from_wire(messages: Iterable[pb.RunRecord], name: str) -> list[model.RecordDraft]:
+    """The repeated RunRecord field ``name``, each named ``name[i]`` in errors."""
+    return [_record_draft(message, f"{name}[{i}]") for i, message in enumerate(messages)]
+
+
+def _record_draft(message: pb.RunRecord, field: str) -> model.RecordDraft:
     return model.RecordDraft(
         **wire.copy_fields(message, wire.RECORD_FIELDS),
-        timestamp=nanos_from_wire(message, "timestamp", f"{name}.timestamp"),
+        timestamp=nanos_from_wire(message, "timestamp", f"{field}.timestamp"),
     )
 
 

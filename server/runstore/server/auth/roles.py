@@ -45,6 +45,7 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
     _RUNTIME + "StartOneShotRun": _WORKER,
     _RUNTIME + "StartOneShotChildRun": _WORKER,
     _RUNTIME + "AppendRunRecord": _WORKER,
+    _RUNTIME + "AppendRunRecords": _WORKER,
     _RUNTIME + "RecordRunCancellation": _WORKER,
     _RUNTIME + "RecordRunSuspension": _WORKER,
     _RUNTIME + "RecordRunTerminal": _WORKER,

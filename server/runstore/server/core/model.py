@@ -110,6 +110,22 @@ class RunRecord:
     payload: bytes
     timestamp: Nanos
 
+    @classmethod
+    def from_draft(cls, record: RecordDraft, record_id: int) -> RunRecord:
+        """``record`` as stored under ``record_id`` (its timestamp is set: V1)."""
+        assert record.timestamp is not None
+        return cls(
+            record_id,
+            record.event_key,
+            record.run_id,
+            record.agent_id,
+            record.session_id,
+            record.turn_id,
+            record.type,
+            record.payload,
+            record.timestamp,
+        )
+
     def same_as(self, record: RecordDraft) -> bool:
         """Exact-retry identity: every field but the ID is equal (§6.1)."""
         return (

@@ -11,7 +11,7 @@ touch anything but their transaction.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
@@ -89,6 +89,10 @@ class Transaction(Protocol):
     async def record_by_key(self, run_id: str, event_key: str) -> RunRecord | None: ...
 
     async def record_by_id(self, run_id: str, record_id: int) -> RunRecord | None: ...
+
+    async def records_by_keys(self, run_id: str, event_keys: Sequence[str]) -> dict[str, RunRecord]:
+        """The run's records under any of ``event_keys`` (distinct), by key."""
+        ...
 
     async def run_records(
         self, run_id: str, after: int, limit: int, max_bytes: int
@@ -176,6 +180,11 @@ class Transaction(Protocol):
     async def append_record(self, record: RecordDraft) -> int:
         """Stores ``record`` with its run's next ID and, when the record belongs
         to a session, the session's next position (D3). Returns the ID."""
+        ...
+
+    async def append_records(self, records: Sequence[RecordDraft]) -> list[int]:
+        """``append_record`` for each of ``records`` (all of one run, with the
+        run's lock held, each checked new) in order, as one write. Returns the IDs."""
         ...
 
     # --- Memory store (§12) ------------------------------------------------------

@@ -69,6 +69,7 @@ from runstore.server.db.schema import (
 )
 
 if TYPE_CHECKING:
+    from runstore.server.db.batch import BatchStatements
     from runstore.server.db.listings import ListingStatements
 
 
@@ -869,9 +870,12 @@ class Statements:
     stale_contexts: Compiled
     listings: ListingStatements
     """ListSessions and ListRuns, compiled per filter shape on first use."""
+    batch: BatchStatements
+    """AppendRunRecords, compiled per batch size on first use."""
 
     @classmethod
     def compile(cls, dialect: Dialect) -> Statements:
+        from runstore.server.db.batch import BatchStatements
         from runstore.server.db.listings import ListingStatements
 
         sources = {
@@ -880,4 +884,4 @@ class Statements:
             **_product_memory_sources(dialect),
         }
         compiled = {name: compile_for(stmt, dialect) for name, stmt in sources.items()}
-        return cls(**compiled, listings=ListingStatements(dialect))
+        return cls(**compiled, listings=ListingStatements(dialect), batch=BatchStatements(dialect))

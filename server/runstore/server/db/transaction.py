@@ -8,6 +8,7 @@ driver's connection; statements come compiled for its dialect
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from runstore.contract.model import RunFilter, RunStatus, SessionFilter
@@ -293,6 +294,23 @@ class SqlTransaction(Transaction):
         self._touch(record.run_id, record.session_id)
         self.records_appended += 1
         return int(row[0])
+
+    async def records_by_keys(self, run_id: str, event_keys: Sequence[str]) -> dict[str, RunRecord]:
+        statement, params = self._sql.batch.by_keys(run_id, list(event_keys))
+        rows = await self._all(statement, **params)
+        return {found.event_key: found for found in map(sql.record_from_row, rows)}
+
+    async def append_records(self, records: Sequence[RecordDraft]) -> list[int]:
+        """One statement for the largest ID and position, one multi-row insert."""
+        first = records[0]
+        last_id, last_position = await self._one(
+            self._sql.batch.last_numbers, run_id=first.run_id, session_id=first.session_id
+        )
+        statement, params = self._sql.batch.insert(list(records), last_id, last_position)
+        await self._run(statement, **params)
+        self._touch(first.run_id, first.session_id)
+        self.records_appended += len(records)
+        return [last_id + index for index in range(1, len(records) + 1)]
 
     async def append_record(self, record: RecordDraft) -> int:
         statement = (

@@ -90,6 +90,17 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
         return rs.AppendRunRecordResponse(**convert.append_fields(result))
 
     @maps_errors
+    async def AppendRunRecords(
+        self, request: rs.AppendRunRecordsRequest, context: Context
+    ) -> rs.AppendRunRecordsResponse:
+        results = await self._store.append_run_records(
+            convert.records_from_wire(request.records, "records")
+        )
+        return rs.AppendRunRecordsResponse(
+            results=[convert.append_result_to_wire(result) for result in results]
+        )
+
+    @maps_errors
     async def RecordRunCancellation(
         self, request: rs.RecordRunCancellationRequest, context: Context
     ) -> rs.RecordRunCancellationResponse:

@@ -1,0 +1,140 @@
+"""AppendRunRecords is AppendRunRecord for each record in order, all or nothing
+(docs/contract.md §9.3.1), as a property over both backends.
+
+Each example builds one run/session state twice in fresh IDs (the states of
+``test_fast_path_equivalence``: missing, stopped and suspended runs, ended and
+purged sessions, owner mismatches, a key already used by the same or another
+record), draws a batch over a few keys, payloads and types (so batches repeat
+keys, identically or not), then sends it as one batch to one copy and record
+by record to the other. Either every single append succeeded and the batch
+answers the same results and leaves the same stored state, or the batch fails
+with the first single append's error and its copy is left as it was built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator
+from concurrent.futures import Future
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runstore.contract.errors import RunstoreError
+from runstore.server.core.model import RecordDraft
+from runstore.server.core.ports import Database
+from runstore.server.core.store import RuntimeStore
+from runstore.server.db import migrate
+from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
+from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
+from tests import postgres
+from tests.core.test_fast_path_equivalence import CASES, KEY, State, build, stored
+
+T = TypeVar("T")
+
+
+class Loop:
+    """A database on an event loop of its own thread, for sync Hypothesis tests."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        return future.result(timeout=60)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Loop, Database]]:
+    loop = Loop()
+    if request.param == "sqlite":
+        path: Path = tmp_path_factory.mktemp("batch") / "batch.db"
+        loop.call(migrate.upgrade(f"sqlite:///{path}"))
+        sqlite = SqliteDatabase(path, SqliteOptions())
+        loop.call(sqlite.start())
+        yield loop, sqlite
+        loop.call(sqlite.close())
+        loop.stop()
+        return
+    fresh = postgres.fresh_database("runstore_batch")
+    url = loop.call(fresh.__aenter__())
+    loop.call(migrate.upgrade(url))
+    pg = PostgresDatabase(url, PostgresOptions(pool_min=1, pool_max=2))
+    loop.call(pg.start())
+    try:
+        yield loop, pg
+    finally:
+        loop.call(pg.close())
+        loop.call(fresh.__aexit__(None, None, None))
+        loop.stop()
+
+
+_RECORD = st.tuples(
+    st.sampled_from([KEY, "a", "b"]),
+    st.sampled_from([b'{"n":1}', b'{"n":2}']),
+    st.sampled_from(["note", "thinking"]),
+)
+
+
+async def one_by_one(store: RuntimeStore, records: list[RecordDraft]) -> tuple[Any, ...]:
+    results = []
+    for record in records:
+        try:
+            result = await store.append_run_record(record)
+        except RunstoreError as error:
+            return ("rejected", error.reason)
+        results.append((result.id, result.inserted, result.session_status))
+    return ("stored", results)
+
+
+async def as_batch(store: RuntimeStore, records: list[RecordDraft]) -> tuple[Any, ...]:
+    try:
+        results = await store.append_run_records(records)
+    except RunstoreError as error:
+        return ("rejected", error.reason)
+    return ("stored", [(r.id, r.inserted, r.session_status) for r in results])
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(state=st.sampled_from(list(CASES.values())), drawn=st.lists(_RECORD, min_size=1, max_size=6))
+def test_a_batch_is_its_records_appended_one_by_one_or_nothing(
+    served: tuple[Loop, Database], state: State, drawn: list[tuple[str, bytes, str]]
+) -> None:
+    loop, db = served
+    store = RuntimeStore(db)
+    batch_copy, single_copy = loop.call(build(db, state)), loop.call(build(db, state))
+
+    def records(run_id: str, template: RecordDraft) -> list[RecordDraft]:
+        return [
+            replace(template, run_id=run_id, event_key=key, payload=payload, type=type_)
+            for key, payload, type_ in drawn
+        ]
+
+    built_state = loop.call(stored(db, batch_copy))
+    batched = loop.call(as_batch(store, records(batch_copy.run_id, batch_copy.record)))
+    singly = loop.call(one_by_one(store, records(single_copy.run_id, single_copy.record)))
+    assert batched == singly
+    if batched[0] == "stored":
+        assert loop.call(stored(db, batch_copy)) == loop.call(stored(db, single_copy))
+    else:
+        assert loop.call(stored(db, batch_copy)) == built_state, "a failed batch wrote nothing"
