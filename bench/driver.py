@@ -1,8 +1,17 @@
 """The benchmark client: a separate process that drives one server over gRPC.
 
-Reads a plan (JSON on stdin: target, measurements), runs each measurement with
-``concurrency`` calls in flight for ``duration`` seconds after a warm-up, and
-writes one JSON result per measurement on stdout.
+Reads a plan (JSON on stdin: target, measurements, and how to call the server:
+tokens, a CA for TLS; and which processes' CPU to read: the server's pid, the
+PostgreSQL database), runs each measurement with ``concurrency`` calls in
+flight for ``duration`` seconds after a warm-up, and writes one JSON result per
+measurement on stdout, with the CPU the server, the database and the driver
+spent in the timed window (``bench/cpu.py``).
+
+With tokens, the measured runtime calls carry the **worker** token, the setup
+calls a worker may not make (CreateSession) and the host's listings carry the
+**host** token, and the ceiling carries none (Health is open, as for a load
+balancer). Before measuring, the driver checks the server refuses a call
+without a token, so a figure labelled "protections on" is one.
 """
 
 from __future__ import annotations
@@ -17,11 +26,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import asyncpg
 import grpc
 from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench import cpu
 from runstore.contract import lifecycle
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
@@ -33,6 +44,7 @@ PAYLOAD_1K = b'{"data":"' + b"x" * (1024 - 11) + b'"}'
 AGENT = "bench-agent"
 
 Op = Callable[[], Awaitable[Any]]
+Metadata = tuple[tuple[str, str], ...]
 
 BATCH_RECORDS = 4
 """Records per AppendRunRecords call of ``append_batch`` (one model response:
@@ -71,16 +83,42 @@ _COMPLETED = lifecycle.encode_run_completed(
 )
 
 
+def _bearer(token: str) -> Metadata:
+    return (("authorization", f"Bearer {token}"),) if token else ()
+
+
 class Client:
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, tokens: dict[str, str] | None = None) -> None:
         self.runtime = rs_grpc.RuntimeStoreStub(channel)
         self.admin = sa_grpc.SessionAdminStub(channel)
         self.health = health_pb2_grpc.HealthStub(channel)
+        tokens = tokens or {}
+        self.worker: Metadata = _bearer(tokens.get("worker", ""))
+        """Metadata of the measured runtime calls (a worker's)."""
+        self.host: Metadata = _bearer(tokens.get("host", ""))
+        """Metadata of session administration (a host's)."""
+
+    async def check_protections(self) -> None:
+        """A server with authentication refuses a call without a token, and a
+        worker's CreateSession: otherwise the figures are not what they say."""
+        request = sa.CreateSessionRequest(session_id=f"bench-{uuid.uuid4().hex}")
+        for metadata, code in (
+            ((), grpc.StatusCode.UNAUTHENTICATED),
+            (self.worker, grpc.StatusCode.PERMISSION_DENIED),
+        ):
+            try:
+                await self.admin.CreateSession(request, metadata=metadata)
+            except grpc.aio.AioRpcError as error:
+                if error.code() == code:
+                    continue
+                raise
+            raise RuntimeError(f"the server accepted CreateSession where {code.name} was due")
 
     async def session(self) -> str:
         session_id = f"bench-{uuid.uuid4().hex}"
         await self.admin.CreateSession(
-            sa.CreateSessionRequest(session_id=session_id, created_at=_now())
+            sa.CreateSessionRequest(session_id=session_id, created_at=_now()),
+            metadata=self.host,
         )
         return session_id
 
@@ -98,7 +136,8 @@ class Client:
                 canceled=_record(
                     run, "stopped", lifecycle.RUN_COMPLETED, _CANCELED, run.started_at
                 ),
-            )
+            ),
+            metadata=self.worker,
         )
         return run
 
@@ -108,14 +147,16 @@ class Client:
                 run_id=run.run_id,
                 status=pb.RUN_STATUS_COMPLETED,
                 record=_record(run, "completed", lifecycle.RUN_COMPLETED, _COMPLETED, _now()),
-            )
+            ),
+            metadata=self.worker,
         )
 
     async def append(self, run: pb.RunStart, key: str) -> None:
         await self.runtime.AppendRunRecord(
             rs.AppendRunRecordRequest(
                 record=_record(run, key, "tool_result_received", PAYLOAD_1K, _now())
-            )
+            ),
+            metadata=self.worker,
         )
 
 
@@ -142,10 +183,11 @@ async def _make_op(client: Client, workload: str, spec: dict[str, Any]) -> Op:
             record=_record(run, "", "tool_result_received", PAYLOAD_1K, _now())
         )
         record = request.record
+        metadata = client.worker
 
         def append() -> Any:
             record.event_key = f"k{next(keys)}"
-            return client.runtime.AppendRunRecord(request)
+            return client.runtime.AppendRunRecord(request, metadata=metadata)
 
         return append
     if workload == "append_batch":
@@ -163,7 +205,7 @@ async def _make_op(client: Client, workload: str, spec: dict[str, Any]) -> Op:
             turn = next(keys)
             for index, record in enumerate(batch.records):
                 record.event_key = f"k{turn}-{index}"
-            return client.runtime.AppendRunRecords(batch)
+            return client.runtime.AppendRunRecords(batch, metadata=client.worker)
 
         return append_batch
     if workload == "start_terminal":
@@ -187,14 +229,17 @@ async def _make_op(client: Client, workload: str, spec: dict[str, Any]) -> Op:
         request = rs.ListRunRecordsRequest(
             run_id=spec["run_id"], cursor=spec.get("cursor", ""), limit=100
         )
-        _check_last_page(await client.runtime.ListRunRecords(request), spec)
-        return lambda: client.runtime.ListRunRecords(request)
+        _check_last_page(await client.runtime.ListRunRecords(request, metadata=client.worker), spec)
+        return lambda: client.runtime.ListRunRecords(request, metadata=client.worker)
     if workload == "list_session":
         session_request = rs.ListSessionRunRecordsRequest(
             session_id=spec["session_id"], cursor=spec.get("cursor", ""), limit=100
         )
-        _check_last_page(await client.runtime.ListSessionRunRecords(session_request), spec)
-        return lambda: client.runtime.ListSessionRunRecords(session_request)
+        _check_last_page(
+            await client.runtime.ListSessionRunRecords(session_request, metadata=client.worker),
+            spec,
+        )
+        return lambda: client.runtime.ListSessionRunRecords(session_request, metadata=client.worker)
     if workload == "listing":
         return await _listing_op(client, spec)
     raise ValueError(f"unknown workload {workload!r}")
@@ -209,14 +254,60 @@ async def _listing_op(client: Client, spec: dict[str, Any]) -> Op:
         request = json_format.ParseDict(spec["request"], sa.ListRunsRequest())
         call = client.admin.ListRuns
     request.page_size = 100
-    page = await call(request)
+    page = await call(request, metadata=client.host)
     items = page.sessions if spec["rpc"] == "ListSessions" else page.runs
     if len(items) != 100 or not page.next_page_token:
         raise RuntimeError(f"{spec['case']}: expected a full page, got {len(items)} rows")
-    return lambda: call(request)
+    return lambda: call(request, metadata=client.host)
 
 
-async def measure(client: Client, spec: dict[str, Any]) -> dict[str, Any]:
+class CpuProbe:
+    """Reads the CPU seconds of the server process, of the PostgreSQL backends
+    connected to the benchmark's database (not this probe's own) and of this
+    driver, so a timed window's CPU can be divided by its calls."""
+
+    def __init__(self, server_pid: int | None, database_dsn: str | None) -> None:
+        self._server_pid = server_pid
+        self._dsn = database_dsn
+        self._conn: Any = None
+
+    async def open(self) -> None:
+        if self._dsn:
+            self._conn = await asyncpg.connect(self._dsn)
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def read(self) -> tuple[dict[int, float] | None, dict[int, float] | None, float]:
+        database = None
+        if self._conn is not None:
+            rows = await self._conn.fetch(
+                "SELECT pid FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            database = cpu.processes_cpu(row["pid"] for row in rows)
+        server = cpu.threads_cpu(self._server_pid) if self._server_pid else None
+        return server, database, time.process_time()
+
+
+def _cpu_figures(
+    before: tuple[dict[int, float] | None, dict[int, float] | None, float],
+    after: tuple[dict[int, float] | None, dict[int, float] | None, float],
+    ops: int,
+) -> dict[str, float | None]:
+    server = None if before[0] is None or after[0] is None else cpu.cpu_delta(before[0], after[0])
+    database = None if before[1] is None or after[1] is None else cpu.cpu_delta(before[1], after[1])
+    return {
+        "server_cpu_ms_per_op": cpu.per_op_ms(server, ops),
+        "db_cpu_ms_per_op": cpu.per_op_ms(database, ops),
+        "client_cpu_ms_per_op": cpu.per_op_ms(after[2] - before[2], ops),
+    }
+
+
+async def measure(
+    client: Client, spec: dict[str, Any], probe: CpuProbe | None = None
+) -> dict[str, Any]:
     workload = spec["workload"]
     concurrency = int(spec["concurrency"])
     ops = [await _make_op(client, workload, spec) for _ in range(concurrency)]
@@ -236,10 +327,13 @@ async def measure(client: Client, spec: dict[str, Any]) -> dict[str, Any]:
     deadline = time.perf_counter() + float(spec.get("warmup", 0.2))
     await asyncio.gather(*(worker(op) for op in ops))
     timing = True
+    probe = probe or CpuProbe(None, None)
+    cpu_before = await probe.read()
     began = time.perf_counter()
     deadline = began + float(spec["duration"])
     await asyncio.gather(*(worker(op) for op in ops))
     elapsed = time.perf_counter() - began
+    cpu_after = await probe.read()
     latencies.sort()
     per_op = RECORDS_PER_OP.get(workload, 1)
     return {
@@ -255,30 +349,27 @@ async def measure(client: Client, spec: dict[str, Any]) -> dict[str, Any]:
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
         if latencies
         else None,
+        **_cpu_figures(cpu_before, cpu_after, len(latencies) * per_op),
     }
-
-
-class _Bearer(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    """Sends ``authorization: Bearer <token>`` with every call (the chain-on server)."""
-
-    def __init__(self, token: str) -> None:
-        self._metadata = (("authorization", f"Bearer {token}"),)
-
-    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
-        metadata = (*(details.metadata or ()), *self._metadata)
-        return await continuation(details._replace(metadata=metadata), request)
 
 
 async def main() -> None:
     plan = json.load(sys.stdin)
     options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-    interceptors = [_Bearer(plan["token"])] if plan.get("token") else None
-    async with grpc.aio.insecure_channel(
-        plan["target"], options=options, interceptors=interceptors
-    ) as channel:
-        client = Client(channel)
+    if plan.get("tls_ca"):
+        credentials = grpc.ssl_channel_credentials(root_certificates=plan["tls_ca"].encode())
+        channel = grpc.aio.secure_channel(plan["target"], credentials, options=options)
+    else:
+        channel = grpc.aio.insecure_channel(plan["target"], options=options)
+    probe = CpuProbe(plan.get("server_pid"), plan.get("database_dsn"))
+    await probe.open()
+    async with channel:
+        client = Client(channel, plan.get("tokens"))
+        if client.worker:
+            await client.check_protections()
         for spec in plan["measurements"]:
-            print(json.dumps(await measure(client, spec)), flush=True)
+            print(json.dumps(await measure(client, spec, probe)), flush=True)
+    await probe.close()
 
 
 if __name__ == "__main__":

@@ -3,10 +3,15 @@
 For each backend: a fresh database (a temporary SQLite file, or a fresh
 PostgreSQL database next to ``--postgres-url``), histories seeded directly in
 SQL (reads of the last page at two history sizes), one ``runstore serve``
-process, and one separate ``bench.driver`` process that runs every
-measurement. Each figure is the median of ``--repeat`` repetitions; each store
-figure is also given as a ratio of the ceiling measured against the same
-server process in the same run.
+process with the protections users run (``bench/protections.py``; ``--protections
+off`` for the bare server), and one separate ``bench.driver`` process that runs
+every measurement and reads the CPU the server and the database spent
+(``bench/cpu.py``). Each figure is the median of ``--repeat`` repetitions; each
+store figure is also given as a ratio of the ceiling measured against the same
+server process in the same run. Then the optional modules (``OPTIONAL_MODULES``),
+the scaling projection and the goals (``bench/goals.py``). Other modules plug
+in through ``SERVER_MODULES`` (measured against each backend's main server)
+and ``OPTIONAL_MODULES`` (measured once, after every backend).
 """
 
 from __future__ import annotations
@@ -15,27 +20,30 @@ import argparse
 import asyncio
 import contextlib
 import datetime
-import hashlib
+import importlib
 import importlib.util
 import json
 import os
 import platform
 import re
-import secrets
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
+import urllib.request
 import uuid
+from asyncio.subprocess import Process
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 from sqlalchemy.engine import make_url
 
-from bench import listings
+from bench import cpu, goals, listings, protections, readme
+from bench.protections import Protections
 from runstore.server.db import migrate
 from runstore.server.db.postgres import asyncpg_dsn
 
@@ -43,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 HISTORY_PAYLOAD = b'{"history":"' + b"h" * 180 + b'"}'
 _PORT_LINE = re.compile(rb"serving on \S+ \(port (\d+)\)")
+_METRICS_LINE = re.compile(rb"metrics at \S+ \(port (\d+)\)")
 
 WRITE_WORKLOADS = ("append", "append_batch", "start_terminal", "turn")
 """``append_batch``: AppendRunRecords of 4 × ~1 KiB records; its ops/s are records/s."""
@@ -133,76 +142,122 @@ async def seed_postgres(url: str, size: int) -> None:
 # --- Processes ----------------------------------------------------------------
 
 
-CHAINS = ("off", "on")
-"""The interceptor chain's optional concerns: ``off`` is a server as it starts by
-default (no metrics, text logs, no access log, no authentication); ``on`` adds
-everything an operator turns on: metrics (scraped by nobody), JSON logs with the
-access line per call, and authentication with a bearer token on every call."""
+@dataclass(frozen=True)
+class Server:
+    """A running ``runstore serve`` process and how to call it."""
+
+    target: str
+    pid: int
+    log: Path
+    """The server's stderr (its logs; with protections, JSON with an access line per call)."""
+    protections: Protections
+    metrics_port: int | None = None
 
 
-def chain_flags(chain: str, directory: Path) -> tuple[list[str], str]:
-    """The ``runstore serve`` flags of ``chain`` and the bearer token calls carry."""
-    if chain == "off":
-        return [], ""
-    flags = ["--metrics-listen", "127.0.0.1:0", "--log-format", "json", "--access-log"]
-    token = ""
-    if importlib.util.find_spec("runstore.server.auth") is not None:
-        # Authentication (an admin principal: the driver creates sessions and appends).
-        token = secrets.token_urlsafe(32)
-        auth_file = directory / "auth.toml"
-        auth_file.write_text(
-            "[[principal]]\n"
-            'name = "bench"\n'
-            'role = "admin"\n'
-            f'token_sha256 = "{hashlib.sha256(token.encode()).hexdigest()}"\n'
+@contextlib.asynccontextmanager
+async def start_server(
+    url: str,
+    synchronous: str,
+    protections: Protections | None = None,
+    flags: Sequence[str] = (),
+    directory: Path | None = None,
+) -> AsyncIterator[Server]:
+    """One server process on an ephemeral port, its stderr in a file of
+    ``directory`` (a temporary one by default). With protections on, the
+    metrics endpoint must answer and the log must hold access lines when the
+    server stops, or the figures measured against it are not what they say."""
+    protections = protections or Protections(on=False)
+    with contextlib.ExitStack() as stack:
+        if directory is None:
+            directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rsb-")))
+        log_path = directory / f"server-{uuid.uuid4().hex[:8]}.log"
+        log_file = stack.enter_context(log_path.open("wb"))
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "runstore.server.cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--database-url",
+            url,
+            "--sqlite-synchronous",
+            synchronous,
+            *protections.flags,
+            *flags,
+            stderr=log_file,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "RUNSTORE_LOG_LEVEL": "INFO"},
         )
-        auth_file.chmod(0o600)
-        flags += ["--auth-file", str(auth_file)]
-    return flags, token
+        try:
+            port, metrics_port = await _wait_for_port(process, log_path)
+            if protections.on:
+                await asyncio.to_thread(_check_metrics, metrics_port)
+            yield Server(
+                target=f"127.0.0.1:{port}",
+                pid=process.pid,
+                log=log_path,
+                protections=protections,
+                metrics_port=metrics_port,
+            )
+        finally:
+            if process.returncode is None:
+                process.terminate()
+            await process.wait()
+        if protections.on:
+            _check_access_log(log_path)
+
+
+async def _wait_for_port(process: Process, log_path: Path) -> tuple[int, int | None]:
+    """The gRPC port (and the metrics port) once the server logs them."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while loop.time() < deadline:
+        log = await asyncio.to_thread(log_path.read_bytes)
+        if (match := _PORT_LINE.search(log)) is not None:
+            metrics = _METRICS_LINE.search(log)
+            return int(match.group(1)), int(metrics.group(1)) if metrics else None
+        if process.returncode is not None:
+            break
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(process.wait(), 0.05)
+    log = await asyncio.to_thread(log_path.read_bytes)
+    raise RuntimeError(f"server did not start:\n{log.decode(errors='replace')}")
+
+
+def _check_metrics(port: int | None) -> None:
+    if port is None:
+        raise RuntimeError("the server with protections on did not log its metrics port")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        if response.status != 200:
+            raise RuntimeError(f"metrics endpoint answered {response.status}")
+
+
+def _check_access_log(log_path: Path) -> None:
+    for line in log_path.read_text(errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and "method" in entry and "code" in entry:
+                return
+    raise RuntimeError(f"no JSON access line in the server's log {log_path}")
 
 
 @contextlib.asynccontextmanager
 async def server(url: str, synchronous: str, flags: Sequence[str] = ()) -> AsyncIterator[str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "runstore.server.cli",
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--database-url",
-        url,
-        "--sqlite-synchronous",
-        synchronous,
-        *flags,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "RUNSTORE_LOG_LEVEL": "INFO"},
-    )
-    assert process.stderr is not None
-    log = b""
-    try:
-        while (match := _PORT_LINE.search(log)) is None:
-            line = await asyncio.wait_for(process.stderr.readline(), timeout=60)
-            if not line:
-                raise RuntimeError(f"server did not start:\n{log.decode()}")
-            log += line
-        drain = asyncio.ensure_future(process.stderr.read())
-        yield f"127.0.0.1:{int(match.group(1))}"
-    finally:
-        process.terminate()
-        await process.wait()
-        with contextlib.suppress(Exception):
-            await drain
+    """A bare server (no protections) with extra ``flags``: its address."""
+    async with start_server(url, synchronous, flags=flags) as running:
+        yield running.target
 
 
 async def run_driver(
-    target: str,
+    target: Server | str,
     measurements: list[dict[str, Any]],
     *,
-    token: str = "",
     tag: dict[str, Any] | None = None,
+    database_url: str = "",
 ) -> list[dict[str, Any]]:
-    """Runs ``measurements`` in a driver process, printing each figure as it comes."""
+    """Runs ``measurements`` in a driver process, printing each figure as it
+    comes. With a PostgreSQL ``database_url``, the driver also reads the CPU
+    of that database's backends."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -212,7 +267,13 @@ async def run_driver(
         cwd=ROOT,
     )
     assert process.stdin is not None and process.stdout is not None
-    plan = {"target": target, "measurements": measurements, "token": token}
+    plan: dict[str, Any] = {"measurements": measurements}
+    if isinstance(target, Server):
+        plan |= {"target": target.target, "server_pid": target.pid, **target.protections.plan()}
+    else:
+        plan["target"] = target
+    if database_url.startswith("postgresql"):
+        plan["database_dsn"] = asyncpg_dsn(database_url)
     process.stdin.write(json.dumps(plan).encode())
     process.stdin.close()
     rows = []
@@ -228,11 +289,13 @@ async def run_driver(
 
 def progress_line(row: dict[str, Any], index: int, total: int) -> str:
     """One figure as soon as it is measured (the table comes at the end)."""
-    chain = f", chain {row['chain']}" if "chain" in row else ""
+    protections = f", protections {row['protections']}" if "protections" in row else ""
+    server_cpu = row.get("server_cpu_ms_per_op")
+    cpu_text = f", server CPU {server_cpu:.3f} ms/op" if server_cpu is not None else ""
     return (
         f"[{index}/{total}] {row.get('backend', '')} {_label(row)}, "
-        f"{row['concurrency']} in flight{chain}: {row['ops_per_s']:,.0f} ops/s, "
-        f"p50 {row['p50_ms'] or 0:.2f} ms, p99 {row['p99_ms'] or 0:.2f} ms"
+        f"{row['concurrency']} in flight{protections}: {row['ops_per_s']:,.0f} ops/s, "
+        f"p50 {row['p50_ms'] or 0:.2f} ms, p99 {row['p99_ms'] or 0:.2f} ms{cpu_text}"
     )
 
 
@@ -289,17 +352,27 @@ def _label(row: dict[str, Any]) -> str:
     return row["workload"]
 
 
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 def summarise(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Medians per (workload, in flight); a store figure's ratio is the median
-    of its ratios to the ceiling measured just before it."""
+    of its ratios to the ceiling measured just before it. CPU per operation is
+    the median over the repetitions (None where it was not read)."""
     groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
     ceiling_of: dict[tuple[str, int], float] = {}
     for row in raw:
-        groups.setdefault((_label(row), row["concurrency"], row.get("chain")), []).append(row)
+        groups.setdefault((_label(row), row["concurrency"]), []).append(row)
         if row["workload"] == "ceiling":
             ceiling_of[(row["pair"], row["concurrency"])] = row["ops_per_s"]
     summary = []
-    for (label, concurrency, chain), rows in groups.items():
+    for (label, concurrency), rows in groups.items():
         throughput = statistics.median(r["ops_per_s"] for r in rows)
         ratio = statistics.median(
             r["ops_per_s"] / ceiling_of[(r["pair"], concurrency)] for r in rows
@@ -314,122 +387,172 @@ def summarise(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "p99_ms": round(statistics.median(r["p99_ms"] for r in rows), 3),
                 "ratio_to_ceiling": round(ratio, 3),
                 "repetitions": len(rows),
-                **({"chain": chain} if chain is not None else {}),
+                **{name: _round(_median([r.get(name) for r in rows]), 4) for name in CPU_FIELDS},
+                **({"history": rows[0]["history"]} if "history" in rows[0] else {}),
+                **({"table": rows[0]["table"]} if "table" in rows[0] else {}),
             }
         )
     return summary
 
 
-def chain_cost(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each store figure with the chain off and on, side by side."""
-    by_key = {(r["backend"], r["workload"], r["in_flight"], r.get("chain")): r for r in summary}
-    rows = []
-    for (backend, workload, in_flight, chain), off in by_key.items():
-        on = by_key.get((backend, workload, in_flight, "on"))
-        if chain != "off" or workload == "ceiling" or on is None:
-            continue
-        rows.append(
-            {
-                "backend": backend,
-                "workload": workload,
-                "in_flight": in_flight,
-                "off_ops_per_s": off["ops_per_s"],
-                "on_ops_per_s": on["ops_per_s"],
-                "on_vs_off": round(on["ops_per_s"] / off["ops_per_s"], 3),
-                "off_p50_ms": off["p50_ms"],
-                "on_p50_ms": on["p50_ms"],
-                "off_p99_ms": off["p99_ms"],
-                "on_p99_ms": on["p99_ms"],
-            }
-        )
-    return rows
+CPU_FIELDS = ("server_cpu_ms_per_op", "db_cpu_ms_per_op", "client_cpu_ms_per_op")
+"""CPU-ms per operation of the workload (one RPC, except start_terminal: 2 and
+turn: 12; for append_batch, whose ops are records, per record), read by the
+driver during each timed window (``bench/cpu.py``)."""
 
 
-def chain_on_description() -> str:
-    concerns = ["metrics", "JSON logs with an access line per call"]
-    if importlib.util.find_spec("runstore.server.auth") is not None:
-        concerns.append("authentication (bearer token)")
-    return " + ".join(concerns)
-
-
-def render_chain_cost(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        f"Interceptor chain off (the defaults) vs on ({chain_on_description()}):",
-        "",
-        "| backend | workload | in flight | ops/s off | ops/s on | on/off "
-        "| p50 ms off | p50 ms on | p99 ms off | p99 ms on |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for row in rows:
-        lines.append(
-            f"| {row['backend']} | {row['workload']} | {row['in_flight']} "
-            f"| {row['off_ops_per_s']:,.0f} | {row['on_ops_per_s']:,.0f} | {row['on_vs_off']:.2f} "
-            f"| {row['off_p50_ms']:.2f} | {row['on_p50_ms']:.2f} "
-            f"| {row['off_p99_ms']:.2f} | {row['on_p99_ms']:.2f} |"
-        )
-    return "\n".join(lines)
+def _cpu_cell(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
 
 
 def render(summary: list[dict[str, Any]], header: str) -> str:
     lines = [
         header,
         "",
-        "| backend | workload | in flight | ops/s | p50 ms | p99 ms | × ceiling |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| backend | workload | in flight | ops/s | p50 ms | p99 ms | × ceiling "
+        "| server CPU ms/op | db CPU ms/op |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in summary:
-        chain = f" (chain {row['chain']})" if "chain" in row else ""
+        database = row.get("db_cpu_ms_per_op")
+        if database is None and row["backend"] == "sqlite" and row.get("server_cpu_ms_per_op"):
+            database_cell = "in server"
+        else:
+            database_cell = _cpu_cell(database)
         lines.append(
-            f"| {row['backend']} | {row['workload']}{chain} | {row['in_flight']} "
+            f"| {row['backend']} | {row['workload']} | {row['in_flight']} "
             f"| {row['ops_per_s']:,.0f} "
-            f"| {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['ratio_to_ceiling']:.2f} |"
+            f"| {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['ratio_to_ceiling']:.2f} "
+            f"| {_cpu_cell(row.get('server_cpu_ms_per_op'))} | {database_cell} |"
         )
     return "\n".join(lines)
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
-    summary: list[dict[str, Any]] = []
-    for backend in args.backend:
-        raw: list[dict[str, Any]] = []
-        if args.workloads - {"listings", "retention"}:
-            async with database(backend, args.postgres_url) as url:
-                await migrate.upgrade(url)
-                for size in args.history if args.workloads & {"list_run", "list_session"} else ():
-                    if backend == "sqlite":
-                        await asyncio.to_thread(seed_sqlite, url, size)
-                    else:
-                        await seed_postgres(url, size)
-                with tempfile.TemporaryDirectory(prefix="runstore-bench-chain-") as directory:
-                    if args.chain == "both":
-                        # Repetitions alternate between a server with the chain off
-                        # and one with it on, so drift on a noisy machine hits both.
-                        for repetition in range(args.repeat):
-                            for chain in CHAINS:
-                                raw += await _measure(
-                                    args,
-                                    backend,
-                                    url,
-                                    chain,
-                                    Path(directory),
-                                    1,
-                                    f"{chain}{repetition}-",
-                                )
-                    else:
-                        raw += await _measure(args, backend, url, args.chain, Path(directory))
-        for size in args.tables if "listings" in args.workloads else ():
-            async with database(backend, args.postgres_url) as url:
-                await migrate.upgrade(url)
+# --- Measurements ----------------------------------------------------------------
+
+
+async def _measure(
+    args: argparse.Namespace,
+    backend: str,
+    url: str,
+    on: bool,
+    plan: list[dict[str, Any]],
+    tag: dict[str, Any] | None = None,
+    *,
+    with_modules: bool = False,
+) -> list[dict[str, Any]]:
+    """``plan`` against one fresh server process with protections ``on`` or
+    off; ``with_modules``: then the ``SERVER_MODULES``' measurements against it."""
+    tag = {"backend": backend, **(tag or {})}
+    with tempfile.TemporaryDirectory(prefix="runstore-bench-server-") as directory:
+        prepared = protections.prepare(on, Path(directory), tls=args.tls)
+        async with start_server(
+            url, args.sqlite_synchronous, prepared, directory=Path(directory)
+        ) as running:
+            rows = await run_driver(running, plan, tag=tag, database_url=url)
+            for module in server_modules() if with_modules else ():
+                rows += await module.measure_server(args, backend, url, running, tag)
+            return rows
+
+
+async def measure_protections_cost(
+    args: argparse.Namespace, backend: str, url: str
+) -> dict[str, Any]:
+    """Appends at 16 in flight against ``--pairs`` pairs of servers, one with
+    protections on and one off, back to back in alternating order."""
+    spec = {
+        "workload": protections.PAIRED_WORKLOAD,
+        "concurrency": protections.PAIRED_IN_FLIGHT,
+        "duration": args.duration,
+        "warmup": args.warmup,
+    }
+    pairs = []
+    for index, order in enumerate(protections.pair_orders(args.pairs)):
+        figures: dict[str, float] = {}
+        for side in order:
+            (row,) = await _measure(
+                args,
+                backend,
+                url,
+                side == "on",
+                [{**spec, "pair": f"protections-{index}"}],
+                tag={"protections": side},
+            )
+            figures[side] = row["ops_per_s"]
+        pairs.append((figures["on"], figures["off"]))
+    return protections.paired_cost(backend, pairs)
+
+
+async def measure_backend(args: argparse.Namespace, backend: str) -> dict[str, Any]:
+    """The main plan on one backend (store workloads, then listings), and with
+    ``--protections both`` the protections' cost: its results and sections."""
+    on = args.protections != "off"
+    raw: list[dict[str, Any]] = []
+    sections: dict[str, Any] = {}
+    if args.workloads - {"listings"}:
+        async with database(backend, args.postgres_url) as url:
+            await migrate.upgrade(url)
+            for size in args.history if args.workloads & {"list_run", "list_session"} else ():
                 if backend == "sqlite":
-                    await asyncio.to_thread(listings.seed_sqlite, url, size)
+                    await asyncio.to_thread(seed_sqlite, url, size)
                 else:
-                    await listings.seed_postgres(url, size)
-                async with server(url, args.sqlite_synchronous) as target:
-                    raw += await run_driver(
-                        target, listing_plan(args, size), tag={"backend": backend}
-                    )
-        summary.extend(summarise(backend, raw))
-    retained = await _retention(args)
-    return {
+                    await seed_postgres(url, size)
+            raw += await _measure(args, backend, url, on, plan_for(args), with_modules=True)
+            if args.protections == "both":
+                sections["protections_cost"] = [await measure_protections_cost(args, backend, url)]
+    for size in args.tables if "listings" in args.workloads else ():
+        async with database(backend, args.postgres_url) as url:
+            await migrate.upgrade(url)
+            if backend == "sqlite":
+                await asyncio.to_thread(listings.seed_sqlite, url, size)
+            else:
+                await listings.seed_postgres(url, size)
+            raw += await _measure(args, backend, url, on, listing_plan(args, size))
+    return {"results": summarise(backend, raw), **sections}
+
+
+OPTIONAL_MODULES = ("bench.retention",)
+"""Measurements taken once, after every backend's main plan, each module used
+when it is importable. It defines ``async def measure_report(args, report) ->
+dict | None`` (``report`` holds ``results`` so far) and optionally
+``add_arguments(parser)`` (its flags) and ``render(report) -> str | None`` (its
+printed table). The dict it returns is merged into the report: its
+``results`` rows are appended to ``results[]`` (same keys: ``backend``,
+``workload``, ``in_flight``, ``ops_per_s``, ``ratio_to_ceiling`` where it has
+one), any other key is a section of its own. ``bench/goals.py`` reads the rows
+and sections it knows."""
+
+
+SERVER_MODULES = ("bench.watch", "bench.peers")
+"""Measurements taken against each backend's main server, right after the main
+plan, so they pair with that server's ceiling: a module used here defines
+``async def measure_server(args, backend, url, server: Server, tag) -> list``
+returning raw driver rows (``workload``, ``concurrency``, ``ops_per_s``,
+``pair`` naming the ceiling row it pairs with, ...), summarised with the main
+plan's rows. ``server.protections.plan()`` says how to call it."""
+
+
+def _modules(names: Sequence[str], attribute: str) -> list[Any]:
+    """The modules of ``names`` that exist and define ``attribute``."""
+    found = []
+    for name in names:
+        if importlib.util.find_spec(name) is not None:
+            module = importlib.import_module(name)
+            if hasattr(module, attribute):
+                found.append(module)
+    return found
+
+
+def optional_modules() -> list[Any]:
+    return _modules(OPTIONAL_MODULES, "measure_report")
+
+
+def server_modules() -> list[Any]:
+    return _modules(SERVER_MODULES, "measure_server")
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    report: dict[str, Any] = {
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python", "-m", "bench", *sys.argv[1:]]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
@@ -442,47 +565,56 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "history": args.history,
             "tables": args.tables,
             "sqlite_synchronous": args.sqlite_synchronous,
-            "chain": args.chain,
+            "protections": args.protections,
+            "pairs": args.pairs if args.protections == "both" else 0,
+            "tls": args.tls,
             "append_payload_bytes": 1024,
         },
-        "results": summary,
-        **({"retention": retained} if retained else {}),
-        **(
-            {"chain_on": chain_on_description(), "chain_cost": chain_cost(summary)}
-            if args.chain == "both"
-            else {}
-        ),
+        "protections": protections.DESCRIPTION if args.protections != "off" else "off",
+        "results": [],
     }
+    for backend in args.backend:
+        _merge(report, await measure_backend(args, backend))
+    for module in optional_modules():
+        section = await module.measure_report(args, report)
+        if section:
+            _merge(report, section)
+    report["projection"] = cpu.projection_table(report["results"])
+    report["goals"] = goals.evaluate(report)
+    return report
 
 
-async def _measure(
-    args: argparse.Namespace,
-    backend: str,
-    url: str,
-    chain: str,
-    directory: Path,
-    repeat: int | None = None,
-    pairs: str = "",
-) -> list[dict[str, Any]]:
-    """The plan against one server process with ``chain`` off or on."""
-    flags, token = chain_flags(chain, directory)
-    tag: dict[str, Any] = {"backend": backend}
-    if args.chain != "off":
-        tag["chain"] = chain
-    async with server(url, args.sqlite_synchronous, flags) as target:
-        return await run_driver(target, plan_for(args, repeat, pairs), token=token, tag=tag)
+def _merge(report: dict[str, Any], section: dict[str, Any]) -> None:
+    """Adds a section's results rows and lists to the report's; other keys replace."""
+    for key, value in section.items():
+        if isinstance(value, list) and isinstance(report.get(key), list):
+            report[key].extend(value)
+        else:
+            report[key] = value
 
 
-async def _retention(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The ``retention`` workload: its own module (bench/retention.py)."""
-    if "retention" not in args.workloads:
-        return []
-    from bench import retention
-
-    items = args.retention_items or (300 if args.quick else 2000)
-    return await retention.measure_backends(
-        args.backend, args.postgres_url, items, 4, 1 if args.quick else args.repeat
+def report_tables(report: dict[str, Any]) -> list[str]:
+    """The report's tables in print order: results, the protections' cost, the
+    optional modules' sections, the projection, the goals."""
+    settings = report["settings"]
+    tls = ", TLS" if settings.get("tls") else ""
+    header = (
+        f"runstore bench {report['started']} commit {report['commit']} "
+        f"({report['machine']['cpus']} CPUs; SQLite synchronous={settings['sqlite_synchronous']}; "
+        f"protections {settings.get('protections', 'off')}{tls}; "
+        f"median of {settings['repeat']} × {settings['duration_s']:g} s)"
     )
+    tables = [render(report["results"], header)]
+    if report.get("protections_cost"):
+        tables.append(protections.render_cost(report["protections_cost"]))
+    for module in optional_modules():
+        text = module.render(report) if hasattr(module, "render") else None
+        if text:
+            tables.append(text)
+    if report.get("projection"):
+        tables.append(cpu.render_projection(report["projection"]))
+    tables.append(goals.render(report.get("goals") or goals.evaluate(report)))
+    return tables
 
 
 def _git_commit() -> str:
@@ -531,20 +663,42 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated workloads (the ceiling is always measured)",
     )
     parser.add_argument(
-        "--chain",
-        choices=("off", "on", "both"),
-        default="off",
-        help="the interceptor chain's optional concerns (metrics, JSON access log, auth): "
-        "off (the defaults), on, or both side by side",
+        "--protections",
+        choices=protections.MODES,
+        default="on",
+        help="on: the server as users run it (authentication with worker and host tokens, "
+        "metrics, JSON access log to a file); off: the bare server; both: on, plus the "
+        "protections' cost on appends (--pairs alternating on/off servers)",
     )
     parser.add_argument(
-        "--retention-items",
+        "--pairs",
         type=int,
-        default=None,
-        help="retention: sessions and runs seeded and purged per repetition (2000; quick 300)",
+        default=protections.GOAL_PAIRS,
+        help="on/off server pairs for the protections' cost (--protections both)",
     )
+    parser.add_argument(
+        "--tls", action="store_true", help="serve TLS (a throwaway CA) on every server"
+    )
+    parser.add_argument(
+        "--readme",
+        nargs="?",
+        type=Path,
+        const=RESULTS / "latest.json",
+        default=None,
+        metavar="RESULTS_JSON",
+        help="measure nothing: regenerate README.md's benchmark section from a results "
+        "file (default bench/results/latest.json)",
+    )
+    parser.add_argument(
+        "--readme-file", type=Path, default=ROOT / "README.md", help="the README --readme edits"
+    )
+    for module in dict.fromkeys([*optional_modules(), *server_modules()]):
+        if hasattr(module, "add_arguments"):
+            module.add_arguments(parser)  # e.g. bench.peers's --peers
     parser.add_argument("--output", type=Path, default=None, help="JSON file to write")
     args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
     args.backend = [b.strip() for b in args.backend.split(",") if b.strip()]
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.workloads = {w.strip() for w in args.workloads.split(",") if w.strip()}
@@ -567,22 +721,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.readme is not None:
+        results = json.loads(args.readme.read_text())
+        readme.regenerate(args.readme_file, results, report_tables(results))
+        print(f"{args.readme_file}: benchmark section regenerated from {args.readme}")
+        return 0
     report = asyncio.run(run(args))
-    header = (
-        f"runstore bench {report['started']} commit {report['commit']} "
-        f"({report['machine']['cpus']} CPUs; SQLite synchronous={args.sqlite_synchronous}; "
-        f"median of {args.repeat} × {args.duration:g} s)"
-    )
-    print()
-    print(render(report["results"], header))
-    if "chain_cost" in report:
+    for table in report_tables(report):
         print()
-        print(render_chain_cost(report["chain_cost"]))
-    if "retention" in report:
-        from bench import retention
-
-        print()
-        print(retention.render(report["retention"]))
+        print(table)
     RESULTS.mkdir(parents=True, exist_ok=True)
     output = args.output or RESULTS / "latest.json"
     output.write_text(json.dumps(report, indent=2) + "\n")

@@ -1,7 +1,8 @@
 """Retention benchmark (docs/contract.md §9.10): how fast the on-demand RPCs purge.
 
     python -m bench.retention [--backend sqlite,postgres] [--items 2000] [--repeat 3]
-    python -m bench --workloads retention        # the same, reported by ``make bench``
+    make bench                                   # the ``retention`` workload: the same,
+                                                 # an optional module of bench/harness.py
 
 Against a real ``runstore serve`` process per backend (a throwaway database,
 SQLite FULL), each repetition seeds through the API ``--items`` ended sessions
@@ -210,7 +211,34 @@ async def measure_backends(
     return results
 
 
-def render(results: list[dict[str, Any]]) -> str:
+# --- The harness's optional-module hooks (bench/harness.py OPTIONAL_MODULES) ---------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--retention-items",
+        type=int,
+        default=None,
+        help="retention workload: sessions and runs seeded and purged per repetition "
+        "(2000; --quick 300)",
+    )
+
+
+async def measure_report(args: argparse.Namespace, report: dict[str, Any]) -> dict[str, Any]:
+    """The ``retention`` workload of ``python -m bench``: a ``retention`` section."""
+    if "retention" not in args.workloads:
+        return {}
+    items = args.retention_items or (300 if args.quick else 2000)
+    repeat = 1 if args.quick else args.repeat
+    rows = await measure_backends(args.backend, args.postgres_url, items, 4, repeat)
+    return {"retention": rows}
+
+
+def render(report: Any) -> str | None:
+    """The retention table: of a harness report (its ``retention`` section) or of rows."""
+    results = report.get("retention") if isinstance(report, dict) else report
+    if not results:
+        return None
     lines = [
         "retention: purged per second through the RPCs, 1 caller, batches of 100 "
         "(median of repetitions)",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import readme
 from tests import postgres
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,26 +104,96 @@ def test_bench_runs_on_postgres(tmp_path: Path) -> None:
     _check_report(report, "postgres")
 
 
-def test_bench_compares_the_interceptor_chain_off_and_on(tmp_path: Path) -> None:
-    """``--chain both``: each figure as it is measured, then both side by side."""
-    completed, report = _bench(
-        tmp_path, "--backend", "sqlite", "--workloads", "append", "--chain", "both", "--repeat", "2"
+def test_protections_on_by_default_with_cpu_per_call_and_goals(tmp_path: Path) -> None:
+    """The default server runs with protections (the driver checks it refuses a
+    call without a token; the harness checks metrics answer and the log holds
+    JSON access lines), and the report carries CPU per call, the projection and
+    every goal."""
+    report = _run_bench(
+        tmp_path, "--backend", "sqlite", "--workloads", "append,start_terminal,turn"
     )
-    progress = [line for line in completed.stdout.splitlines() if line.startswith("[")]
-    # 2 repetitions × 2 chains × (ceiling, append) × 2 concurrencies, one line each.
-    assert len(progress) == 16
-    assert sum("chain on" in line for line in progress) == 8
-    assert "Interceptor chain off (the defaults) vs on (metrics + JSON logs" in completed.stdout
-    cost = {(row["workload"], row["in_flight"]): row for row in report["chain_cost"]}
-    assert set(cost) == {("append", 1), ("append", 2)}
-    for row in cost.values():
-        assert row["off_ops_per_s"] > 0 and row["on_ops_per_s"] > 0
-        assert row["on_vs_off"] == pytest.approx(
-            row["on_ops_per_s"] / row["off_ops_per_s"], rel=0.01
-        )
-    chains = {(r["workload"], r["chain"]) for r in report["results"]}
-    assert chains == {(w, c) for w in ("ceiling", "append") for c in ("off", "on")}
-    assert {r["repetitions"] for r in report["results"]} == {2}
+    assert report["settings"]["protections"] == "on"
+    append = {r["in_flight"]: r for r in report["results"] if r["workload"] == "append"}
+    assert append[2]["server_cpu_ms_per_op"] > 0 and append[2]["db_cpu_ms_per_op"] is None
+    assert {g["goal"] for g in report["goals"]} == {"1", "2", "3", "4", "5"}
+    assert "protections_cost" not in report
+
+
+@pytest.mark.postgres
+def test_postgres_reports_the_database_cpu(tmp_path: Path) -> None:
+    url = postgres.require_postgres()
+    report = _run_bench(
+        tmp_path,
+        "--backend",
+        "postgres",
+        "--postgres-url",
+        url,
+        "--workloads",
+        "append",
+        "--concurrency",
+        "16",
+        "--duration",
+        "0.3",
+    )
+    (append,) = [r for r in report["results"] if r["workload"] == "append"]
+    assert append["db_cpu_ms_per_op"] > 0 and append["server_cpu_ms_per_op"] > 0
+    assert {(r["replicas"], r["db_cores"]) for r in report["projection"]} >= {(1, 2), (8, 16)}
+
+
+def test_protections_both_pairs_alternating_servers(tmp_path: Path) -> None:
+    """``--protections both``: the main plan with protections on, then the
+    paired cost on appends at 16 in flight, each pair's servers in turn."""
+    completed, report = _bench(
+        tmp_path,
+        "--backend",
+        "sqlite",
+        "--workloads",
+        "append",
+        "--protections",
+        "both",
+        "--pairs",
+        "3",
+        "--tls",
+    )
+    paired = [line for line in completed.stdout.splitlines() if "16 in flight, protections" in line]
+    assert [line.rsplit("protections ", 1)[1].split(":")[0] for line in paired] == [
+        "on",
+        "off",
+        "off",
+        "on",
+        "on",
+        "off",
+    ]
+    (cost,) = report["protections_cost"]
+    assert cost["pairs"] == 3 and cost["on_ops_per_s"] > 0 and cost["off_ops_per_s"] > 0
+    assert cost["on_vs_off_min"] <= cost["on_vs_off"] <= cost["on_vs_off_max"]
+    assert "Protections' cost on appends" in completed.stdout
+    (goal,) = [g for g in report["goals"] if "protections" in g["what"]]
+    assert goal["measured"] == cost["cost"] and goal["met"] is False  # fewer than 10 pairs
+    assert report["settings"]["tls"] is True
+
+
+def test_readme_is_regenerated_from_a_results_file(tmp_path: Path) -> None:
+    """``--readme`` on a copy of the repository's README: only the generated part changes."""
+    report = _run_bench(tmp_path, "--backend", "sqlite", "--workloads", "append")
+    results = tmp_path / "report.json"
+    copy = tmp_path / "README.md"
+    copy.write_text((ROOT / "README.md").read_text())
+    completed = subprocess.run(
+        [sys.executable, "-m", "bench", "--readme", str(results), "--readme-file", str(copy)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr
+    text = copy.read_text()
+    generated = text.split(readme.BEGIN)[1].split(readme.END)[0]
+    assert f"commit {report['commit']}" in generated
+    assert "| sqlite | append | 2 |" in generated and "Goals (issue 15" in generated
+    original = (ROOT / "README.md").read_text()
+    assert text.split(readme.BEGIN)[0] == original.split(readme.BEGIN)[0]
+    assert text.split(readme.END)[1] == original.split(readme.END)[1]
 
 
 def test_bench_runs_the_batch_workload(tmp_path: Path) -> None:

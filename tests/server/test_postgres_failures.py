@@ -107,8 +107,8 @@ async def test_connection_lost_during_commit_is_unavailable(
     async def execute(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
         nonlocal killed
         if query == "COMMIT" and not killed:
-            killed = True
-            self.terminate()
+            killed = True  # cut once COMMIT is written, before its answer
+            asyncio.get_running_loop().call_soon(self.terminate)
         return await original(self, query, *args, **kwargs)
 
     asyncpg.Connection.execute = execute  # type: ignore[method-assign]
@@ -212,3 +212,179 @@ async def test_an_append_refused_before_it_was_sent_falls_back_to_the_full_rules
         )
         assert refused == 1
         assert (appended.id, appended.inserted) == ("2", True)
+
+
+async def _kill_and_wait(tx: Transaction, admin: asyncpg.Connection) -> None:
+    """Kills the backend behind ``tx`` and returns once its connection saw
+    the loss (an event, not a sleep)."""
+    conn = tx._conn  # type: ignore[attr-defined]
+    lost = asyncio.Event()
+    conn.add_termination_listener(lambda _conn: lost.set())
+    assert await admin.fetchval("SELECT pg_terminate_backend($1)", conn.get_server_pid())
+    await lost.wait()
+
+
+async def test_a_commit_refused_by_a_killed_connection_runs_the_transaction_again(
+    db: PostgresDatabase, pg_url: str
+) -> None:
+    """A kill after the last statement and before COMMIT: the driver refuses
+    to send COMMIT on the dead connection, so nothing was committed and the
+    transaction runs again on a fresh one, not UNAVAILABLE (nor INTERNAL)."""
+    session_id = unique("refused")
+    attempts = 0
+    admin = await asyncpg.connect(asyncpg_dsn(pg_url))
+
+    async def create_then_lose_the_connection(tx: Transaction) -> None:
+        nonlocal attempts
+        attempts += 1
+        await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, 1))
+        if attempts == 1:
+            await _kill_and_wait(tx, admin)
+
+    try:
+        await db.write(create_then_lose_the_connection)
+    finally:
+        await admin.close()
+    assert attempts == 2
+
+    async def look(tx: Transaction) -> object:
+        return await tx.session(session_id)
+
+    assert await db.read(look) == Session(session_id, SessionStatus.ACTIVE, 1)
+
+
+async def test_a_read_whose_connection_dies_at_commit_is_read_again(
+    db: PostgresDatabase, pg_url: str
+) -> None:
+    """A read-only transaction changes nothing, so a connection lost at its
+    COMMIT (before or while it is sent) costs a second read, never UNAVAILABLE."""
+    session_id = unique("read")
+
+    async def create(tx: Transaction) -> None:
+        await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, 1))
+
+    await db.write(create)
+    admin = await asyncpg.connect(asyncpg_dsn(pg_url))
+    attempts = 0
+
+    async def look_then_lose_the_connection(tx: Transaction) -> object:
+        nonlocal attempts
+        attempts += 1
+        found = await tx.session(session_id)
+        if attempts == 1:
+            await _kill_and_wait(tx, admin)
+        return found
+
+    try:
+        assert await db.read(look_then_lose_the_connection) == Session(
+            session_id, SessionStatus.ACTIVE, 1
+        )
+    finally:
+        await admin.close()
+    assert attempts == 2
+
+    original = asyncpg.Connection.execute
+    cut = 0
+
+    async def execute(self: asyncpg.Connection, query: str, *args: Any, **kwargs: Any) -> Any:
+        nonlocal cut
+        if query == "COMMIT" and not cut:
+            cut += 1  # cut once COMMIT is written, before its answer
+            asyncio.get_running_loop().call_soon(self.terminate)
+        return await original(self, query, *args, **kwargs)
+
+    asyncpg.Connection.execute = execute  # type: ignore[method-assign]
+    try:
+        assert await db.read(look_then_lose_the_connection) == Session(
+            session_id, SessionStatus.ACTIVE, 1
+        )
+    finally:
+        asyncpg.Connection.execute = original  # type: ignore[method-assign]
+    assert cut == 1 and attempts == 4
+
+
+async def test_killed_and_cancelled_calls_under_load_are_only_ever_transient(
+    pg_url: str,
+) -> None:
+    """Many concurrent lifecycle writes and reads on a small pool while its
+    backends are killed (once per round, at a different point of the load
+    each time) and some callers give up: a write is done or UNAVAILABLE, a
+    read is always answered, nothing is INTERNAL or a raw driver error, no
+    connection goes back to the pool mid-transaction, and every session is
+    either wholly written or absent."""
+    database = PostgresDatabase(pg_url, PostgresOptions(pool_min=2, pool_max=2))
+    await database.start()
+    admin = await asyncpg.connect(asyncpg_dsn(pg_url))
+    anchor = unique("anchor")
+
+    async def create_anchor(tx: Transaction) -> None:
+        await tx.insert_session(Session(anchor, SessionStatus.ACTIVE, 1))
+
+    await database.write(create_anchor)
+    outcomes: dict[str, int] = {}
+    written: dict[str, str] = {}
+
+    def count(outcome: str) -> None:
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+
+    async def lifecycle(session_id: str) -> None:
+        async def create_and_end(tx: Transaction) -> None:
+            await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, 1))
+            await tx.session(session_id, for_update=True)
+            await tx.end_session(session_id, 2)
+
+        try:
+            await database.write(create_and_end)
+        except UnavailableError as exc:
+            assert not exc.permanent
+            written[session_id] = "unknown"
+            count("write unavailable")
+        else:
+            written[session_id] = "done"
+            count("write done")
+
+    async def look() -> None:
+        async def read(tx: Transaction) -> object:
+            return await tx.session(anchor)
+
+        assert await database.read(read) == Session(anchor, SessionStatus.ACTIVE, 1)
+        count("read")
+
+    try:
+        for round_ in range(40):
+            tasks = [
+                asyncio.ensure_future(lifecycle(unique("load")) if i % 2 else look())
+                for i in range(24)
+            ]
+            for _ in range(round_ % 8):  # the kill lands at a different point each round
+                await asyncio.sleep(0)
+            given_up = tasks[round_ % 3 :: 7]
+            for task in given_up:
+                task.cancel()
+            await _terminate_runstore_backends(pg_url)
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            for task, result in zip(tasks, results, strict=True):
+                if isinstance(result, asyncio.CancelledError):
+                    assert task in given_up
+                elif isinstance(result, BaseException):
+                    raise result
+            pool = database._pool
+            assert pool is not None
+            for holder in pool._holders:
+                conn = holder._con
+                if holder._in_use is None and conn is not None and not conn.is_closed():
+                    assert not conn.is_in_transaction()
+
+        async def statuses(tx: Transaction) -> dict[str, object]:
+            return {key: await tx.session(key) for key in written}
+
+        found = await database.read(statuses)
+    finally:
+        await admin.close()
+        await database.close()
+    for session_id, state in written.items():
+        if state == "done":
+            assert found[session_id] == Session(session_id, SessionStatus.ENDED, 1, 2)
+        else:  # the commit's outcome was unknown: all of it or none of it
+            assert found[session_id] in (None, Session(session_id, SessionStatus.ENDED, 1, 2))
+    assert outcomes.get("read", 0) > 0 and outcomes.get("write done", 0) > 0

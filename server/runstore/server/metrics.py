@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 from wsgiref.simple_server import WSGIServer
 
@@ -88,12 +88,22 @@ class MethodFigures:
     type: str
     started: Counter
     handling: Histogram
+    in_flight: Gauge
     _metrics: Metrics
+    _handled: dict[grpc.StatusCode, Counter] = field(default_factory=dict)
 
     def handled(self, code: grpc.StatusCode) -> Counter:
-        return self._metrics.handled.labels(
-            self.service, self.method, self.type, GO_CODE_NAMES.get(code, "Unknown")
-        )
+        """The ``grpc_server_handled_total`` child of ``code``, looked up once per code."""
+        child = self._handled.get(code)
+        if child is None:
+            child = self._metrics.handled.labels(
+                self.service, self.method, self.type, GO_CODE_NAMES.get(code, "Unknown")
+            )
+            self._handled[code] = child
+        return child
+
+    def errors(self, reason: str) -> Counter:
+        return self._metrics.errors.labels(reason)
 
 
 class Metrics:
@@ -224,6 +234,7 @@ class Metrics:
                     type,
                     self.started.labels(service, method, type),
                     self.handling.labels(service, method, type),
+                    self.in_flight,
                     self,
                 )
                 self._methods[full_method] = figures

@@ -7,8 +7,8 @@ call (later interceptors, servicers, the status mapping) reads it here.
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from collections.abc import Iterable
 from contextvars import ContextVar
 from typing import Final
@@ -34,7 +34,8 @@ def set_current(request_id: str) -> None:
 
 
 def generate() -> str:
-    return uuid.uuid4().hex
+    """128 random bits in hex (what ``uuid4().hex`` gave, without building a UUID)."""
+    return os.urandom(16).hex()
 
 
 def sanitize(value: str) -> str:

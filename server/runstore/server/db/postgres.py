@@ -114,6 +114,22 @@ class _PostgresTransaction(SqlTransaction):
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
         await self._conn.executemany(statement.sql, [statement.args(row) for row in rows])
 
+    async def notify(self, payload: str) -> None:
+        """Watchers' wake-up for other replicas (not a port method)."""
+        await self._conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
+
+
+def _refused_before_sending(exc: BaseException) -> bool:
+    """Whether the driver refused a statement before writing any of it: a
+    kill closed the connection (or released it from the pool), or left it
+    mid-protocol (the server's goodbye arrived while it was idle). asyncpg
+    raises InterfaceError for a statement only on such client-side checks."""
+    if isinstance(exc, asyncpg.exceptions.ProtocolError):
+        return False  # raised on reading a reply: the statement was sent
+    if isinstance(exc, asyncpg.InternalClientError):
+        return "cannot switch to state" in str(exc)
+    return isinstance(exc, asyncpg.InterfaceError)
+
 
 def _is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.PostgresError) and exc.sqlstate in _RETRYABLE_SQLSTATES
@@ -244,17 +260,21 @@ class PostgresDatabase:
 
     async def _notify(self, payload: str) -> None:
         """One NOTIFY on its own pooled connection: after the commit, never
-        inside a write transaction (that would serialise every writer)."""
-        pool = self._require_pool()
-        conn = await self._acquire(pool, bound.deadline(self.options.operation_timeout))
-        try:
-            await conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
-        except BaseException as exc:
-            if not _connection_survives(exc):
-                _terminate(conn)
-            raise
-        finally:
-            await pool.release(conn)
+        inside a write transaction (that would serialise every writer).
+        Bounded like every operation, so a frozen server cannot keep a
+        pooled connection busy with it."""
+
+        async def send(tx: Transaction) -> None:
+            assert isinstance(tx, _PostgresTransaction)
+            await tx.notify(payload)
+
+        until = bound.deadline(self.options.operation_timeout)
+        for _ in range(self.options.pool_max):
+            try:
+                return await self._on_connection(send, None, until)
+            except _StaleConnection:  # nothing was sent: try the next connection
+                continue
+        await self._on_connection(send, None, until)
 
     @contextlib.asynccontextmanager
     async def retention_lock(self) -> AsyncIterator[bool]:
@@ -482,13 +502,13 @@ async def _single_statement(
     statements: Statements,
     on_commit: Callable[[SqlTransaction], None],
 ) -> T:
-    """``fn``'s one statement on its own. A connection that a kill left
-    mid-protocol refuses the statement before sending it: nothing ran."""
+    """``fn``'s one statement on its own. A connection that a kill closed or
+    left mid-protocol refuses the statement before sending it: nothing ran."""
     tx = _PostgresTransaction(conn, statements)
     try:
         result = await fn(tx)
-    except asyncpg.InternalClientError as exc:
-        if "cannot switch to state" in str(exc):
+    except Exception as exc:
+        if _refused_before_sending(exc):
             raise _StaleConnection() from exc
         raise
     on_commit(tx)
@@ -505,6 +525,12 @@ async def _in_transaction(
     """``fn`` between ``begin`` and COMMIT; rolled back when it fails cleanly;
     ``on_commit`` (the watchers' wake-up) runs only after COMMIT.
 
+    A COMMIT the connection refused to send (a kill closed it, or left it
+    mid-protocol, after ``fn``'s last statement) committed nothing, and a
+    read-only transaction changes nothing whatever happens to its COMMIT:
+    both run again on a fresh connection. Any other failure during COMMIT
+    leaves the outcome unknown (UNAVAILABLE).
+
     No asyncpg transaction object: its exit would roll back on a connection
     the caller is about to terminate, waiting on a server that may never
     answer."""
@@ -520,6 +546,13 @@ async def _in_transaction(
         # The connection died before COMMIT was sent: PostgreSQL rolls the
         # transaction back, so nothing of it happened.
         raise _StaleConnection() from exc
-    await conn.execute("COMMIT")
+    try:
+        await conn.execute("COMMIT")
+    except Exception as exc:
+        if _refused_before_sending(exc) or (
+            begin == _READ_ONLY_SNAPSHOT and not _connection_survives(exc)
+        ):
+            raise _StaleConnection() from exc
+        raise
     on_commit(tx)
     return result

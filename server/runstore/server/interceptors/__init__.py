@@ -1,9 +1,13 @@
 """The server's interceptor chain: every cross-cutting concern, in one order.
 
 Each concern (request ids, access logs and metrics, authentication and roles,
-limits, request parsing) lives in its own module of this package and is added
-here, so servicers stay thin and never see them. The list runs outermost first:
-a concern that must see every call, including ones refused later, sits earlier.
+limits, request parsing, the database bound) lives in its own module of this
+package and is added here, so servicers stay thin and never see them. The
+list runs outermost first: a concern that must see every call, including ones
+refused later, sits earlier. The concerns make one grpc interceptor
+(``handlers.Chain``), which wraps each method's handler once and reuses it;
+OpenTelemetry's own interceptor, when tracing, sits just outside it, so every
+concern runs inside the call's span.
 """
 
 from __future__ import annotations
@@ -15,13 +19,47 @@ import grpc
 from runstore.server import tracing
 from runstore.server.auth import Security
 from runstore.server.config import ServerConfig
-from runstore.server.interceptors.auth import AuthInterceptor
+from runstore.server.interceptors.auth import Authentication
 from runstore.server.interceptors.calls import CallObserver
-from runstore.server.interceptors.db_bound import DatabaseBoundInterceptor
-from runstore.server.interceptors.limits import LimitsInterceptor
-from runstore.server.interceptors.parsing import RequestParsingInterceptor
-from runstore.server.interceptors.request_ids import RequestIdInterceptor
+from runstore.server.interceptors.db_bound import DatabaseBound
+from runstore.server.interceptors.handlers import Chain, Concern
+from runstore.server.interceptors.limits import Limits
+from runstore.server.interceptors.parsing import RequestParsing
+from runstore.server.interceptors.request_ids import RequestIds
 from runstore.server.metrics import Metrics
+
+
+def concerns(
+    config: ServerConfig, security: Security | None = None, metrics: Metrics | None = None
+) -> list[Concern]:
+    """The concerns of the chain, outermost first."""
+    security = security or Security()
+    chain: list[Concern] = []
+    # 1. Request ids: taken from x-request-id or generated (Hardening I).
+    chain.append(RequestIds())
+
+    # 2. Access log and metrics (Operations).
+    if metrics is not None or config.access_log_on:
+        chain.append(CallObserver(metrics, access_log=config.access_log_on))
+
+    # 3. Authentication and roles (Security).
+    chain.append(
+        Authentication(
+            security.principals,
+            certificates=security.tls is not None and security.tls.mutual,
+        )
+    )
+
+    # 4. Limits on calls and response bytes in flight (Hardening II). It
+    #    serialises unary responses: from here outward a response is its bytes.
+    chain.append(Limits(config.max_response_bytes_in_flight))
+
+    # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST (Hardening I).
+    chain.append(RequestParsing())
+
+    # 6. Database operation bound: marks when each call started (Hardening II).
+    chain.append(DatabaseBound())
+    return chain
 
 
 def server_interceptors(
@@ -30,34 +68,10 @@ def server_interceptors(
     metrics: Metrics | None = None,
     tracer_provider: Any | None = None,
 ) -> list[grpc.aio.ServerInterceptor]:
-    """The chain ``build_server`` installs, outermost first."""
-    security = security or Security()
-    chain: list[grpc.aio.ServerInterceptor] = []
-    # 1. Request ids: taken from x-request-id or generated (Hardening I).
-    chain.append(RequestIdInterceptor())
-
-    # 2. Access log and metrics (Operations), inside the call's span when tracing.
+    """The interceptors ``build_server`` installs, outermost first: the call's
+    span when tracing, then the chain of concerns."""
+    interceptors: list[grpc.aio.ServerInterceptor] = []
     if tracer_provider is not None:
-        chain.append(tracing.server_interceptor(tracer_provider))
-    if metrics is not None or config.access_log_on:
-        chain.append(CallObserver(metrics, access_log=config.access_log_on))
-
-    # 3. Authentication and roles (Security).
-    chain.append(
-        AuthInterceptor(
-            security.principals,
-            certificates=security.tls is not None and security.tls.mutual,
-        )
-    )
-
-    # 4. Limits on calls and response bytes in flight (Hardening II). It
-    #    serialises unary responses: from here outward a response is its bytes.
-    chain.append(LimitsInterceptor(config.max_response_bytes_in_flight))
-
-    # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST (Hardening I).
-    chain.append(RequestParsingInterceptor())
-
-    # 6. Database operation bound: marks when each call started (Hardening II).
-    chain.append(DatabaseBoundInterceptor())
-
-    return chain
+        interceptors.append(tracing.server_interceptor(tracer_provider))
+    interceptors.append(Chain(concerns(config, security, metrics)))
+    return interceptors

@@ -8,15 +8,14 @@ Refusals are ``UNAUTHENTICATED`` / ``PERMISSION_DENIED`` with ErrorInfo
 metadata ``method``, decided before the servicer runs, so they say nothing
 about whether a session or run exists.
 
-Where the decision needs no peer certificate, the refusal is made before the
-request body is even parsed.
+A refusal is made before the request body is even parsed.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextvars import ContextVar
 from typing import Any, TypeAlias
 
 import grpc
@@ -25,6 +24,7 @@ from runstore.contract.errors import PermissionDeniedError, RunstoreError, Unaut
 from runstore.server import principal as current_principal
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, Principals, PrincipalsFile
+from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
 from runstore.server.interceptors.parsing import parsed_request
 from runstore.server.status import to_status
 
@@ -32,9 +32,6 @@ log = logging.getLogger(__name__)
 
 _BEARER = "bearer "
 _CERTIFICATE_PROPERTIES = ("peer_uri", "peer_dns", "x509_common_name")
-
-Behavior = Callable[..., Any]
-Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 
 class _MalformedAuthorization(Exception):
@@ -64,8 +61,28 @@ def certificate_identities(context: grpc.aio.ServicerContext[Any, Any]) -> list[
     ]
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
+class _ByCertificate:
+    """The decision of a call without a token under mTLS: its peer certificate
+    decides, read inside the call (``auth_context``)."""
+
+    __slots__ = ("principals",)
+
+    def __init__(self, principals: Principals) -> None:
+        self.principals = principals
+
+
+_Decision: TypeAlias = "Principal | RunstoreError | _ByCertificate | None"
+
+_DECISION: ContextVar[_Decision] = ContextVar("runstore_auth_decision", default=None)
+"""What ``admit`` decided for the call; None (never admitted) refuses."""
+
+
+class Authentication:
     """Enforces ``METHOD_ROLES``; with ``principals`` None only audits.
+
+    The decision is made from the call's metadata before anything runs
+    (``admit``); the wrapper then refuses, before the request is parsed, or runs
+    the method.
 
     Args:
         principals: The reloadable auth file; None when authentication is off.
@@ -76,75 +93,82 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self._principals = principals
         self._certificates = certificates
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
-        details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        handler = await continuation(details)
+    def admit(self, details: grpc.HandlerCallDetails) -> None:
         method: str = details.method
-        if handler is None or method in roles.OPEN_METHODS:
-            return handler
-        if self._principals is None:
-            if method in roles.AUDITED_METHODS:
-                return _with_behavior(handler, _audited(method, _behavior(handler), ANONYMOUS))
-            return handler
-        principals = self._principals.current
+        if self._principals is None or method in roles.OPEN_METHODS:
+            return
+        principals = self._principals.current  # the set this call started with
         try:
             token = bearer_token(details.invocation_metadata)
         except _MalformedAuthorization as exc:
-            return _refusing(handler, UnauthenticatedError(str(exc), details={"method": method}))
-        if token is not None or not self._certificates:
-            principal = principals.by_token(token) if token is not None else None
-            if principal is not None:
-                current_principal.set_current(principal.name)  # for the access log
-            refusal = _refusal(method, principal, token is not None)
-            if refusal is not None:
-                if principal is not None and method in roles.AUDITED_METHODS:
-                    _log_refused(method, principal)
-                return _refusing(handler, refusal)
-            assert principal is not None
-            if method in roles.AUDITED_METHODS:
-                return _with_behavior(handler, _audited(method, _behavior(handler), principal))
+            _DECISION.set(UnauthenticatedError(str(exc), details={"method": method}))
+            return
+        if token is None and self._certificates:
+            _DECISION.set(_ByCertificate(principals))
+            return
+        principal = principals.by_token(token) if token is not None else None
+        if principal is not None:
+            current_principal.set_current(principal.name)  # for the access log
+        refusal = _refusal(method, principal, token is not None)
+        if refusal is not None:
+            if principal is not None and method in roles.AUDITED_METHODS:
+                _log_refused(method, principal)
+            _DECISION.set(refusal)
+            return
+        _DECISION.set(principal)
+
+    def wrap(self, method: str, handler: Handler) -> Handler:
+        if method in roles.OPEN_METHODS:
             return handler
-        return _with_behavior(handler, self._checking(method, handler, principals))
+        audited = method in roles.AUDITED_METHODS
+        if self._principals is None:
+            if not audited:
+                return handler
+            return wrapped(handler, unary=lambda inner: _audited(method, inner, ANONYMOUS))
 
-    def _checking(self, method: str, handler: Handler, principals: Principals) -> Behavior:
-        """The handler's behaviour behind a check of the peer's certificate."""
-        inner = _behavior(handler)
+        def unary(inner: Unary) -> Unary:
+            name = method.rsplit("/", 1)[-1]
 
-        async def authorize(context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
-            principal = principals.by_certificate(certificate_identities(context))
-            if principal is not None:
-                current_principal.set_current(principal.name)
-            refusal = _refusal(method, principal, token_sent=False)
-            if refusal is not None:
-                if principal is not None and method in roles.AUDITED_METHODS:
-                    _log_refused(method, principal)
-                await _abort(context, refusal)
+            async def call(request: Any, context: Context) -> Any:
+                decision = _DECISION.get()
+                if not isinstance(decision, Principal):
+                    decision = await _settle(method, decision, context)
+                if audited:
+                    return await _run_audited(name, inner, decision, request, context)
+                return await inner(request, context)
+
+            return call
+
+        def stream(inner: Streaming) -> Streaming:
+            async def call(request: Any, context: Context) -> AsyncIterator[Any]:
+                decision = _DECISION.get()
+                if not isinstance(decision, Principal):
+                    await _settle(method, decision, context)
+                async for response in inner(request, context):
+                    yield response
+
+            return call
+
+        return wrapped(handler, unary=unary, stream=stream)
+
+
+async def _settle(method: str, decision: _Decision, context: Context) -> Principal:
+    """The principal of a call whose certificate decides; refuses any other call."""
+    if isinstance(decision, _ByCertificate):
+        principal = decision.principals.by_certificate(certificate_identities(context))
+        if principal is not None:
+            current_principal.set_current(principal.name)
+        refusal = _refusal(method, principal, token_sent=False)
+        if refusal is None:
             assert principal is not None
             return principal
-
-        if handler.unary_stream is not None or handler.stream_stream is not None:
-
-            async def streaming(request: Any, context: Any) -> AsyncIterator[Any]:
-                await authorize(context)
-                result = inner(request, context)
-                if inspect.isasyncgen(result):
-                    async for response in result:
-                        yield response
-                else:
-                    await result
-
-            return streaming
-
-        async def unary(request: Any, context: Any) -> Any:
-            principal = await authorize(context)
-            if method in roles.AUDITED_METHODS:
-                return await _audited(method, inner, principal)(request, context)
-            return await inner(request, context)
-
-        return unary
+        if principal is not None and method in roles.AUDITED_METHODS:
+            _log_refused(method, principal)
+        decision = refusal
+    if not isinstance(decision, RunstoreError):
+        decision = UnauthenticatedError("authentication required", details={"method": method})
+    await _abort(context, decision)
+    raise AssertionError("unreachable: context.abort raises")
 
 
 def _refusal(method: str, principal: Principal | None, token_sent: bool) -> RunstoreError | None:
@@ -173,60 +197,31 @@ def _log_refused(method: str, principal: Principal) -> None:
     )
 
 
-def _audited(method: str, inner: Behavior, principal: Principal) -> Behavior:
+def _audited(method: str, inner: Unary, principal: Principal) -> Unary:
     """``inner`` logged with the principal's name and the outcome."""
     name = method.rsplit("/", 1)[-1]
 
-    async def behavior(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        outcome = "failed"
-        try:
-            response = await inner(request, context)
-            outcome = "ok"
-            return response
-        finally:
-            code = context.code() if outcome != "ok" else None
-            log.info(
-                "%s session_id=%r by principal %r (role %s): %s",
-                name,
-                getattr(parsed_request(request), "session_id", ""),
-                principal.name,
-                principal.role or "none, authentication off",
-                outcome if code is None else f"{outcome} ({getattr(code, 'name', code)})",
-            )
+    async def behavior(request: Any, context: Context) -> Any:
+        return await _run_audited(name, inner, principal, request, context)
 
     return behavior
 
 
-_KINDS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
-
-
-def _kind(handler: Handler) -> str:
-    """Which of the four call shapes ``handler`` serves."""
-    for kind in _KINDS:
-        if getattr(handler, kind) is not None:
-            return kind
-    raise ValueError("handler without a behaviour")
-
-
-def _behavior(handler: Handler) -> Behavior:
-    behavior: Behavior = getattr(handler, _kind(handler))
-    return behavior
-
-
-def _with_behavior(handler: Handler, behavior: Behavior, *, parse: bool = True) -> Handler:
-    """``handler`` running ``behavior`` instead; without ``parse`` the behaviour
-    gets the raw request bytes."""
-    changes: dict[str, Any] = {_kind(handler): behavior}
-    if not parse:
-        changes["request_deserializer"] = None
-    replaced: Handler = handler._replace(**changes)  # type: ignore[attr-defined]
-    return replaced
-
-
-def _refusing(handler: Handler, error: RunstoreError) -> Handler:
-    """A handler that refuses with ``error`` without parsing the request."""
-
-    async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        await _abort(context, error)
-
-    return _with_behavior(handler, refuse, parse=False)
+async def _run_audited(
+    name: str, inner: Unary, principal: Principal, request: Any, context: Context
+) -> Any:
+    outcome = "failed"
+    try:
+        response = await inner(request, context)
+        outcome = "ok"
+        return response
+    finally:
+        code = context.code() if outcome != "ok" else None
+        log.info(
+            "%s session_id=%r by principal %r (role %s): %s",
+            name,
+            getattr(parsed_request(request), "session_id", ""),
+            principal.name,
+            principal.role or "none, authentication off",
+            outcome if code is None else f"{outcome} ({getattr(code, 'name', code)})",
+        )

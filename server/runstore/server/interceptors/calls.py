@@ -1,6 +1,6 @@
 """Slot 2: every call measured and logged once, whatever answered it.
 
-One interceptor does both, around everything later in the chain (so refusals
+One concern does both, around everything later in the chain (so refusals
 by authentication, limits and request parsing count too): the go-grpc-prometheus
 call metrics (``grpc_server_started_total``, ``grpc_server_handled_total``,
 ``grpc_server_handling_seconds``), ``runstore_calls_in_flight`` and
@@ -17,17 +17,16 @@ went away, UNKNOWN when it raised anything else (what grpc answers then).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from runstore.server import principal, request_id
-from runstore.server.interceptors.handlers import Handler, behaviour_of
+from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
 from runstore.server.logs import ACCESS_LOGGER
 from runstore.server.metrics import GO_CODE_NAMES, MethodFigures, Metrics, grpc_type
 
@@ -49,106 +48,100 @@ def error_reason(context: grpc.aio.ServicerContext[Any, Any]) -> str:
     return ""
 
 
-class _Call:
-    """One call being observed: its start, and how it ended."""
-
-    __slots__ = ("code", "figures", "method", "started")
-
-    def __init__(self, method: str, figures: MethodFigures | None) -> None:
-        self.method = method
-        self.figures = figures
-        self.started = time.perf_counter()
-        self.code = grpc.StatusCode.OK
-
-
-class CallObserver(grpc.aio.ServerInterceptor):
+class CallObserver:
     """Metrics (when ``metrics`` is given) and the access log (when ``access_log``)."""
 
     def __init__(self, metrics: Metrics | None, *, access_log: bool) -> None:
         self._metrics = metrics
         self._access_log = access_log
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return None
-        method: str = handler_call_details.method
+    def admit(self, details: grpc.HandlerCallDetails) -> None:
+        pass
+
+    def wrap(self, method: str, handler: Handler) -> Handler:
         figures = None
         if self._metrics is not None:
             kind = grpc_type(handler.request_streaming, handler.response_streaming)
             figures = self._metrics.method(method, kind)
-        name, behaviour = behaviour_of(handler)
-        fields: Any = handler  # a namedtuple at run time
-        return cast(Handler, fields._replace(**{name: self._around(behaviour, method, figures)}))
+        begin = self._begin
+        end = self._end
 
-    def _around(
-        self, behaviour: Callable[..., Any], method: str, figures: MethodFigures | None
-    ) -> Callable[..., Any]:
-        if inspect.isasyncgenfunction(behaviour):
+        def unary(behaviour: Unary) -> Unary:
+            async def call(request: Any, context: Context) -> Any:
+                started = begin(figures)
+                try:
+                    result = await behaviour(request, context)
+                except BaseException as exc:
+                    end(method, figures, started, _code_of(exc, context), context)
+                    raise
+                end(method, figures, started, _returned_code(context), context)
+                return result
 
-            async def stream(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-                call = self._begin(method, figures)
+            return call
+
+        def stream(behaviour: Streaming) -> Streaming:
+            async def call(request: Any, context: Context) -> AsyncIterator[Any]:
+                started = begin(figures)
                 try:
                     async for response in behaviour(request, context):
                         yield response
                 except BaseException as exc:
-                    call.code = _code_of(exc, context)
+                    end(method, figures, started, _code_of(exc, context), context)
                     raise
-                else:
-                    call.code = _returned_code(context)
-                finally:
-                    self._end(call, context)
+                end(method, figures, started, _returned_code(context), context)
 
-            return stream
+            return call
 
-        async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            call = self._begin(method, figures)
-            try:
-                result = behaviour(request, context)
-                if inspect.isawaitable(result):
-                    result = await result
-            except BaseException as exc:
-                call.code = _code_of(exc, context)
-                raise
-            else:
-                call.code = _returned_code(context)
-                return result
-            finally:
-                self._end(call, context)
+        return wrapped(handler, unary=unary, stream=stream)
 
-        return unary
-
-    def _begin(self, method: str, figures: MethodFigures | None) -> _Call:
-        if self._metrics is not None and figures is not None:
+    def _begin(self, figures: MethodFigures | None) -> float:
+        if figures is not None:
             figures.started.inc()
-            self._metrics.in_flight.inc()
-        return _Call(method, figures)
+            figures.in_flight.inc()
+        return time.perf_counter()
 
-    def _end(self, call: _Call, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        seconds = time.perf_counter() - call.started
-        failed = call.code != grpc.StatusCode.OK
+    def _end(
+        self,
+        method: str,
+        figures: MethodFigures | None,
+        started: float,
+        code: grpc.StatusCode,
+        context: Context,
+    ) -> None:
+        seconds = time.perf_counter() - started
+        failed = code is not grpc.StatusCode.OK
         reason = error_reason(context) if failed else ""
-        if self._metrics is not None and call.figures is not None:
-            self._metrics.in_flight.dec()
-            call.figures.handled(call.code).inc()
-            call.figures.handling.observe(seconds)
+        if figures is not None:
+            figures.in_flight.dec()
+            figures.handled(code).inc()
+            figures.handling.observe(seconds)
             if failed:
-                self._metrics.errors.labels(reason or "NONE").inc()
-        if self._access_log:
+                figures.errors(reason or "NONE").inc()
+        if self._access_log and access_log.isEnabledFor(logging.INFO):
+            go_code = GO_CODE_NAMES.get(code, "Unknown")
             fields = {
-                "method": call.method,
-                "code": GO_CODE_NAMES.get(call.code, "Unknown"),
+                "method": method,
+                "code": go_code,
                 "reason": reason or None,
                 "duration_ms": round(seconds * 1000, 3),
                 "principal": principal.current() or None,
                 "peer": context.peer(),
                 "request_id": request_id.current() or None,
             }
-            access_log.info("%s %s", call.method, fields["code"], extra={"access": fields})
+            # Logger.info without its search of the stack for the caller's
+            # file and line, which no access-log format shows.
+            access_log.handle(
+                access_log.makeRecord(
+                    ACCESS_LOGGER,
+                    logging.INFO,
+                    __file__,
+                    0,
+                    "%s %s",
+                    (method, go_code),
+                    None,
+                    extra={"access": fields},
+                )
+            )
 
 
 def _returned_code(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode:

@@ -22,12 +22,12 @@ long-lived streams must not be refused for a budget meant for parked pages).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import grpc
 
 from runstore.contract.errors import OverloadedError
+from runstore.server.interceptors.handlers import Context, Handler, Unary, wrapped
 from runstore.server.status import abort
 
 SMALL_RESPONSE_BYTES = 64 * 1024
@@ -35,11 +35,6 @@ SMALL_RESPONSE_BYTES = 64 * 1024
 
 EXEMPT_PREFIXES = ("/grpc.health.v1.Health/",)
 """Methods no limit applies to: health must answer while the server is loaded."""
-
-_Req = TypeVar("_Req")
-_Resp = TypeVar("_Resp")
-
-Behaviour = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
 class ResponseBytesBudget:
@@ -61,48 +56,38 @@ class ResponseBytesBudget:
         self.in_flight -= size
 
 
-class LimitsInterceptor(grpc.aio.ServerInterceptor):
+class Limits:
     """Refuses a large unary response while the response-bytes budget is held."""
 
     def __init__(self, max_response_bytes_in_flight: int) -> None:
         self.budget = ResponseBytesBudget(max_response_bytes_in_flight)
 
-    async def intercept_service(
-        self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[_Req, _Resp] | None]
-        ],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[_Req, _Resp] | None:
-        handler = await continuation(handler_call_details)
-        method: str = handler_call_details.method
-        if handler is None or handler.unary_unary is None or method.startswith(EXEMPT_PREFIXES):
+    def admit(self, details: grpc.HandlerCallDetails) -> None:
+        pass
+
+    def wrap(self, method: str, handler: Handler) -> Handler:
+        if handler.unary_unary is None or method.startswith(EXEMPT_PREFIXES):
             return handler
         serialize = handler.response_serializer or _already_serialized
-        # grpc's method handlers are named tuples.
-        limited = cast(Any, handler)._replace(
-            unary_unary=self._limited(cast(Behaviour, handler.unary_unary), serialize),
-            response_serializer=_already_serialized,
-        )
-        return cast("grpc.RpcMethodHandler[_Req, _Resp]", limited)
-
-    def _limited(self, behaviour: Behaviour, serialize: Callable[[Any], bytes]) -> Behaviour:
         budget = self.budget
 
-        async def limited(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
-            response = serialize(await behaviour(request, context))
-            size = len(response)
-            if not budget.try_charge(size):
-                del response
-                await abort(context, _overloaded(budget))
+        def unary(behaviour: Unary) -> Unary:
+            async def limited(request: Any, context: Context) -> bytes:
+                response = serialize(await behaviour(request, context))
+                size = len(response)
+                if not budget.try_charge(size):
+                    del response
+                    await abort(context, _overloaded(budget))
 
-            def release(_: object) -> None:
-                budget.release(size)
+                def release(_: object) -> None:
+                    budget.release(size)
 
-            context.add_done_callback(cast(Any, release))
-            return response
+                context.add_done_callback(cast(Any, release))
+                return response
 
-        return limited
+            return limited
+
+        return wrapped(handler, unary=unary, response_serializer=_already_serialized)
 
 
 def _already_serialized(raw: bytes) -> bytes:

@@ -2,29 +2,29 @@
 
 Left to grpc, a body that does not parse (a stray byte, a truncated message,
 invalid UTF-8 in a string field) fails as UNKNOWN with Python class names. This
-interceptor makes the method receive raw bytes and parses them itself with the
+concern makes the method receive raw bytes and parses them itself with the
 method's own deserializer; a failure answers ``MALFORMED_REQUEST`` naming the
 expected message type, and the servicer never runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from typing import Any
 
 import grpc
 
 from runstore.contract.errors import MalformedRequestError
-from runstore.server.interceptors.handlers import Handler, prepared
+from runstore.server.interceptors.handlers import Context, Handler, prepared
 from runstore.server.status import abort
 
 _PARSED: ContextVar[Any] = ContextVar("runstore_parsed_request", default=None)
 
 
 def parsed_request(request: Any) -> Any:
-    """What this interceptor parsed ``request`` into during the call, for the
-    interceptors outside it, whose behaviours receive the raw bytes (after the
+    """What this concern parsed ``request`` into during the call, for the
+    concerns outside it, whose behaviours receive the raw bytes (after the
     call has run; ``request`` itself if nothing was parsed)."""
     parsed = _PARSED.get()
     return parsed if parsed is not None and isinstance(request, bytes) else request
@@ -36,19 +36,17 @@ def _message_name(deserializer: Callable[[bytes], Any]) -> str:
     return str(getattr(descriptor, "full_name", "request"))
 
 
-class RequestParsingInterceptor(grpc.aio.ServerInterceptor):
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.request_deserializer is None:
+class RequestParsing:
+    def admit(self, details: grpc.HandlerCallDetails) -> None:
+        pass
+
+    def wrap(self, method: str, handler: Handler) -> Handler:
+        if handler.request_deserializer is None:
             return handler
         deserialize: Callable[[bytes], Any] = handler.request_deserializer
         name = _message_name(deserialize)
 
-        async def parse(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        async def parse(raw: bytes, context: Context) -> Any:
             try:
                 message = deserialize(raw)
             except Exception:
@@ -59,15 +57,13 @@ class RequestParsingInterceptor(grpc.aio.ServerInterceptor):
             _PARSED.set(message)
             return message
 
-        async def parse_each(
-            raw_requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
-        ) -> AsyncIterator[Any]:
+        async def parse_each(raw_requests: AsyncIterator[bytes], context: Context) -> Any:
             async for raw in raw_requests:
                 yield await parse(raw, context)
 
-        async def prepare(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            if handler.request_streaming:
-                return parse_each(request, context)
-            return await parse(request, context)
+        async def prepare(request: Any, context: Context) -> Any:
+            return parse_each(request, context)
 
-        return prepared(handler, prepare, request_deserializer=None)
+        if handler.request_streaming:
+            return prepared(handler, prepare, request_deserializer=None)
+        return prepared(handler, parse, request_deserializer=None)

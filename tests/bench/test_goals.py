@@ -1,0 +1,167 @@
+"""The goals of issue 15 judged from a report: each rule at its boundary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench import goals
+
+
+def _row(backend: str, workload: str, ratio: float, **extra: Any) -> dict[str, Any]:
+    return {
+        "backend": backend,
+        "workload": workload,
+        "in_flight": extra.pop("in_flight", 16),
+        "ops_per_s": extra.pop("ops_per_s", 1000.0 * ratio),
+        "ratio_to_ceiling": ratio,
+        **extra,
+    }
+
+
+def _report(*rows: dict[str, Any], **sections: Any) -> dict[str, Any]:
+    return {"settings": {"sqlite_synchronous": "FULL"}, "results": list(rows), **sections}
+
+
+def _only(rows: list[dict[str, Any]], what: str, backend: str = "") -> dict[str, Any]:
+    (match,) = [r for r in rows if what in r["what"] and (not backend or r["backend"] == backend)]
+    return match
+
+
+def test_append_targets_per_backend_at_16_in_flight() -> None:
+    rows = goals.append_goals(
+        _report(
+            _row("sqlite", "append", 0.75),
+            _row("sqlite", "append", 0.99, in_flight=1),  # not the goal's concurrency
+            _row("postgres", "append", 0.649),
+        )
+    )
+    sqlite = _only(rows, "append ≥", "sqlite")
+    postgres = _only(rows, "append ≥", "postgres")
+    assert (sqlite["measured"], sqlite["target"], sqlite["met"]) == (0.75, 0.75, True)
+    assert (postgres["measured"], postgres["target"], postgres["met"]) == (0.649, 0.65, False)
+
+
+def test_sqlite_append_goal_is_for_full_only() -> None:
+    report = _report(_row("sqlite", "append", 0.9))
+    report["settings"]["sqlite_synchronous"] = "NORMAL"
+    row = _only(goals.append_goals(report), "append ≥")
+    assert row["met"] is False and "FULL" in row["note"]
+
+
+def _cost(backend: str, cost: float, pairs: int = 10) -> dict[str, Any]:
+    return {
+        "backend": backend,
+        "pairs": pairs,
+        "cost": cost,
+        "on_vs_off_min": 0.8,
+        "on_vs_off_max": 1.0,
+    }
+
+
+def test_protections_cost_at_most_ten_percent_over_ten_pairs() -> None:
+    results = (_row("sqlite", "append", 0.7), _row("postgres", "append", 0.6))
+    rows = goals.append_goals(
+        _report(*results, protections_cost=[_cost("sqlite", 0.10), _cost("postgres", 0.11)])
+    )
+    assert _only(rows, "protections", "sqlite")["met"] is True
+    assert _only(rows, "protections", "postgres")["met"] is False
+    few = goals.append_goals(_report(*results, protections_cost=[_cost("sqlite", 0.01, pairs=9)]))
+    assert _only(few, "protections", "sqlite")["met"] is False
+    missing = _only(few, "protections", "postgres")
+    assert missing["met"] is None and "--protections both" in missing["note"]
+
+
+def test_lifecycle_targets_follow_the_same_runs_append_ratio() -> None:
+    append = 0.6
+    rows = goals.lifecycle_goals(
+        _report(
+            _row("sqlite", "append", append),
+            _row("sqlite", "start_terminal", 0.8 * append / 2),
+            _row("sqlite", "turn", 0.8 * append / 12 - 0.001),
+        )
+    )
+    start = _only(rows, "start_terminal")
+    turn = _only(rows, "turn")
+    assert start["target"] == pytest.approx(0.24) and start["met"] is True
+    assert turn["target"] == pytest.approx(0.04) and turn["met"] is False
+
+
+def test_peer_goal_takes_the_best_append_path_in_records_per_second() -> None:
+    peer = _row("in-process", goals.PEER, 0, ops_per_s=1500.0)
+    plain = _row("sqlite", "append", 0.6, ops_per_s=1400.0)
+    (behind,) = goals.peer_goals(_report(plain, peer))
+    assert behind["met"] is False and behind["measured"] == pytest.approx(1400 / 1500, abs=1e-3)
+    batch = _row("sqlite", "append_batch", 0.3, ops_per_s=300.0, records_per_s=2400.0)
+    (ahead,) = goals.peer_goals(_report(plain, batch, peer))
+    assert ahead["met"] is True and ahead["measured"] == pytest.approx(1.6)
+    assert "append_batch" in ahead["note"]
+
+
+def test_peer_goal_without_peers_says_how_to_measure() -> None:
+    (row,) = goals.peer_goals(_report(_row("sqlite", "append", 0.6)))
+    assert row["met"] is None and row["note"] == "not measured (run with --peers)"
+
+
+def _page(backend: str, workload: str, history: int, ratio: float) -> dict[str, Any]:
+    return _row(backend, f"{workload} (last page of {history:,})", ratio, history=history)
+
+
+def test_last_page_may_cost_at_most_one_and_a_half_times_more() -> None:
+    # Cost is the inverse of the ratio to the ceiling: 0.30 → 0.20 is 1.5 × the cost.
+    rows = goals.page_goals(
+        _report(
+            _row("sqlite", "append", 0.6),
+            _page("sqlite", "list_run", 10_000, 0.30),
+            _page("sqlite", "list_run", 1_000_000, 0.20),
+            _page("sqlite", "list_session", 10_000, 0.30),
+            _page("sqlite", "list_session", 1_000_000, 0.19),
+        )
+    )
+    run, session = _only(rows, "list_run"), _only(rows, "list_session")
+    assert run["measured"] == pytest.approx(1.5) and run["met"] is True and run["note"] == ""
+    assert session["met"] is False
+
+
+def test_page_goal_names_other_history_sizes() -> None:
+    rows = goals.page_goals(
+        _report(
+            _row("sqlite", "append", 0.6),
+            _page("sqlite", "list_run", 10_000, 0.30),
+            _page("sqlite", "list_run", 100_000, 0.30),
+        )
+    )
+    assert "100,000" in _only(rows, "list_run")["note"]
+    assert _only(rows, "list_session")["met"] is None
+
+
+def test_idle_watchers_may_cost_appends_at_most_ten_percent() -> None:
+    rows = goals.watcher_goals(
+        _report(
+            _row("sqlite", "append", 0.6),
+            _row("sqlite", "append (100 idle watchers)", 0.55, vs_no_watchers=0.9),
+            _row("postgres", "append", 0.6),
+            _row(
+                "postgres",
+                "append (100 idle watchers)",
+                0.5,
+                vs_no_watchers=0.899,
+                vs_no_watchers_range=[0.8, 0.95],
+            ),
+        )
+    )
+    assert [(r["backend"], r["met"]) for r in rows] == [("sqlite", True), ("postgres", False)]
+    assert rows[1]["measured"] == pytest.approx(0.101) and "0.80–0.95" in rows[1]["note"]
+    (missing,) = goals.watcher_goals(_report(_row("sqlite", "append", 0.6)))
+    assert missing["met"] is None and "idle_watchers" in missing["note"]
+
+
+def test_every_goal_is_reported_in_order_and_rendered() -> None:
+    report = _report(_row("sqlite", "append", 0.8), _row("sqlite", "ceiling", 1.0))
+    rows = goals.evaluate(report)
+    assert [r["goal"] for r in rows] == sorted(r["goal"] for r in rows)
+    assert {r["goal"] for r in rows} == {"1", "2", "3", "4", "5"}
+    text = goals.render(rows)
+    assert "| 1 | sqlite | append ≥ 0.75 × ceiling (SQLite FULL) | 0.800 | ≥ 0.750 | met |" in text
+    assert "not measured" in text
