@@ -26,6 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runstore.contract.errors import RunstoreError
+from runstore.contract.model import SessionStatus
+from runstore.server.core.batch import one_owner_distinct_keys as batch_shape
 from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Database
 from runstore.server.core.store import RuntimeStore
@@ -85,6 +87,32 @@ def served(
         loop.stop()
 
 
+class BatchFastPath:
+    """The database with the batch fast path switched off, or on and watched."""
+
+    def __init__(self, inner: Database, *, on: bool) -> None:
+        self._inner = inner
+        self._on = on
+        self.stored: list[list[int]] = []
+
+    async def write(self, fn: Any) -> Any:
+        return await self._inner.write(fn)
+
+    async def read(self, fn: Any) -> Any:
+        return await self._inner.read(fn)
+
+    async def append_if_writable(self, record: RecordDraft) -> int | None:
+        return await self._inner.append_if_writable(record)
+
+    async def append_records_if_writable(self, batch: Any) -> list[int] | None:
+        if not self._on:
+            return None
+        ids = await self._inner.append_records_if_writable(batch)
+        if ids is not None:
+            self.stored.append(ids)
+        return ids
+
+
 _RECORD = st.tuples(
     st.sampled_from([KEY, "a", "b"]),
     st.sampled_from([b'{"n":1}', b'{"n":2}']),
@@ -121,8 +149,8 @@ def test_a_batch_is_its_records_appended_one_by_one_or_nothing(
     served: tuple[Loop, Database], state: State, drawn: list[tuple[str, bytes, str]]
 ) -> None:
     loop, db = served
-    store = RuntimeStore(db)
-    batch_copy, single_copy = loop.call(build(db, state)), loop.call(build(db, state))
+    fast, full = BatchFastPath(db, on=True), BatchFastPath(db, on=False)
+    fast_copy, full_copy, single_copy = (loop.call(build(db, state)) for _ in range(3))
 
     def records(run_id: str, template: RecordDraft) -> list[RecordDraft]:
         return [
@@ -130,11 +158,32 @@ def test_a_batch_is_its_records_appended_one_by_one_or_nothing(
             for key, payload, type_ in drawn
         ]
 
-    built_state = loop.call(stored(db, batch_copy))
-    batched = loop.call(as_batch(store, records(batch_copy.run_id, batch_copy.record)))
-    singly = loop.call(one_by_one(store, records(single_copy.run_id, single_copy.record)))
-    assert batched == singly
-    if batched[0] == "stored":
-        assert loop.call(stored(db, batch_copy)) == loop.call(stored(db, single_copy))
+    built_state = loop.call(stored(db, fast_copy))
+    batch = records(fast_copy.run_id, fast_copy.record)
+    with_fast_path = loop.call(as_batch(RuntimeStore(fast), batch))
+    full_rules = loop.call(
+        as_batch(RuntimeStore(full), records(full_copy.run_id, full_copy.record))
+    )
+    singly = loop.call(
+        one_by_one(RuntimeStore(db), records(single_copy.run_id, single_copy.record))
+    )
+    assert with_fast_path == full_rules == singly
+    if singly[0] == "stored":
+        assert (
+            loop.call(stored(db, fast_copy))
+            == loop.call(stored(db, full_copy))
+            == loop.call(stored(db, single_copy))
+        )
     else:
-        assert loop.call(stored(db, batch_copy)) == built_state, "a failed batch wrote nothing"
+        assert loop.call(stored(db, fast_copy)) == built_state, "a failed batch wrote nothing"
+        assert loop.call(stored(db, full_copy)) == built_state, "a failed batch wrote nothing"
+    # The fast path takes exactly the batches of the common case: one-shape
+    # batches whose every record is new, for a running run in an active session.
+    common = (
+        singly[0] == "stored"
+        and all(
+            inserted and status in (SessionStatus.ACTIVE, None) for _, inserted, status in singly[1]
+        )
+        and batch_shape(batch)
+    )
+    assert bool(fast.stored) == common, (fast.stored, singly)

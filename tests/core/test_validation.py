@@ -1654,6 +1654,16 @@ def test_cut_page_always_returns_at_least_one_record() -> None:
     assert ([r.id for r in page.events], page.next_cursor) == ([1], "")
 
 
+def test_page_length_is_the_one_rule_for_every_list() -> None:
+    """Records, memory events and transcript messages: at most the page size,
+    within the byte budget inclusively, the first item always."""
+    assert paging.page_length([], 10, 6) == 0
+    assert paging.page_length([3, 3, 1], 10, 6) == 2
+    assert paging.page_length([3, 3], 1, 6) == 1
+    assert paging.page_length([100, 1], 10, 6) == 1
+    assert paging.page_length(iter([2, 2, 2, 2]), 3, 1000) == 3
+
+
 def test_transcript_page_caps_the_record_count() -> None:
     """§9.6.5 step 6: a full page's cursor is the ID of its last record."""
     rows = [stored(i, 256) for i in range(2, 6)]

@@ -130,3 +130,93 @@ async def test_a_context_snapshot_at_the_limit_is_readable(small: Store) -> None
     await small.context.SaveContext(request)
     got = await small.context.GetContext(ctx.GetContextRequest(key=key))
     assert got.snapshot == request.snapshot
+
+
+BIG = LIMIT - 4096
+"""An item well inside one request, but two of them exceed a page's byte budget."""
+
+MANY = 20
+"""More large items than fit one response (and the client's 4 MiB receive limit)."""
+
+
+async def test_memory_pages_of_large_events_end_at_the_byte_budget(small: Store) -> None:
+    """A page holds as many events as fit the page's byte budget (one always
+    does), not the page limit's worth: the whole history comes back in order."""
+    agent, run_id = unique("agent"), unique("memory")
+    sent = []
+    for index in range(MANY):
+        data = b'{"message":"' + str(index).encode() + b"m" * BIG + b'"}'
+        event = ms.MemoryEvent(type="user_message", timestamp=ts(now_ms()), data=data)
+        await small.memory.AppendEvents(
+            ms.AppendEventsRequest(agent_id=agent, run_id=run_id, events=[event])
+        )
+        sent.append(data)
+    got: list[bytes] = []
+    sizes = []
+    cursor = ""
+    while True:
+        page = await small.memory.LoadRun(
+            ms.MemoryLoadRunRequest(agent_id=agent, run_id=run_id, cursor=cursor, limit=0)
+        )
+        sizes.append(len(page.events))
+        got.extend(event.data for event in page.events)
+        assert page.meta["event_count"] == str(MANY)
+        if not page.next_cursor:
+            break
+        cursor = page.next_cursor
+    assert got == sent
+    assert sizes == [1] * MANY
+
+
+async def test_transcript_pages_of_large_messages_end_at_the_byte_budget(small: Store) -> None:
+    key = unique("context")
+    sent = []
+    for index in range(MANY):
+        message = ctx.ContextMessage(
+            type="user",
+            content=[
+                ctx.ContentBlock(type="text", text=ctx.TextBlock(text=f"{index}" + "t" * BIG))
+            ],
+        )
+        await small.context.AppendTranscript(
+            ctx.AppendTranscriptRequest(key=key, messages=[message])
+        )
+        sent.append(message)
+    got: list[ctx.ContextMessage] = []
+    sizes = []
+    cursor = ""
+    while True:
+        page = await small.context.ListTranscript(
+            ctx.ListTranscriptRequest(key=key, cursor=cursor, limit=0)
+        )
+        sizes.append(len(page.messages))
+        got.extend(page.messages)
+        if not page.next_cursor:
+            break
+        cursor = page.next_cursor
+    assert got == sent
+    assert sizes == [1] * MANY
+
+
+async def test_small_items_still_fill_a_page_up_to_the_budget(small: Store) -> None:
+    """The budget cuts only what would not fit: events of a third of the
+    budget come three to a page (the fourth would pass it)."""
+    agent, run_id = unique("agent"), unique("memory")
+    third = LIMIT // 3 - 64
+    for index in range(7):
+        data = b'{"message":"' + str(index).encode() + b"m" * third + b'"}'
+        event = ms.MemoryEvent(type="user_message", timestamp=ts(now_ms()), data=data)
+        await small.memory.AppendEvents(
+            ms.AppendEventsRequest(agent_id=agent, run_id=run_id, events=[event])
+        )
+    sizes = []
+    cursor = ""
+    while True:
+        page = await small.memory.LoadRun(
+            ms.MemoryLoadRunRequest(agent_id=agent, run_id=run_id, cursor=cursor, limit=0)
+        )
+        sizes.append(len(page.events))
+        if not page.next_cursor:
+            break
+        cursor = page.next_cursor
+    assert sizes == [3, 3, 1]

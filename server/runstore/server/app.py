@@ -175,25 +175,25 @@ class Stores:
 
 
 def create_stores(config: ServerConfig, db: Database) -> Stores:
+    # A page never carries more payload than the largest request.
+    page_bytes = min(config.page_bytes, config.max_message_bytes)
     runtime = RuntimeStore(
-        db,
-        limits=PageLimits(
-            records=config.page_limit,
-            # A page never carries more payload than the largest request.
-            payload_bytes=min(config.page_bytes, config.max_message_bytes),
-        ),
+        db, limits=PageLimits(records=config.page_limit, payload_bytes=page_bytes)
     )
     # getattr, not isinstance: the measured wrapper (metrics on) forwards the
     # backend's wake-ups, and watchers must not fall back to polling then.
     wakeups: Wakeups = getattr(db, "wakeups", None) or NoWakeups()
     context = ContextStore(
-        db, versions_kept=config.context_versions_kept, page_limit=config.page_limit
+        db,
+        versions_kept=config.context_versions_kept,
+        page_limit=config.page_limit,
+        page_bytes=page_bytes,
     )
     retention = RetentionSettings.from_config(config)
     return Stores(
         probe=db if isinstance(db, Probe) else None,
         runtime=runtime,
-        memory=MemoryStore(db, page_limit=config.page_limit),
+        memory=MemoryStore(db, page_limit=config.page_limit, page_bytes=page_bytes),
         context=context,
         retention=(
             RetentionTask(runtime, context, db.retention_lock, retention)  # type: ignore[attr-defined]

@@ -65,3 +65,14 @@ def check_record_batch(records: Sequence[RecordDraft | None]) -> list[RecordDraf
             )
         checked.append(draft)
     return checked
+
+
+def one_owner_distinct_keys(records: Sequence[RecordDraft]) -> bool:
+    """Whether a checked batch has the shape of its one-statement common case
+    (``Database.append_records_if_writable``): every record has the first's
+    agent and session, and no key repeats. Other batches take the full rules."""
+    first = records[0]
+    return len({record.event_key for record in records}) == len(records) and all(
+        (record.agent_id, record.session_id) == (first.agent_id, first.session_id)
+        for record in records
+    )

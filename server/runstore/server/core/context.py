@@ -56,6 +56,7 @@ class ContextStore:
         db: Runs the transactions.
         versions_kept: How many versions of a key stay readable (at least 1).
         page_limit: Largest ListTranscript page.
+        page_bytes: Message bytes after which a ListTranscript page ends.
         clock: Wall clock for ``saved_at``.
     """
 
@@ -65,6 +66,7 @@ class ContextStore:
         *,
         versions_kept: int = DEFAULT_VERSIONS_KEPT,
         page_limit: int = DEFAULT_TRANSCRIPT_PAGE,
+        page_bytes: int = DEFAULTS.page_bytes,
         clock: Callable[[], Nanos] = time.time_ns,
     ) -> None:
         if versions_kept < 1:
@@ -72,6 +74,7 @@ class ContextStore:
         self._db = db
         self._versions_kept = versions_kept
         self._page_limit = page_limit
+        self._page_bytes = page_bytes
         self._clock = clock
 
     async def get_context(self, key: str, version: int = 0) -> StoredContext:
@@ -197,6 +200,7 @@ class ContextStore:
             head = await tx.context_head(key)
             total = head.transcript_count if head is not None else 0
             messages = await tx.context_transcript(key, after, page_size) if total else []
+            del messages[paging.page_length(map(len, messages), page_size, self._page_bytes) :]
             end = after + len(messages)
             return TranscriptPage(messages, str(end) if end < total else "")
 

@@ -64,6 +64,12 @@ def check_memory_event(event: MemoryEvent, index: int) -> None:
             )
 
 
+def _size(event: MemoryEvent) -> int:
+    """What an event weighs in a page: its data, type and labels."""
+    labels = sum(len(key.encode()) + len(value.encode()) for key, value in event.labels.items())
+    return len(event.data) + len(event.type.encode()) + labels
+
+
 def _digest(events: Sequence[MemoryEvent]) -> bytes:
     """What an idempotent retry must repeat exactly."""
     return idempotency.digest(
@@ -81,12 +87,20 @@ def _digest(events: Sequence[MemoryEvent]) -> bytes:
 class MemoryStore:
     """The memory store's rules over a ``Database``."""
 
-    def __init__(self, db: Database, *, page_limit: int = DEFAULT_MEMORY_PAGE) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        page_limit: int = DEFAULT_MEMORY_PAGE,
+        page_bytes: int = DEFAULTS.page_bytes,
+    ) -> None:
         self._db = db
         self._page_limit = page_limit
+        self._page_bytes = page_bytes
 
     async def load_run(self, agent_id: str, run_id: str, cursor: str, limit: int) -> MemoryPage:
-        """Events oldest first; an unknown run is an empty snapshot (§12)."""
+        """Events oldest first; an unknown run is an empty snapshot (§12).
+        Pages end at the page limit or the page's byte budget (§6.4)."""
         _check_ids(agent_id, run_id)
         if limit < 0:
             raise ReadArgumentError("limit must not be negative", field="limit")
@@ -98,6 +112,7 @@ class MemoryStore:
             if not count:
                 return MemoryPage([], 0)
             events = await tx.memory_events(agent_id, run_id, after, page_size)
+            del events[paging.page_length(map(_size, events), page_size, self._page_bytes) :]
             end = after + len(events)
             return MemoryPage(events, count, str(end) if end < count else "")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -82,17 +83,26 @@ class Cut:
     more: bool
 
 
+def page_length(sizes: Iterable[int], page_size: int, budget: int) -> int:
+    """How many items, of the given sizes in bytes, make one page: at most
+    ``page_size``, stopping before the item that would take the page past
+    ``budget``. The first item always fits, so paging always moves on (and a
+    page stays within the request limit: what was accepted is readable)."""
+    count = 0
+    for size in sizes:
+        if count == page_size or (count and size > budget):
+            break
+        count += 1
+        budget -= size
+    return count
+
+
 def cut_rows(rows: list[tuple[int, RunRecord]], page_size: int, budget: int) -> Cut:
-    """Up to ``page_size`` rows within the payload budget (one row always fits)."""
-    events: list[RunRecord] = []
-    last_position = 0
-    for position, record in rows:
-        if len(events) == page_size or (events and len(record.payload) > budget):
-            return Cut(events, last_position, True)
-        events.append(record)
-        budget -= len(record.payload)
-        last_position = position
-    return Cut(events, last_position, False)
+    """Up to ``page_size`` rows within the payload budget (``page_length``)."""
+    kept = page_length((len(record.payload) for _, record in rows), page_size, budget)
+    return Cut(
+        [record for _, record in rows[:kept]], rows[kept - 1][0] if kept else 0, kept < len(rows)
+    )
 
 
 def cut_page(rows: list[tuple[int, RunRecord]], page_size: int, budget: int) -> Page:

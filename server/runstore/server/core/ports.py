@@ -279,6 +279,19 @@ class Database(Protocol):
         """
         ...
 
+    async def append_records_if_writable(self, batch: Sequence[RecordDraft]) -> list[int] | None:
+        """AppendRunRecords' common case (§9.3.1) as one atomic write.
+
+        ``batch`` is one run's records with one agent and session and distinct
+        keys (``runstore.server.core.batch.one_owner_distinct_keys``). Stores
+        them all with the run's next IDs in order and returns the IDs exactly
+        when ``runstore.server.core.store.appendable`` holds for every record
+        in the state the write finds; otherwise writes nothing and returns
+        None, and the core applies the full rules. Locks as
+        ``append_if_writable``.
+        """
+        ...
+
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
         """Runs ``fn`` in a read-only transaction (one consistent snapshot)."""
         ...

@@ -556,12 +556,20 @@ class RuntimeStore:
         """§9.3.1: AppendRunRecord for each record in order, in one transaction
         that writes all the new records (one multi-row insert) or nothing.
 
-        One lock of the run and one read of its state and of every key decide
-        the whole batch with the single append's rules (``_append_rules``);
-        a record repeating an earlier record of the batch is that record's
-        exact retry, as it would be appended one after the other.
+        The common case (every record new and ``appendable``) is one write of
+        the database's (``Database.append_records_if_writable``). Otherwise,
+        and when that write lost a race, one lock of the run and one read of
+        its state and of every key decide the whole batch with the single
+        append's rules (``_append_rules``); a record repeating an earlier
+        record of the batch is that record's exact retry, as it would be
+        appended one after the other.
         """
         drafts = batch.check_record_batch(records)
+        if batch.one_owner_distinct_keys(drafts):
+            ids = await self._db.append_records_if_writable(drafts)
+            if ids is not None:
+                status = SessionStatus.ACTIVE if drafts[0].session_id else None
+                return [AppendResult(str(record_id), True, status) for record_id in ids]
         run_id = drafts[0].run_id
 
         async def tx_fn(tx: Transaction) -> list[AppendResult]:

@@ -12,12 +12,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    LargeBinary,
+    Select,
+    Text,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal_column,
+    null,
+    select,
+    true,
+)
 from sqlalchemy.engine import Dialect
 
+from runstore.contract.model import RunStatus, SessionStatus
 from runstore.server.core.model import RecordDraft
 from runstore.server.db import statements as sql
-from runstore.server.db.schema import records
+from runstore.server.db.schema import records, runs, sessions
 from runstore.server.db.statements import RECORD_COLUMNS, Compiled, compile_for
 
 _INSERTED = (*(column.name for column in RECORD_COLUMNS), "payload_size", "session_position")
@@ -57,6 +72,110 @@ def _insert(count: int) -> Any:
     return insert(records).values(rows)
 
 
+_PER_RECORD = ("event_key", "turn_id", "type", "payload", "payload_size", "timestamp_ms")
+"""What may differ between the records of a batch the fast path writes."""
+_PER_RECORD_TYPES = {
+    "event_key": Text,
+    "turn_id": Text,
+    "type": Text,
+    "payload": LargeBinary,
+    "payload_size": Integer,
+    "timestamp_ms": BigInteger,
+}
+
+
+def _batch_row(index: int) -> Any:
+    """One record of a batch as a row of bound values, numbered from 1."""
+    values: list[Any] = [literal_column(str(index + 1), Integer).label("ordinal")]
+    for name in _PER_RECORD:
+        values.append(bindparam(f"{name}_{index}", type_=_PER_RECORD_TYPES[name]).label(name))
+    return select(*values)
+
+
+def _append_if_writable(count: int, in_session: bool, row_locks: bool) -> Any:
+    """``Database.append_records_if_writable`` in one statement, the batch
+    form of ``statements._append_if_writable``: inserts every record and
+    returns their IDs only when ``core.store.appendable`` holds for each (each
+    condition below is one of its items, for every key of the batch;
+    ``tests/core/test_batch_equivalence.py`` checks they agree), otherwise
+    inserts nothing and returns no row. The caller has checked that the
+    records have one agent and session and distinct keys
+    (``core.batch.one_owner_distinct_keys``).
+
+    Locks, snapshot and unique violations as in the single statement: a
+    concurrent writer that committed while this one waited collides with it,
+    and the caller answers with the full rules.
+    """
+    prior = records.alias("prior")
+    run_id, session_id = bindparam("run_id", type_=Text), bindparam("session_id", type_=Text)
+    keys: list[Any] = [bindparam(f"event_key_{i}", type_=Text) for i in range(count)]
+    conditions = [
+        runs.c.run_id == run_id,
+        runs.c.agent_id == bindparam("agent_id", type_=Text),
+        runs.c.session_id == session_id,
+        runs.c.status == RunStatus.RUNNING.value,
+        ~exists().where(prior.c.run_id == run_id, prior.c.event_key.in_(keys)),
+    ]
+    if in_session:
+        active: Select[Any] = select(literal_column("1")).where(
+            sessions.c.session_id == session_id,
+            sessions.c.status == SessionStatus.ACTIVE.value,
+        )
+        conditions.append(exists(active.with_for_update() if row_locks else active))
+    target = select(runs.c.run_id).where(*conditions)
+    if row_locks:
+        target = target.with_for_update()
+    target_rows = target.subquery("target")
+    first, *rest = (_batch_row(index) for index in range(count))
+    batch_rows = (first.union_all(*rest) if rest else first).subquery("batch")
+    last_ids = records.alias("last_ids")
+    last_id = (
+        select(func.coalesce(func.max(last_ids.c.record_id), 0))
+        .where(last_ids.c.run_id == run_id)
+        .scalar_subquery()
+    )
+    position: Any = null()
+    if in_session:
+        last_positions = records.alias("last_positions")
+        position = (
+            select(func.coalesce(func.max(last_positions.c.session_position), 0))
+            .where(
+                last_positions.c.session_id == session_id,
+                last_positions.c.session_position.is_not(None),
+            )
+            .scalar_subquery()
+            + batch_rows.c.ordinal
+        )
+    values = [
+        target_rows.c.run_id,
+        last_id + batch_rows.c.ordinal,
+        batch_rows.c.event_key,
+        bindparam("agent_id", type_=Text),
+        session_id,
+        batch_rows.c.turn_id,
+        batch_rows.c.type,
+        batch_rows.c.payload,
+        batch_rows.c.payload_size,
+        batch_rows.c.timestamp_ms,
+        position,
+    ]
+    columns = [
+        "run_id",
+        "record_id",
+        "event_key",
+        "agent_id",
+        "session_id",
+        "turn_id",
+        "type",
+        "payload",
+        "payload_size",
+        "timestamp_ms",
+        "session_position",
+    ]
+    source = select(*values).select_from(target_rows.join(batch_rows, true()))
+    return insert(records).from_select(columns, source).returning(records.c.record_id)
+
+
 class BatchStatements:
     """AppendRunRecords' statements for one dialect, compiled per batch size."""
 
@@ -64,6 +183,7 @@ class BatchStatements:
         self._dialect = dialect
         self._by_keys: dict[int, Compiled] = {}
         self._inserts: dict[int, Compiled] = {}
+        self._fast: dict[tuple[int, bool], Compiled] = {}
         self.last_numbers = compile_for(_last_numbers(), dialect)
         """Parameters ``run_id`` and ``session_id`` ("" for a sessionless run)."""
 
@@ -93,4 +213,24 @@ class BatchStatements:
             row["session_position"] = last_position + index if record.session_id else None
             for name in _INSERTED:
                 params[f"{name}_{index - 1}"] = row[name]
+        return statement, params
+
+    def append_if_writable(self, batch: list[RecordDraft]) -> tuple[Compiled, dict[str, Any]]:
+        """The batch fast path's statement for ``batch`` (one owner, distinct keys)."""
+        first = batch[0]
+        shape = (len(batch), bool(first.session_id))
+        statement = self._fast.get(shape)
+        if statement is None:
+            row_locks = self._dialect.name == "postgresql"
+            statement = compile_for(_append_if_writable(*shape, row_locks), self._dialect)
+            self._fast[shape] = statement
+        params: dict[str, Any] = {
+            "run_id": first.run_id,
+            "agent_id": first.agent_id,
+            "session_id": first.session_id,
+        }
+        for index, record in enumerate(batch):
+            row = sql.record_params(record)
+            for name in _PER_RECORD:
+                params[f"{name}_{index}"] = row[name]
         return statement, params

@@ -11,7 +11,7 @@ batch that runs a function again counts only the run that committed).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from runstore.server.core.model import RecordDraft
@@ -56,6 +56,12 @@ class MeasuredDatabase:
         if record_id is not None and self._figures is not None:
             self._figures.committed(1, 0)
         return record_id
+
+    async def append_records_if_writable(self, batch: Sequence[RecordDraft]) -> list[int] | None:
+        ids = await self._measured("append", lambda: self.inner.append_records_if_writable(batch))
+        if ids is not None and self._figures is not None:
+            self._figures.committed(len(ids), 0)
+        return ids
 
     async def _measured(self, kind: str, operation: Callable[[], Coroutine[Any, Any, T]]) -> T:
         if self._tracer is None:

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -110,6 +110,12 @@ class _PostgresTransaction(SqlTransaction):
             return await self._one(statement, **params)
         except asyncpg.UniqueViolationError:
             return None
+
+    async def _all_unless_conflict(self, statement: Compiled, **params: Any) -> list[Any]:
+        try:
+            return await self._all(statement, **params)
+        except asyncpg.UniqueViolationError:
+            return []
 
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
         await self._conn.executemany(statement.sql, [statement.args(row) for row in rows])
@@ -435,6 +441,21 @@ class PostgresDatabase:
             return await self._on_connection(append, None, until)
         except _StaleConnection:
             return None  # nothing was sent: the full rules run on a fresh connection
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    async def append_records_if_writable(self, batch: Sequence[RecordDraft]) -> list[int] | None:
+        """One statement, like ``append_if_writable``."""
+
+        async def append(tx: Transaction) -> list[int] | None:
+            assert isinstance(tx, _PostgresTransaction)
+            return await tx.append_records_if_writable(batch)
+
+        until = bound.deadline(self.options.operation_timeout)
+        try:
+            return await self._on_connection(append, None, until)
+        except _StaleConnection:
+            return None
         except Exception as exc:
             raise _translate(exc) from exc
 

@@ -21,7 +21,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -505,6 +505,15 @@ class SqliteDatabase:
         async def fn(tx: Transaction) -> int | None:
             assert isinstance(tx, SqlTransaction)
             return await tx.append_if_writable(record)
+
+        return await self._submit(self._writes, fn)
+
+    async def append_records_if_writable(self, batch: Sequence[RecordDraft]) -> list[int] | None:
+        """A write like ``append_if_writable``."""
+
+        async def fn(tx: Transaction) -> list[int] | None:
+            assert isinstance(tx, SqlTransaction)
+            return await tx.append_records_if_writable(batch)
 
         return await self._submit(self._writes, fn)
 

@@ -312,6 +312,21 @@ class SqlTransaction(Transaction):
         self.records_appended += len(records)
         return [last_id + index for index in range(1, len(records) + 1)]
 
+    async def _all_unless_conflict(self, statement: Compiled, **params: Any) -> list[Any]:
+        """``_all``, or no rows when the statement hit a unique constraint."""
+        return await self._all(statement, **params)
+
+    async def append_records_if_writable(self, batch: Sequence[RecordDraft]) -> list[int] | None:
+        """The statement behind ``Database.append_records_if_writable`` (not a port method)."""
+        statement, params = self._sql.batch.append_if_writable(list(batch))
+        rows = await self._all_unless_conflict(statement, **params)
+        if len(rows) != len(batch):
+            return None  # nothing was inserted: the conditions hold for all rows or none
+        first = batch[0]
+        self._touch(first.run_id, first.session_id)
+        self.records_appended += len(batch)
+        return sorted(int(row[0]) for row in rows)
+
     async def append_record(self, record: RecordDraft) -> int:
         statement = (
             self._sql.insert_session_record
