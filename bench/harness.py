@@ -460,14 +460,17 @@ async def measure_protections_cost(
 ) -> dict[str, Any]:
     """Appends at 16 in flight against ``--pairs`` pairs of servers, one with
     protections on and one off, back to back in alternating order."""
+    # Every figure is a fresh server's: at least a second, after half a second
+    # of warm-up (pooled connections opened, caches filled), even with --quick.
     spec = {
         "workload": protections.PAIRED_WORKLOAD,
         "concurrency": protections.PAIRED_IN_FLIGHT,
-        "duration": args.duration,
-        "warmup": args.warmup,
+        "duration": max(args.duration, protections.PAIRED_MIN_SECONDS),
+        "warmup": max(args.warmup, protections.PAIRED_MIN_WARMUP),
     }
     pairs = []
     for index, order in enumerate(protections.pair_orders(args.pairs)):
+        print(f"protections pair {index + 1}/{args.pairs} ({backend}): {' then '.join(order)}")
         figures: dict[str, float] = {}
         for side in order:
             (row,) = await _measure(

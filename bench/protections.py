@@ -13,7 +13,9 @@ bare server: no authentication, no metrics, text logs without access lines.
 their cost on appends: ``--pairs`` pairs of servers, one on and one off,
 started one after the other in alternating order (on-off, off-on, ...), so a
 drift on a noisy machine hits both sides; the cost is one minus the median of
-the pairs' on/off ratios, with the spread of those ratios.
+the pairs' on/off ratios, with the spread of those ratios. Each paired figure
+is at least ``PAIRED_MIN_SECONDS`` after ``PAIRED_MIN_WARMUP``, even with
+``--quick``: a fresh server's first moments are not its steady state.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ MODES = ("on", "off", "both")
 PAIRED_WORKLOAD = "append"
 PAIRED_IN_FLIGHT = 16
 """The paired comparison's workload and calls in flight (issue 15, goal 1)."""
+PAIRED_MIN_SECONDS = 1.0
+PAIRED_MIN_WARMUP = 0.5
+"""Each paired figure's shortest window and warm-up (a fresh server each time)."""
 GOAL_PAIRS = 10
 """Pairs the protections' cost needs before its goal is judged."""
 

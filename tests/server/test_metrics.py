@@ -200,3 +200,22 @@ async def test_lost_races_on_postgres_are_counted_as_retries() -> None:
             assert set(results) == {"ok"}
         figures = await asyncio.to_thread(scrape, port)
     assert figures.value("runstore_db_retries_total", backend="postgres") >= 1
+
+
+async def test_a_batch_is_one_call_and_counts_each_record(database_url: str) -> None:
+    async with measured_server(database_url) as (store, port):
+        run = await store.root()  # 1 record: run_started
+        batch = rs.AppendRunRecordsRequest(records=[run.record(f"k{i}") for i in range(4)])
+        await store.runtime.AppendRunRecords(batch)  # the one-statement path: 4 records
+        await store.runtime.AppendRunRecords(batch)  # exact retry: nothing appended
+        changed = rs.AppendRunRecordsRequest(
+            records=[run.record("k9"), run.record("k0", payload=b'{"other":1}')]
+        )
+        assert await outcome(store.runtime.AppendRunRecords(changed)) == "EVENT_CONFLICT"
+        figures = await asyncio.to_thread(scrape, port)
+
+    labels = {"grpc_service": RUNTIME, "grpc_method": "AppendRunRecords", "grpc_type": "unary"}
+    assert figures.value("grpc_server_handled_total", **labels, grpc_code="OK") == 2
+    assert figures.value("grpc_server_handled_total", **labels, grpc_code="AlreadyExists") == 1
+    assert figures.value("runstore_errors_total", reason="EVENT_CONFLICT") == 1
+    assert figures.value("runstore_records_appended_total") == 5

@@ -93,6 +93,14 @@ class GatedDatabase:
         await self._pass_gate()
         return await self.inner.append_if_writable(record)
 
+    async def start_if_new(self, run: Any, started: Any) -> Any:
+        await self._pass_gate()
+        return await self.inner.start_if_new(run, started)
+
+    async def end_if_running(self, ending: Any) -> Any:
+        await self._pass_gate()
+        return await self.inner.end_if_running(ending)
+
     async def read(self, fn: Any) -> Any:
         return await self.inner.read(fn)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import resource
 import signal
@@ -345,6 +346,15 @@ def raise_descriptor_limit() -> int:
     return soft
 
 
+def freeze_startup_objects() -> None:
+    """Moves every object alive once the server is up (modules, compiled
+    statements, descriptors: about 100,000) out of the garbage collector's
+    reach. They live as long as the process, and each full collection would
+    scan them again on the event loop, tens of milliseconds per pass."""
+    gc.collect()
+    gc.freeze()
+
+
 async def serve(config: ServerConfig) -> None:
     """Serves until SIGTERM or SIGINT, then lets in-flight calls finish; SIGHUP
     re-reads the auth file and the TLS files."""
@@ -363,6 +373,7 @@ async def serve(config: ServerConfig) -> None:
             log.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, endpoint.port)
         async with open_database(config, telemetry) as db:
             running = await build_server(config, create_stores(config, db), security, telemetry)
+            freeze_startup_objects()
             log.info(
                 "runstore serving on %s (port %d), database %s, %s, descriptor limit %d",
                 config.listen,

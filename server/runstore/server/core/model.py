@@ -167,6 +167,24 @@ RunSuspension: TypeAlias = contract.RunSuspension[RecordDraft | None]
 RunTerminal: TypeAlias = contract.RunTerminal[RecordDraft | None]
 
 
+@dataclass(frozen=True, slots=True)
+class RunEnding:
+    """RecordRunTerminal's common case as one write (``Database.end_if_running``).
+
+    ``record`` and ``status`` passed every check that does not need the stored
+    run; the checks that do are conditions on the run row: it is still running
+    with no terminal key, has the record's agent and session, the payload's
+    ``labels``, and a cancellation reason in ``reasons`` (None: any reason).
+    """
+
+    record: RecordDraft
+    status: RunStatus
+    updated_at: Nanos
+    labels: Mapping[str, str]
+    reasons: tuple[str, str] | None
+    """The stored cancellation reasons the record agrees with (both may be equal)."""
+
+
 # --- Results ----------------------------------------------------------------
 
 

@@ -279,6 +279,29 @@ class Database(Protocol):
         """
         ...
 
+    async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
+        """StartRootRun's common case (§9.2.1) as one atomic write: a first start
+        without predecessor in an active session.
+
+        Stores ``run`` (a new running run) and its ``started`` record and
+        returns the record's ID exactly when
+        ``runstore.server.core.store.startable`` holds for the state the write
+        finds; otherwise writes nothing and returns None, also when it lost a
+        race, and the core applies the full rules. Takes the session's lock.
+        """
+        ...
+
+    async def end_if_running(self, ending: RunEnding) -> int | None:
+        """RecordRunTerminal's common case (§9.4.3) as one atomic write.
+
+        Stores ``ending.record``, sets the run's terminal status, and returns
+        the record's ID exactly when ``runstore.server.core.store.endable``
+        holds for the state the write finds; otherwise writes nothing and
+        returns None (also after a lost race), and the core applies the full
+        rules. Takes the same locks as ``Transaction.record_target(for_update=True)``.
+        """
+        ...
+
     async def append_records_if_writable(self, batch: Sequence[RecordDraft]) -> list[int] | None:
         """AppendRunRecords' common case (§9.3.1) as one atomic write.
 

@@ -45,6 +45,7 @@ from runstore.contract.errors import (
 )
 from runstore.contract.model import (
     NO_RECORD,
+    TERMINAL_COMMAND_STATUSES,
     AppendResult,
     Checkpoint,
     ListPage,
@@ -366,6 +367,12 @@ class RuntimeStore:
         input_rules.check_run_start(cmd.run, started=cmd.started, canceled=cmd.canceled)
         run = cmd.run
         started, canceled = validation.check_root_run_start(run, cmd.started, cmd.canceled)
+        if not run.predecessor_run_id:
+            new_run = self._new_run(run, RunStartOutcome.PROCEED, None, started, None)
+            record_id = await self._db.start_if_new(new_run, started)
+            if record_id is not None:
+                started_result = AppendResult(str(record_id), True, SessionStatus.ACTIVE)
+                return RunStartResult(RunStartOutcome.PROCEED, started_result)
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
             session = await _lock_session_for_start(tx, run)
@@ -669,6 +676,12 @@ class RuntimeStore:
         """§9.4.3: run_completed and the terminal status together."""
         input_rules.check_ids(run_id=cmd.run_id)
         input_rules.check_record(cmd.record, "record")
+        ending = run_ending(cmd, self._clock())
+        if ending is not None:
+            record_id = await self._db.end_if_running(ending)
+            if record_id is not None:
+                status = SessionStatus.ACTIVE if ending.record.session_id else None
+                return AppendResult(str(record_id), True, status)
 
         async def tx_fn(tx: Transaction) -> AppendResult:
             run, status, existing = await _load_mutable_run(tx, cmd.run_id, cmd.record)
@@ -979,6 +992,90 @@ def appendable(target: RecordTarget, record: RecordDraft) -> bool:
         run is not None
         and run.status is RunStatus.RUNNING
         and (record.agent_id, record.session_id) == (run.agent_id, run.session_id)
+        and (
+            not run.session_id
+            or (isinstance(session, Session) and session.status is SessionStatus.ACTIVE)
+        )
+        and target.existing is None
+    )
+
+
+def startable(session: SessionLookup, stored: RunState | None, run: RunStart) -> bool:
+    """The common case of StartRootRun (§9.2.1), in which the run and its
+    ``run_started`` record are written with no further question. The one list
+    of the preconditions ``Database.start_if_new`` implements (and that
+    ``tests/core/test_lifecycle_fast_paths.py`` holds it and
+    ``start_root_run``'s full rules to), for a start that passed validation:
+
+    1. the run has no predecessor (a continuation checks it first, §10.2);
+    2. the session exists and is active (so it is no tombstone);
+    3. no run has the run's ID (no retry, no conflict).
+    """
+    return (
+        not run.predecessor_run_id
+        and isinstance(session, Session)
+        and session.status is SessionStatus.ACTIVE
+        and stored is None
+    )
+
+
+def run_ending(cmd: RunTerminal, updated_at: Nanos) -> RunEnding | None:
+    """What ``Database.end_if_running`` needs of a RecordRunTerminal: the
+    command checked as far as it can be without the stored run, by the very
+    ``validation.check_terminal`` the full rules run, against the run the
+    record describes (its agent, session and labels; a canceled one's
+    reason). None when that fails: the full rules then say why."""
+    record = cmd.record
+    if record is None or cmd.status not in TERMINAL_COMMAND_STATUSES:
+        return None
+    try:
+        payload = lifecycle.decode_run_completed(record.payload)
+        described = RunState(
+            cmd.run_id,
+            record.agent_id,
+            record.session_id,
+            "",
+            0,
+            payload.labels,
+            RunStartOutcome.PROCEED,
+            RunStatus.RUNNING,
+            payload.cancellation_reason or "",
+            0,
+        )
+        status, record = validation.check_terminal(cmd.run_id, cmd.status, record, described)
+    except (lifecycle.PayloadError, RunstoreError):
+        return None
+    reasons: tuple[str, str] | None = None
+    if status is RunStatus.CANCELED:
+        reason = payload.cancellation_reason or ""
+        reasons = (reason, "" if reason == lifecycle.REASON_ENGINE_CANCELED else reason)
+    return RunEnding(record, status, updated_at, payload.labels, reasons)
+
+
+def endable(target: RecordTarget, ending: RunEnding) -> bool:
+    """The common case of RecordRunTerminal (§9.4.3), in which the terminal
+    record is new and written with the status change, no further question.
+    The one list of the preconditions ``Database.end_if_running`` implements
+    (and that ``tests/core/test_lifecycle_fast_paths.py`` holds it and
+    ``record_run_terminal``'s full rules to), for a command ``run_ending``
+    accepted:
+
+    1. the run exists, is running (not suspended or terminal) and has no
+       terminal key;
+    2. the record's agent and session are the run's;
+    3. the run's labels are the record's, and a canceled record's reason is
+       the run's (the engine's default when the run has none);
+    4. a run in a session: the session exists, is active;
+    5. no record of the run has the record's event key.
+    """
+    run, session, record = target.run, target.session, ending.record
+    return (
+        run is not None
+        and run.status is RunStatus.RUNNING
+        and not run.keys.terminal
+        and (record.agent_id, record.session_id) == (run.agent_id, run.session_id)
+        and dict(run.labels) == dict(ending.labels)
+        and (ending.reasons is None or run.cancellation_reason in ending.reasons)
         and (
             not run.session_id
             or (isinstance(session, Session) and session.status is SessionStatus.ACTIVE)

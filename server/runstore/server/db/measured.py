@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from runstore.server.core.model import RecordDraft
+from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.metrics import DbFigures
@@ -53,6 +53,18 @@ class MeasuredDatabase:
 
     async def append_if_writable(self, record: RecordDraft) -> int | None:
         record_id = await self._measured("append", lambda: self.inner.append_if_writable(record))
+        if record_id is not None and self._figures is not None:
+            self._figures.committed(1, 0)
+        return record_id
+
+    async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
+        record_id = await self._measured("write", lambda: self.inner.start_if_new(run, started))
+        if record_id is not None and self._figures is not None:
+            self._figures.committed(1, 0)
+        return record_id
+
+    async def end_if_running(self, ending: RunEnding) -> int | None:
+        record_id = await self._measured("write", lambda: self.inner.end_if_running(ending))
         if record_id is not None and self._figures is not None:
             self._figures.committed(1, 0)
         return record_id

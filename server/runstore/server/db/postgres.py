@@ -38,7 +38,7 @@ from runstore.contract.errors import (
     ValidationError,
 )
 from runstore.server.config import DEFAULTS
-from runstore.server.core.model import RecordDraft
+from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
 from runstore.server.db.statements import Compiled, Statements
@@ -90,6 +90,7 @@ class _PostgresTransaction(SqlTransaction):
     """Runs statements on one asyncpg connection inside a transaction."""
 
     row_locks = True
+    writes_in_one_statement = True
 
     def __init__(self, conn: asyncpg.Connection, statements: Statements) -> None:
         super().__init__(statements)
@@ -431,14 +432,30 @@ class PostgresDatabase:
 
     async def append_if_writable(self, record: RecordDraft) -> int | None:
         """One statement, atomic by itself: no BEGIN/COMMIT round trips."""
+        return await self._one_statement(lambda tx: tx.append_if_writable(record))
 
-        async def append(tx: Transaction) -> int | None:
+    async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
+        """One statement, atomic by itself (``statements._start_if_new``)."""
+        return await self._one_statement(lambda tx: tx.start_if_new(run, started))
+
+    async def end_if_running(self, ending: RunEnding) -> int | None:
+        """One statement, atomic by itself (``statements._end_if_running``)."""
+        return await self._one_statement(lambda tx: tx.end_if_running(ending))
+
+    async def _one_statement(
+        self, write: Callable[[_PostgresTransaction], Coroutine[Any, Any, int | None]]
+    ) -> int | None:
+        """A fast path's one statement on its own connection, without a
+        transaction: one round trip. None when it wrote nothing, or when the
+        connection was dead before anything was sent."""
+
+        async def fn(tx: Transaction) -> int | None:
             assert isinstance(tx, _PostgresTransaction)
-            return await tx.append_if_writable(record)
+            return await write(tx)
 
         until = bound.deadline(self.options.operation_timeout)
         try:
-            return await self._on_connection(append, None, until)
+            return await self._on_connection(fn, None, until)
         except _StaleConnection:
             return None  # nothing was sent: the full rules run on a fresh connection
         except Exception as exc:

@@ -34,7 +34,7 @@ from runstore.contract.errors import (
     UnavailableError,
 )
 from runstore.server.config import DEFAULTS, SQLITE_SYNCHRONOUS_LEVELS
-from runstore.server.core.model import RecordDraft
+from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
 from runstore.server.db.statements import Compiled, Statements
@@ -505,6 +505,24 @@ class SqliteDatabase:
         async def fn(tx: Transaction) -> int | None:
             assert isinstance(tx, SqlTransaction)
             return await tx.append_if_writable(record)
+
+        return await self._submit(self._writes, fn)
+
+    async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
+        """Two statements in the writer's batch, like any write."""
+
+        async def fn(tx: Transaction) -> int | None:
+            assert isinstance(tx, SqlTransaction)
+            return await tx.start_if_new(run, started)
+
+        return await self._submit(self._writes, fn)
+
+    async def end_if_running(self, ending: RunEnding) -> int | None:
+        """Two statements in the writer's batch, like any write."""
+
+        async def fn(tx: Transaction) -> int | None:
+            assert isinstance(tx, SqlTransaction)
+            return await tx.end_if_running(ending)
 
         return await self._submit(self._writes, fn)
 

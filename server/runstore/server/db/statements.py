@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Integer,
     LargeBinary,
     Select,
@@ -550,11 +551,147 @@ def _insert_if_missing(dialect: Dialect, table: Any, **values: Any) -> Any:
     return sqlite_insert(table).values(**values).on_conflict_do_nothing()
 
 
+def _active_session(row_locks: bool) -> Any:
+    """The condition that the bound session exists and is active, locking it
+    first when the backend takes row locks (the store's lock order)."""
+    active: Select[Any] = select(literal_column("1")).where(
+        sessions.c.session_id == bindparam("session_id", type_=Text),
+        sessions.c.status == SessionStatus.ACTIVE.value,
+    )
+    return exists(active.with_for_update() if row_locks else active)
+
+
+def _insert_record_from(source: Any, in_session: bool) -> Any:
+    """Inserts the bound record into the run ``source`` returned (a CTE with a
+    ``run_id`` column, one row or none) with the next ID of its run and, in a
+    session, the next position, and returns the ID (see ``_insert_record``)."""
+    prior = records.alias("prior")
+    run_id = bindparam("run_id", type_=Text)
+    next_id = (
+        select(func.coalesce(func.max(prior.c.record_id), 0) + literal_column("1"))
+        .where(prior.c.run_id == run_id)
+        .scalar_subquery()
+    )
+    position: Any = null()
+    if in_session:
+        position = (
+            select(func.coalesce(func.max(prior.c.session_position), 0) + literal_column("1"))
+            .where(
+                prior.c.session_id == bindparam("session_id", type_=Text),
+                prior.c.session_position.is_not(None),
+            )
+            .scalar_subquery()
+        )
+    values = {
+        "run_id": source.c.run_id,
+        "record_id": next_id,
+        **{
+            name: bindparam(name, type_=records.c[name].type)
+            for name in (
+                "event_key",
+                "agent_id",
+                "session_id",
+                "turn_id",
+                "type",
+                "payload",
+                "payload_size",
+                "timestamp_ms",
+            )
+        },
+        "session_position": position,
+    }
+    return (
+        insert(records)
+        .from_select(list(values), select(*values.values()).select_from(source))
+        .returning(records.c.record_id)
+        .add_cte(source)
+    )
+
+
+def _start_if_new(fused: bool, row_locks: bool) -> Any:
+    """``Database.start_if_new``: inserts the bound run (``run_params``) only if
+    its session is active and no run has its ID, returning the run's ID.
+
+    Fused (PostgreSQL), the same statement also inserts the bound started
+    record and returns its ID instead: one statement, atomic by itself. A
+    concurrent start of the same run makes ``ON CONFLICT`` insert nothing; a
+    concurrent writer of the session that committed while this statement
+    waited for the session's lock makes its position collide (a unique
+    violation), and the caller runs the full rules. Otherwise (SQLite, whose
+    single writer runs it inside a transaction) the caller appends the record.
+    """
+    values = [bindparam(column.name, type_=column.type) for column in RUN_COLUMNS]
+    guard = [_active_session(row_locks)]
+    if not fused:
+        guard.append(~exists().where(runs.c.run_id == bindparam("run_id", type_=Text)))
+    columns = [column.name for column in RUN_COLUMNS]
+    source = select(*values).where(*guard)
+    if fused:
+        new_run = (
+            postgresql_insert(runs)
+            .from_select(columns, source)
+            .on_conflict_do_nothing()
+            .returning(runs.c.run_id)
+            .cte("new_run")
+        )
+        return _insert_record_from(new_run, in_session=True)
+    return insert(runs).from_select(columns, source).returning(runs.c.run_id)
+
+
+def _end_if_running(in_session: bool, fused: bool, row_locks: bool) -> Any:
+    """``Database.end_if_running``: ends the bound run (status, updated_at,
+    terminal key) only when every condition of ``core.store.endable`` holds,
+    returning its ID; each condition below is one of that list's items
+    (``tests/core/test_lifecycle_fast_paths.py`` checks they agree).
+
+    The session's lock comes first (the EXISTS is evaluated before the run's
+    row is updated), then the run's. Fused (PostgreSQL), the same statement
+    inserts the bound terminal record and returns its ID; an ID or position
+    taken in the statement's snapshot while a concurrent writer committed
+    collides (a unique violation) and the caller runs the full rules.
+    """
+    prior = records.alias("prior")
+    run_id = bindparam("run_id", type_=Text)
+    event_key = bindparam("event_key", type_=Text)
+    conditions = [
+        runs.c.run_id == run_id,
+        runs.c.status == RunStatus.RUNNING.value,
+        runs.c.terminal_key == "",
+        runs.c.agent_id == bindparam("agent_id", type_=Text),
+        runs.c.session_id == bindparam("session_id", type_=Text),
+        runs.c.labels == bindparam("labels", type_=Text),
+        or_(
+            bindparam("any_reason", type_=Boolean),
+            runs.c.cancellation_reason == bindparam("reason", type_=Text),
+            runs.c.cancellation_reason == bindparam("or_reason", type_=Text),
+        ),
+        ~exists().where(prior.c.run_id == run_id, prior.c.event_key == event_key),
+    ]
+    if in_session:
+        conditions.append(_active_session(row_locks))
+    ended = (
+        update(runs)
+        .where(*conditions)
+        .values(
+            status=bindparam("new_status", type_=Text),
+            updated_at=bindparam("updated_at", type_=BigInteger),
+            terminal_key=event_key,
+        )
+        .returning(runs.c.run_id)
+    )
+    if fused:
+        return _insert_record_from(ended.cte("ended"), in_session)
+    return ended
+
+
 def _fast_path_sources(dialect: Dialect) -> dict[str, ClauseElement]:
-    row_locks = dialect.name == "postgresql"
+    row_locks = fused = dialect.name == "postgresql"
     return {
         "append_if_writable_in_session": _append_if_writable(True, row_locks),
         "append_if_writable_sessionless": _append_if_writable(False, row_locks),
+        "start_if_new": _start_if_new(fused, row_locks),
+        "end_if_running_in_session": _end_if_running(True, fused, row_locks),
+        "end_if_running_sessionless": _end_if_running(False, fused, row_locks),
     }
 
 
@@ -840,6 +977,9 @@ class Statements:
     insert_sessionless_record: Compiled
     append_if_writable_in_session: Compiled
     append_if_writable_sessionless: Compiled
+    start_if_new: Compiled
+    end_if_running_in_session: Compiled
+    end_if_running_sessionless: Compiled
     memory_event_count: Compiled
     memory_run_create: Compiled
     memory_run_lock: Compiled

@@ -65,6 +65,12 @@ class SqlTransaction(Transaction):
     """Whether the backend takes row locks (``FOR UPDATE``); SQLite serialises
     writers instead and skips the lock-only statements."""
 
+    writes_in_one_statement: bool = False
+    """Whether the fast paths of lifecycle commands (``start_if_new``,
+    ``end_if_running``) write the run and its record in one statement
+    (PostgreSQL's data-modifying CTEs) or in two inside the caller's
+    transaction (SQLite)."""
+
     records_appended: int = 0
     """Run records this connection's transactions inserted (``db.measured``
     counts the difference a committed transaction made)."""
@@ -289,6 +295,47 @@ class SqlTransaction(Transaction):
             else self._sql.append_if_writable_sessionless
         )
         row = await self._one_unless_conflict(statement, **sql.record_params(record))
+        if row is None:
+            return None
+        self._touch(record.run_id, record.session_id)
+        self.records_appended += 1
+        return int(row[0])
+
+    async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
+        """The statements behind ``Database.start_if_new`` (not a port method)."""
+        params = {**sql.record_params(started), **sql.run_params(run)}
+        if not self.writes_in_one_statement:
+            if await self._one(self._sql.start_if_new, **params) is None:
+                return None
+            return await self.append_record(started)
+        row = await self._one_unless_conflict(self._sql.start_if_new, **params)
+        return self._appended(started, row)
+
+    async def end_if_running(self, ending: RunEnding) -> int | None:
+        """The statements behind ``Database.end_if_running`` (not a port method)."""
+        record = ending.record
+        statement = (
+            self._sql.end_if_running_in_session
+            if record.session_id
+            else self._sql.end_if_running_sessionless
+        )
+        reasons = ending.reasons
+        row = await self._one_unless_conflict(
+            statement,
+            **sql.record_params(record),
+            labels=sql.labels_to_text(ending.labels),
+            any_reason=reasons is None,
+            reason=reasons[0] if reasons is not None else "",
+            or_reason=reasons[1] if reasons is not None else "",
+            new_status=ending.status.value,
+            updated_at=ending.updated_at,
+        )
+        if row is None or self.writes_in_one_statement:
+            return self._appended(record, row)
+        return await self.append_record(record)
+
+    def _appended(self, record: RecordDraft, row: Any) -> int | None:
+        """The ID a one-statement write returned, counted; None when it wrote nothing."""
         if row is None:
             return None
         self._touch(record.run_id, record.session_id)
