@@ -68,7 +68,7 @@ class RunChange:
 
 
 @dataclass(frozen=True, slots=True)
-class RunEnding:
+class RunFinish:
     """What sessionless retention decides a run by (§9.10.2)."""
 
     run_id: str

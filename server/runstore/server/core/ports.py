@@ -26,6 +26,7 @@ from runstore.server.core.model import (
     RecordDraft,
     RunChange,
     RunEnding,
+    RunFinish,
     RunRecord,
     RunState,
     Session,
@@ -141,9 +142,9 @@ class Transaction(Protocol):
         position ``after``, oldest first. A hint: the core re-checks under locks."""
         ...
 
-    async def lock_run_ending(self, run_id: str) -> RunEnding | None: ...
+    async def lock_run_ending(self, run_id: str) -> RunFinish | None: ...
 
-    async def lock_child_run_endings(self, run_id: str) -> list[RunEnding]:
+    async def lock_child_run_endings(self, run_id: str) -> list[RunFinish]:
         """The run's sessionless children, each locked (after their parent)."""
         ...
 

@@ -72,6 +72,7 @@ from runstore.server.core.model import (
     RunCancellation,
     RunChange,
     RunEnding,
+    RunFinish,
     RunRecord,
     RunStart,
     RunStartResult,
@@ -282,7 +283,7 @@ class RuntimeStore:
     def _purge_family(
         self, root_id: str, finished_before: Nanos
     ) -> Callable[[Transaction], Coroutine[Any, Any, list[str]]]:
-        def qualifies(run: RunEnding | None) -> bool:
+        def qualifies(run: RunFinish | None) -> bool:
             return (
                 run is not None
                 and not run.session_id
@@ -1000,7 +1001,9 @@ def appendable(target: RecordTarget, record: RecordDraft) -> bool:
     )
 
 
-def startable(session: SessionLookup, stored: RunState | None, run: RunStart) -> bool:
+def startable(
+    session: SessionLookup, stored: RunState | None, run: RunStart, purged: bool = False
+) -> bool:
     """The common case of StartRootRun (§9.2.1), in which the run and its
     ``run_started`` record are written with no further question. The one list
     of the preconditions ``Database.start_if_new`` implements (and that
@@ -1009,13 +1012,15 @@ def startable(session: SessionLookup, stored: RunState | None, run: RunStart) ->
 
     1. the run has no predecessor (a continuation checks it first, §10.2);
     2. the session exists and is active (so it is no tombstone);
-    3. no run has the run's ID (no retry, no conflict).
+    3. no run has the run's ID (no retry, no conflict);
+    4. no run tombstone has it (``purged``: retention deleted such a run, §9.10.2).
     """
     return (
         not run.predecessor_run_id
         and isinstance(session, Session)
         and session.status is SessionStatus.ACTIVE
         and stored is None
+        and not purged
     )
 
 

@@ -610,7 +610,8 @@ def _insert_record_from(source: Any, in_session: bool) -> Any:
 
 def _start_if_new(fused: bool, row_locks: bool) -> Any:
     """``Database.start_if_new``: inserts the bound run (``run_params``) only if
-    its session is active and no run has its ID, returning the run's ID.
+    its session is active and no run (nor run tombstone) has its ID, returning
+    the run's ID.
 
     Fused (PostgreSQL), the same statement also inserts the bound started
     record and returns its ID instead: one statement, atomic by itself. A
@@ -621,7 +622,11 @@ def _start_if_new(fused: bool, row_locks: bool) -> Any:
     single writer runs it inside a transaction) the caller appends the record.
     """
     values = [bindparam(column.name, type_=column.type) for column in RUN_COLUMNS]
-    guard = [_active_session(row_locks)]
+    guard = [
+        _active_session(row_locks),
+        # A run ID retention deleted is never started again (§9.10.2).
+        ~exists().where(run_tombstones.c.run_id == bindparam("run_id", type_=Text)),
+    ]
     if not fused:
         guard.append(~exists().where(runs.c.run_id == bindparam("run_id", type_=Text)))
     columns = [column.name for column in RUN_COLUMNS]
@@ -640,7 +645,7 @@ def _start_if_new(fused: bool, row_locks: bool) -> Any:
 
 def _end_if_running(in_session: bool, fused: bool, row_locks: bool) -> Any:
     """``Database.end_if_running``: ends the bound run (status, updated_at,
-    terminal key) only when every condition of ``core.store.endable`` holds,
+    terminal key, finish time) only when every condition of ``core.store.endable`` holds,
     returning its ID; each condition below is one of that list's items
     (``tests/core/test_lifecycle_fast_paths.py`` checks they agree).
 
@@ -676,6 +681,8 @@ def _end_if_running(in_session: bool, fused: bool, row_locks: bool) -> Any:
             status=bindparam("new_status", type_=Text),
             updated_at=bindparam("updated_at", type_=BigInteger),
             terminal_key=event_key,
+            # The ending record's time: sessionless retention cuts on it (§9.10.2).
+            finished_at_ms=bindparam("timestamp_ms", type_=BigInteger),
         )
         .returning(runs.c.run_id)
     )

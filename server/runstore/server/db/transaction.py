@@ -22,6 +22,7 @@ from runstore.server.core.model import (
     RecordDraft,
     RunChange,
     RunEnding,
+    RunFinish,
     RunRecord,
     RunState,
     Session,
@@ -46,9 +47,9 @@ _SESSION_END = _RUN_WIDTH + len(sql.SESSION_COLUMNS) - 1
 _MIN_BIGINT = -(2**63)
 
 
-def _run_ending(row: Any) -> RunEnding:
+def _run_finish(row: Any) -> RunFinish:
     finished_ms = row[4]
-    return RunEnding(
+    return RunFinish(
         run_id=str(row[0]),
         session_id=str(row[1]),
         parent_run_id=str(row[2]),
@@ -235,13 +236,13 @@ class SqlTransaction(Transaction):
         )
         return [(str(row[0]), int(row[1]) * NANOS_PER_MILLI) for row in rows]
 
-    async def lock_run_ending(self, run_id: str) -> RunEnding | None:
+    async def lock_run_ending(self, run_id: str) -> RunFinish | None:
         row = await self._one(self._sql.run_ending_for_update, run_id=run_id)
-        return _run_ending(row) if row is not None else None
+        return _run_finish(row) if row is not None else None
 
-    async def lock_child_run_endings(self, run_id: str) -> list[RunEnding]:
+    async def lock_child_run_endings(self, run_id: str) -> list[RunFinish]:
         rows = await self._all(self._sql.child_run_endings_for_update, run_id=run_id)
-        return [_run_ending(row) for row in rows]
+        return [_run_finish(row) for row in rows]
 
     async def purge_sessionless_run(self, run_id: str, purged_at: Nanos) -> None:
         await self._run(self._sql.delete_run_records, run_id=run_id)
