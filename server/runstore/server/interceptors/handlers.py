@@ -8,7 +8,7 @@ from the call's metadata (``Concern.admit``) into context variables its
 wrapper reads back. ``Chain`` is the single grpc interceptor that composes the
 concerns per method and caches the result, so a call costs one interceptor
 hop and a dict lookup instead of a handler rebuilt by every concern (the
-README's "The cost of the interceptor chain" has the figures).
+README's "The interceptor chain's own cost" has the figures).
 """
 
 from __future__ import annotations
