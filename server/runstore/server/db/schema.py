@@ -115,8 +115,8 @@ runs = Table(
     Index(
         None,
         "parent_run_id",
-        sqlite_where=text("session_id = ''"),
-        postgresql_where=text("session_id = ''"),
+        sqlite_where=text("session_id = '' AND parent_run_id <> ''"),
+        postgresql_where=text("session_id = '' AND parent_run_id <> ''"),
     ),
 )
 

@@ -535,6 +535,8 @@ def _purgeable_sessionless_runs() -> Any:
             > tuple_(bindparam("after_ms", type_=BigInteger), bindparam("after_run_id")),
             ~exists().where(
                 child.c.parent_run_id == runs.c.run_id,
+                # Both literal: they imply the children index's predicate.
+                child.c.parent_run_id != literal_column("''"),
                 child.c.session_id == literal_column("''"),
                 or_(child.c.finished_at_ms.is_(None), child.c.finished_at_ms >= cut),
             ),
@@ -929,7 +931,11 @@ def _statement_sources() -> dict[str, ClauseElement]:
         .where(runs.c.run_id == bindparam("run_id"))
         .with_for_update(),
         "child_run_endings_for_update": select(*RUN_ENDING_COLUMNS)
-        .where(runs.c.parent_run_id == bindparam("run_id"), _SESSIONLESS)
+        .where(
+            runs.c.parent_run_id == bindparam("run_id"),
+            runs.c.parent_run_id != literal_column("''"),
+            _SESSIONLESS,
+        )
         .order_by(runs.c.run_id)
         .with_for_update(),
         "delete_run_records": delete(records).where(records.c.run_id == bindparam("run_id")),

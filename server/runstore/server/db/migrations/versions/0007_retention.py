@@ -29,7 +29,7 @@ branch_labels = None
 depends_on = None
 
 _SESSIONLESS_ROOTS = "session_id = '' AND parent_run_id = ''"
-_SESSIONLESS = "session_id = ''"
+_SESSIONLESS_CHILDREN = "session_id = '' AND parent_run_id <> ''"
 
 
 def upgrade() -> None:
@@ -58,8 +58,8 @@ def upgrade() -> None:
         "ix_runs_parent_run_id",
         "runs",
         ["parent_run_id"],
-        sqlite_where=sa.text(_SESSIONLESS),
-        postgresql_where=sa.text(_SESSIONLESS),
+        sqlite_where=sa.text(_SESSIONLESS_CHILDREN),
+        postgresql_where=sa.text(_SESSIONLESS_CHILDREN),
     )
 
     with op.batch_alter_table("context_keys") as batch:
