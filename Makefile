@@ -81,10 +81,17 @@ migrate: $(STAMP)
 ## Benchmarks: a real server process driven from a separate client process, with
 ## authentication, metrics and a JSON access log on, as users run it (--protections off:
 ## the bare server). `make bench ARGS="--backend sqlite --duration 5"`; see `python -m bench --help`.
-bench: $(STAMP)
+# `make bench ARGS=--peers` first installs the `peers` dependency group (bench/peers.py).
+PEERS_STAMP := $(VENV)/.installed-peers
+$(PEERS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet --group peers
+	touch $@
+PEERS_IF_ASKED := $(if $(findstring --peers,$(ARGS)),$(PEERS_STAMP))
+
+bench: $(STAMP) $(PEERS_IF_ASKED)
 	$(BIN)/python -m bench $(ARGS)
 
-bench-quick: $(STAMP)
+bench-quick: $(STAMP) $(PEERS_IF_ASKED)
 	$(BIN)/python -m bench --quick $(ARGS)
 
 ## The protections' cost (auth + metrics + JSON access log) on appends at 16 in flight:

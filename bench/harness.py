@@ -401,6 +401,11 @@ turn: 12; for append_batch, whose ops are records, per record), read by the
 driver during each timed window (``bench/cpu.py``)."""
 
 
+def _figure(value: float | None, spec: str) -> str:
+    """A table cell; latency rows have no throughput or ratio."""
+    return "–" if value is None else format(value, spec)
+
+
 def _cpu_cell(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
@@ -421,8 +426,9 @@ def render(summary: list[dict[str, Any]], header: str) -> str:
             database_cell = _cpu_cell(database)
         lines.append(
             f"| {row['backend']} | {row['workload']} | {row['in_flight']} "
-            f"| {row['ops_per_s']:,.0f} "
-            f"| {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['ratio_to_ceiling']:.2f} "
+            f"| {_figure(row['ops_per_s'], ',.0f')} "
+            f"| {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
+            f"| {_figure(row['ratio_to_ceiling'], '.2f')} "
             f"| {_cpu_cell(row.get('server_cpu_ms_per_op'))} | {database_cell} |"
         )
     return "\n".join(lines)
@@ -511,7 +517,18 @@ async def measure_backend(args: argparse.Namespace, backend: str) -> dict[str, A
             else:
                 await listings.seed_postgres(url, size)
             raw += await _measure(args, backend, url, on, listing_plan(args, size))
-    return {"results": summarise(backend, raw), **sections}
+    return {"results": summarise_with_modules(backend, raw), **sections}
+
+
+def summarise_with_modules(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``summarise`` of the paired rows (those with a ``pair``), then each server
+    module's ``summarise(backend, raw, summary)``, which may annotate rows or add
+    rows of its own (e.g. ``bench.watch``'s latencies, which have no ceiling)."""
+    summary = summarise(backend, [row for row in raw if "pair" in row])
+    for module in server_modules():
+        if hasattr(module, "summarise"):
+            summary = module.summarise(backend, raw, summary)
+    return summary
 
 
 OPTIONAL_MODULES = ("bench.retention",)
@@ -532,7 +549,9 @@ plan, so they pair with that server's ceiling: a module used here defines
 ``async def measure_server(args, backend, url, server: Server, tag) -> list``
 returning raw driver rows (``workload``, ``concurrency``, ``ops_per_s``,
 ``pair`` naming the ceiling row it pairs with, ...), summarised with the main
-plan's rows. ``server.protections.plan()`` says how to call it."""
+plan's rows; rows without a ``pair`` are left to the module's optional
+``summarise(backend, raw, summary) -> summary``. ``server.protections.plan()``
+says how to call it."""
 
 
 def _modules(names: Sequence[str], attribute: str) -> list[Any]:
@@ -662,7 +681,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sqlite-synchronous", default="FULL", help="FULL or NORMAL")
     parser.add_argument(
         "--workloads",
-        default="append,start_terminal,turn,list_run,list_session,listings,retention",
+        default="append,start_terminal,turn,list_run,list_session,listings,"
+        "watch_latency,idle_watchers,retention",
         help="comma-separated workloads (the ceiling is always measured)",
     )
     parser.add_argument(

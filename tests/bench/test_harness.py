@@ -81,8 +81,22 @@ def _check_report(report: dict, backend: str) -> None:
         "runs, sessionless (table of 6,000)",
     ):
         assert (listing, 1) in rows and (listing, 2) not in rows
+    # Watch: latency with 1 and 100 watchers (PostgreSQL: across two replicas), and
+    # appends with 100 idle watchers against none, paired.
+    replicas = 2 if backend == "postgres" else 1
+    for watchers in ("1 watcher", "100 watchers"):
+        (latency,) = [
+            r for r in report["results"] if r["workload"] == f"watch latency ({watchers})"
+        ]
+        assert latency["replicas"] == replicas
+        assert 0 < latency["p50_ms"] <= latency["p99_ms"]
+    (idle,) = [r for r in report["results"] if r["workload"] == "append (100 idle watchers)"]
+    assert idle["in_flight"] == 2 and idle["vs_no_watchers"] > 0
+    assert ("append (0 idle watchers)", 2) in rows
     for row in report["results"]:
         assert row["backend"] == backend
+        if row["workload"].startswith("watch latency"):
+            continue
         assert row["ops_per_s"] > 0
         assert row["ratio_to_ceiling"] > 0
     # Retention: every seeded session and run was purged (the module checks the counts).
@@ -194,6 +208,42 @@ def test_readme_is_regenerated_from_a_results_file(tmp_path: Path) -> None:
     original = (ROOT / "README.md").read_text()
     assert text.split(readme.BEGIN)[0] == original.split(readme.BEGIN)[0]
     assert text.split(readme.END)[1] == original.split(readme.END)[1]
+
+
+def _check_peers(report: dict, backend: str, expected: tuple[str, ...]) -> None:
+    peer_rows = {
+        (r["workload"], r["in_flight"]): r
+        for r in report["results"]
+        if r["workload"].startswith("peer:")
+    }
+    assert set(peer_rows) == {(f"peer:{p}", n) for p in expected for n in (1, 2)}
+    for row in peer_rows.values():
+        assert row["backend"] == backend
+        assert row["ops_per_s"] > 0 and row["ratio_to_ceiling"] > 0
+
+
+def test_bench_measures_the_sqlite_peers_side_by_side(tmp_path: Path) -> None:
+    pytest.importorskip("agents")
+    pytest.importorskip("langgraph.checkpoint.sqlite")
+    report = _run_bench(tmp_path, "--backend", "sqlite", "--workloads", "append", "--peers")
+    _check_peers(report, "sqlite", ("openai-agents-sqlitesession", "langgraph-sqlitesaver"))
+
+
+@pytest.mark.postgres
+def test_bench_measures_the_postgres_peer_side_by_side(tmp_path: Path) -> None:
+    pytest.importorskip("langgraph.checkpoint.postgres")
+    url = postgres.require_postgres()
+    report = _run_bench(
+        tmp_path,
+        "--backend",
+        "postgres",
+        "--postgres-url",
+        url,
+        "--workloads",
+        "append",
+        "--peers",
+    )
+    _check_peers(report, "postgres", ("langgraph-asyncpostgressaver",))
 
 
 def test_bench_runs_the_batch_workload(tmp_path: Path) -> None:
