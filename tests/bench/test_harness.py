@@ -44,6 +44,8 @@ def _bench(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str]
             "150,400",
             "--tables",
             "5000,6000",
+            "--retention-items",
+            "20",
             "--output",
             str(output),
             *args,
@@ -97,6 +99,10 @@ def _check_report(report: dict, backend: str) -> None:
             continue
         assert row["ops_per_s"] > 0
         assert row["ratio_to_ceiling"] > 0
+    # Retention: every seeded session and run was purged (the module checks the counts).
+    [retained] = report["retention"]
+    assert (retained["backend"], retained["items"]) == (backend, 20)
+    assert retained["sessions_per_second"] > 0 and retained["sessionless_runs_per_second"] > 0
 
 
 def test_bench_runs_on_sqlite(tmp_path: Path) -> None:

@@ -297,10 +297,15 @@ async def test_start_fast_path_and_full_rules_agree(db: Database, case: Start) -
     with_fast_path, rules_only = FastPaths(db, on=True), FastPaths(db, on=False)
     run = fast_copy.run
 
-    async def look(tx: Transaction) -> tuple[Any, Any]:
-        return await tx.session(run.session_id), await tx.run(run.run_id)
+    async def look(tx: Transaction) -> tuple[Any, Any, bool]:
+        return (
+            await tx.session(run.session_id),
+            await tx.run(run.run_id),
+            await tx.run_purged(run.run_id),
+        )
 
-    listed = startable(*await db.read(look), run)
+    session, stored, purged = await db.read(look)
+    listed = startable(session, stored, run, purged)
     before = await _stored(db, run.run_id, run.session_id)
     fast_outcome = await _start(with_fast_path, fast_copy)
     rules_outcome = await _start(rules_only, rules_copy)

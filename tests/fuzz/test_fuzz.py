@@ -430,6 +430,9 @@ BUILDERS: dict[str, Builder] = {
     "/runstore.v1.SessionAdmin/PurgeEndedSessions": _static(
         lambda w: sa.PurgeEndedSessionsRequest(ended_before=ts(-9_000_000_000_000), limit=1)
     ),
+    "/runstore.v1.SessionAdmin/PurgeSessionlessRuns": _static(
+        lambda w: sa.PurgeSessionlessRunsRequest(finished_before=ts(-9_000_000_000_000), limit=1)
+    ),
     "/runstore.v1.ContextStore/GetContext": _static(
         lambda w: ctx.GetContextRequest(key=w.context_key, version=1)
     ),

@@ -269,6 +269,12 @@ async def _purge_ended_sessions(store: Store) -> Any:
     return sa.PurgeEndedSessionsRequest(ended_before=ts(now_ms() + 60_000), limit=1)
 
 
+async def _purge_sessionless_runs(store: Store) -> Any:
+    # A cut-off before any run of the shared database finished: the role is
+    # what is under test, not what gets deleted.
+    return sa.PurgeSessionlessRunsRequest(finished_before=ts(-9_000_000_000_000), limit=1)
+
+
 async def _runs_by_session(store: Store) -> Any:
     return sa.ListRunsBySessionRequest(session_id=(await store.root()).start.session_id)
 
@@ -353,6 +359,7 @@ BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.SessionAdmin/ListSessions": ("admin", _list_sessions),
     "/runstore.v1.SessionAdmin/ListRuns": ("admin", _list_runs),
     "/runstore.v1.SessionAdmin/PurgeEndedSessions": ("admin", _purge_ended_sessions),
+    "/runstore.v1.SessionAdmin/PurgeSessionlessRuns": ("admin", _purge_sessionless_runs),
     "/runstore.v1.MemoryStore/LoadRun": ("memory", _memory_load),
     "/runstore.v1.MemoryStore/AppendEvents": ("memory", _memory_append),
     "/runstore.v1.MemoryStore/DeleteRun": ("memory", _memory_delete),

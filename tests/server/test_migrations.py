@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -207,3 +208,60 @@ async def test_a_start_time_that_is_not_a_whole_millisecond_stops_the_migration(
     with pytest.raises(RuntimeError, match="not whole milliseconds"):
         await migrate.upgrade(empty_url)
     assert (await migrate.schema_state(empty_url)).current == "0003_derived_record_ids"
+
+
+_RUN_0006 = (
+    "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at_ms, labels, "
+    "start_outcome, status, cancellation_reason, updated_at, start_key, parent_link_key, "
+    "cancellation_key, suspension_key, terminal_key, checkpoint_id, checkpoint_data) "
+    "VALUES ('{run}', 'a', '', '', 1000, '{{}}', 'proceed', '{status}', '', 5, 'start', '', "
+    "'', '', '{terminal}', NULL, NULL)"
+)
+
+
+def _seed_revision_0006(connection: Connection) -> None:
+    """An ended, a running and a suspended sessionless run, and two context keys
+    (one saved, one with only a transcript), as 0006 stored them."""
+    statements = [
+        _RUN_0006.format(run="done", status="completed", terminal="end"),
+        _RUN_0006.format(run="busy", status="running", terminal=""),
+        _RUN_0006.format(run="paused", status="suspended", terminal="pause"),
+        *(
+            "INSERT INTO records (run_id, record_id, event_key, agent_id, session_id, turn_id, "
+            f"type, payload, payload_size, timestamp_ms) VALUES ('{run}', {number}, '{key}', "
+            f"'a', '', '', 'x', :payload, 2, {at})"
+            for run, number, key, at in (
+                ("done", 1, "start", 1000),
+                ("done", 2, "end", 4242),
+                ("busy", 1, "start", 1000),
+                ("paused", 1, "start", 1000),
+                ("paused", 2, "pause", 2000),
+            )
+        ),
+        "INSERT INTO context_keys (context_key, version, saved_at, transcript_count) "
+        "VALUES ('saved', 1, 77, 0), ('transcript-only', 0, NULL, 3)",
+    ]
+    for statement in statements:
+        connection.execute(text(statement), {"payload": b"{}"})
+    connection.commit()
+
+
+async def test_retention_columns_are_backfilled(empty_url: str) -> None:
+    await _run_sync(empty_url, _upgrade_to("0006_exact_times"))
+    await _run_sync(empty_url, _seed_revision_0006)
+    before_ns = time.time_ns()
+    await migrate.upgrade(empty_url)
+    assert await _run_sync(empty_url, _differences) == []
+
+    def read(connection: Connection) -> Any:
+        finished = dict(connection.execute(text("SELECT run_id, finished_at_ms FROM runs")).all())
+        written = dict(
+            connection.execute(text("SELECT context_key, written_at FROM context_keys")).all()
+        )
+        return finished, written
+
+    finished, written = await _run_sync(empty_url, read)
+    # Only an ending record sets a finish time; a suspension does not.
+    assert finished == {"done": 4242, "busy": None, "paused": None}
+    assert written["saved"] == 77  # its last save
+    assert before_ns <= written["transcript-only"] <= time.time_ns()  # the migration's time

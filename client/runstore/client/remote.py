@@ -499,6 +499,17 @@ class RemoteSessionAdmin(_Client):
         response = await self._call(self.stub.PurgeEndedSessions, request)
         return PurgeResult(tuple(response.purged_session_ids), response.more)
 
+    async def purge_sessionless_runs(
+        self, finished_before: datetime, limit: int = 0
+    ) -> PurgeResult:
+        """Deletes up to ``limit`` (0: 100) finished sessionless runs finished
+        before ``finished_before``, each with its one-shot children, leaving
+        run tombstones; call again while ``more`` (and something was purged)."""
+        request = sa.PurgeSessionlessRunsRequest(limit=limit)
+        request.finished_before.CopyFrom(convert.timestamp(finished_before))
+        response = await self._call(self.stub.PurgeSessionlessRuns, request)
+        return PurgeResult(tuple(response.purged_run_ids), response.more)
+
     async def list_runs_by_session(
         self, session_id: str, statuses: Collection[RunStatus] = ()
     ) -> list[RunMeta]:

@@ -172,6 +172,9 @@ class SyncRemoteSessionAdmin(_Facade):
     def purge_ended_sessions(self, ended_before: datetime, limit: int = 0) -> PurgeResult:
         return self._thread.run(self._remote.purge_ended_sessions(ended_before, limit))
 
+    def purge_sessionless_runs(self, finished_before: datetime, limit: int = 0) -> PurgeResult:
+        return self._thread.run(self._remote.purge_sessionless_runs(finished_before, limit))
+
     def list_runs_by_session(
         self, session_id: str, statuses: Collection[RunStatus] = ()
     ) -> list[RunMeta]:

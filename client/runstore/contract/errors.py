@@ -219,6 +219,13 @@ class SessionPurgedError(PreconditionError):
     default_message = "session purged"
 
 
+class RunPurgedError(PreconditionError):
+    """Retention deleted this sessionless run; its ID can never be used again."""
+
+    reason = "RUN_PURGED"
+    default_message = "run purged"
+
+
 class SessionEndedError(PreconditionError):
     reason = "SESSION_ENDED"
     default_message = "session ended"

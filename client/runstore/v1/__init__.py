@@ -115,6 +115,8 @@ from runstore.v1.session_admin_pb2 import (
     PurgeEndedSessionsResponse,
     PurgeSessionRequest,
     PurgeSessionResponse,
+    PurgeSessionlessRunsRequest,
+    PurgeSessionlessRunsResponse,
 )
 from runstore.v1.session_admin_pb2_grpc import (
     SessionAdminServicer,
@@ -198,6 +200,8 @@ __all__ = [
     "PurgeEndedSessionsResponse",
     "PurgeSessionRequest",
     "PurgeSessionResponse",
+    "PurgeSessionlessRunsRequest",
+    "PurgeSessionlessRunsResponse",
     "RecordRunCancellationRequest",
     "RecordRunCancellationResponse",
     "RecordRunSuspensionRequest",

@@ -171,6 +171,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """PERMISSION_DENIED; permanent; metadata "method". The caller's role may not
     call this method. Use a principal whose role allows it.
     """
+    RUN_PURGED: _ErrorReason.ValueType  # 35
+    """FAILED_PRECONDITION; permanent. Retention deleted this sessionless run
+    (§9.10.2): its ID is a tombstone and a start cannot re-create it. Use a
+    new run ID.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper): ...
 
@@ -312,5 +317,10 @@ server does not accept. Send a valid token or client certificate.
 PERMISSION_DENIED: ErrorReason.ValueType  # 34
 """PERMISSION_DENIED; permanent; metadata "method". The caller's role may not
 call this method. Use a principal whose role allows it.
+"""
+RUN_PURGED: ErrorReason.ValueType  # 35
+"""FAILED_PRECONDITION; permanent. Retention deleted this sessionless run
+(§9.10.2): its ID is a tombstone and a start cannot re-create it. Use a
+new run ID.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

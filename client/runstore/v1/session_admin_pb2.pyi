@@ -428,3 +428,61 @@ class PurgeEndedSessionsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PurgeEndedSessionsResponse: _TypeAlias = PurgeEndedSessionsResponse  # noqa: Y015
+
+@_typing.final
+class PurgeSessionlessRunsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FINISHED_BEFORE_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    limit: _builtins.int
+    """Root runs deleted at most (each with its children); 0 means 100; at most
+    1000.
+    """
+    @_builtins.property
+    def finished_before(self) -> _timestamp_pb2.Timestamp:
+        """Required: runs whose ending record's timestamp is before this time
+        (exclusive), together with every one-shot child.
+        """
+
+    def __init__(
+        self,
+        *,
+        finished_before: _timestamp_pb2.Timestamp | None = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_before", b"finished_before"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["finished_before", b"finished_before", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeSessionlessRunsRequest: _TypeAlias = PurgeSessionlessRunsRequest  # noqa: Y015
+
+@_typing.final
+class PurgeSessionlessRunsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PURGED_RUN_IDS_FIELD_NUMBER: _builtins.int
+    MORE_FIELD_NUMBER: _builtins.int
+    more: _builtins.bool
+    """More runs may match: call again."""
+    @_builtins.property
+    def purged_run_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The runs this call deleted, oldest root first, each root before its
+        children. A run another caller deleted first is not listed.
+        """
+
+    def __init__(
+        self,
+        *,
+        purged_run_ids: _abc.Iterable[_builtins.str] | None = ...,
+        more: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["more", b"more", "purged_run_ids", b"purged_run_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeSessionlessRunsResponse: _TypeAlias = PurgeSessionlessRunsResponse  # noqa: Y015

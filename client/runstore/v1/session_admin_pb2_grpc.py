@@ -74,6 +74,11 @@ class SessionAdminStub:
                 request_serializer=runstore_dot_v1_dot_session__admin__pb2.PurgeEndedSessionsRequest.SerializeToString,
                 response_deserializer=runstore_dot_v1_dot_session__admin__pb2.PurgeEndedSessionsResponse.FromString,
                 _registered_method=True)
+        self.PurgeSessionlessRuns = channel.unary_unary(
+                '/runstore.v1.SessionAdmin/PurgeSessionlessRuns',
+                request_serializer=runstore_dot_v1_dot_session__admin__pb2.PurgeSessionlessRunsRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_session__admin__pb2.PurgeSessionlessRunsResponse.FromString,
+                _registered_method=True)
 
 
 class SessionAdminServicer:
@@ -137,6 +142,15 @@ class SessionAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PurgeSessionlessRuns(self, request, context):
+        """Deletes, each with its one-shot children in one transaction, up to `limit`
+        finished sessionless runs finished before `finished_before`, leaving a run
+        tombstone for each (retention, §9.10.2).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SessionAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -179,6 +193,11 @@ def add_SessionAdminServicer_to_server(servicer, server):
                     servicer.PurgeEndedSessions,
                     request_deserializer=runstore_dot_v1_dot_session__admin__pb2.PurgeEndedSessionsRequest.FromString,
                     response_serializer=runstore_dot_v1_dot_session__admin__pb2.PurgeEndedSessionsResponse.SerializeToString,
+            ),
+            'PurgeSessionlessRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeSessionlessRuns,
+                    request_deserializer=runstore_dot_v1_dot_session__admin__pb2.PurgeSessionlessRunsRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_session__admin__pb2.PurgeSessionlessRunsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -397,6 +416,33 @@ class SessionAdmin:
             '/runstore.v1.SessionAdmin/PurgeEndedSessions',
             runstore_dot_v1_dot_session__admin__pb2.PurgeEndedSessionsRequest.SerializeToString,
             runstore_dot_v1_dot_session__admin__pb2.PurgeEndedSessionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeSessionlessRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.SessionAdmin/PurgeSessionlessRuns',
+            runstore_dot_v1_dot_session__admin__pb2.PurgeSessionlessRunsRequest.SerializeToString,
+            runstore_dot_v1_dot_session__admin__pb2.PurgeSessionlessRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -51,6 +51,11 @@ class SessionAdminStub:
     """Purges, each in its own transaction like PurgeSession, up to `limit` ended
     sessions ended before `ended_before` with no running run (retention).
     """
+    PurgeSessionlessRuns: _grpc.UnaryUnaryMultiCallable[_session_admin_pb2.PurgeSessionlessRunsRequest, _session_admin_pb2.PurgeSessionlessRunsResponse]
+    """Deletes, each with its one-shot children in one transaction, up to `limit`
+    finished sessionless runs finished before `finished_before`, leaving a run
+    tombstone for each (retention, §9.10.2).
+    """
 
 @_typing.type_check_only
 class SessionAdminAsyncStub(SessionAdminStub):
@@ -74,6 +79,11 @@ class SessionAdminAsyncStub(SessionAdminStub):
     PurgeEndedSessions: _aio.UnaryUnaryMultiCallable[_session_admin_pb2.PurgeEndedSessionsRequest, _session_admin_pb2.PurgeEndedSessionsResponse]  # type: ignore[assignment]
     """Purges, each in its own transaction like PurgeSession, up to `limit` ended
     sessions ended before `ended_before` with no running run (retention).
+    """
+    PurgeSessionlessRuns: _aio.UnaryUnaryMultiCallable[_session_admin_pb2.PurgeSessionlessRunsRequest, _session_admin_pb2.PurgeSessionlessRunsResponse]  # type: ignore[assignment]
+    """Deletes, each with its one-shot children in one transaction, up to `limit`
+    finished sessionless runs finished before `finished_before`, leaving a run
+    tombstone for each (retention, §9.10.2).
     """
 
 class SessionAdminServicer(metaclass=_abc_1.ABCMeta):
@@ -143,6 +153,17 @@ class SessionAdminServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_session_admin_pb2.PurgeEndedSessionsResponse, _abc.Awaitable[_session_admin_pb2.PurgeEndedSessionsResponse]]:
         """Purges, each in its own transaction like PurgeSession, up to `limit` ended
         sessions ended before `ended_before` with no running run (retention).
+        """
+
+    @_abc_1.abstractmethod
+    def PurgeSessionlessRuns(
+        self,
+        request: _session_admin_pb2.PurgeSessionlessRunsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_admin_pb2.PurgeSessionlessRunsResponse, _abc.Awaitable[_session_admin_pb2.PurgeSessionlessRunsResponse]]:
+        """Deletes, each with its one-shot children in one transaction, up to `limit`
+        finished sessionless runs finished before `finished_before`, leaving a run
+        tombstone for each (retention, §9.10.2).
         """
 
 def add_SessionAdminServicer_to_server(servicer: SessionAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

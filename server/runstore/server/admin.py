@@ -460,6 +460,41 @@ async def _purge_ended_sessions(args: argparse.Namespace, clients: Clients, out:
     return 0
 
 
+async def runs_purge(args: argparse.Namespace, clients: Clients, out: Output) -> int:
+    """Retention on demand: batches of ``PurgeSessionlessRuns`` until none match,
+    a batch purges nothing, or ``--limit`` root runs were purged."""
+    if args.limit is not None and args.limit < 1:
+        raise UsageError("--limit must be at least 1")
+    cut_off = _iso(args.finished_before)
+    question = (
+        f"Delete every finished sessionless run that finished before {cut_off}, with its "
+        "one-shot children? Their records are deleted for good."
+    )
+    if not _confirmed(args, question):
+        print("runstore: not confirmed; nothing was changed", file=sys.stderr)
+        return 1
+    purged: list[str] = []
+    roots_left: int | None = args.limit  # each call deletes at most `batch` roots
+    while True:
+        batch = PURGE_BATCH if roots_left is None else min(PURGE_BATCH, roots_left)
+        result = await clients.admin.purge_sessionless_runs(args.finished_before, batch)
+        for run_id in result.purged_ids:
+            if out.as_json:
+                out.json({"id": run_id, "purged": True})
+        purged.extend(result.purged_ids)
+        if roots_left is not None:
+            roots_left -= batch
+        # A batch that purged nothing although more matched examined only
+        # families that do not qualify yet: calling again would find them again.
+        if not result.more or not result.purged_ids or roots_left == 0:
+            break
+    if not out.as_json:
+        for run_id in purged:
+            out.console.print(f"purged run {run_id}")
+        out.console.print(f"purged {len(purged)} runs finished before {cut_off}")
+    return 0
+
+
 async def runs_list(args: argparse.Namespace, clients: Clients, out: Output) -> int:
     if args.sessionless and args.session:
         raise UsageError("--sessionless lists runs without a session; not with --session")
@@ -648,7 +683,9 @@ def add_commands(commands: Any) -> None:
     )
     purge.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
-    runs = commands.add_parser("runs", help="list runs, show one run with its records")
+    runs = commands.add_parser(
+        "runs", help="list runs, show one run with its records, purge old sessionless runs"
+    )
     run_actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = leaf(run_actions, "list", runs_list, "runs by start time")
     listing.add_argument("--session", help="only this session's runs")
@@ -666,6 +703,23 @@ def add_commands(commands: Any) -> None:
     _page_options(listing)
     show = leaf(run_actions, "show", runs_show, "a run's metadata, then its records")
     show.add_argument("run_id", metavar="RUN_ID")
+    purge_runs = leaf(
+        run_actions,
+        "purge",
+        runs_purge,
+        "delete finished sessionless runs finished before --finished-before (asks first)",
+    )
+    purge_runs.add_argument(
+        "--finished-before",
+        type=_timestamp,
+        metavar="TIME",
+        required=True,
+        help="runs whose ending record is before TIME (exclusive), with their one-shot children",
+    )
+    purge_runs.add_argument(
+        "--limit", type=int, metavar="N", help="at most N root runs (each with its children)"
+    )
+    purge_runs.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
     records = commands.add_parser(
         "records", help="list, tail or follow a run's or a session's records"

@@ -40,6 +40,7 @@ from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
 from runstore.server.health import HealthMonitor, HealthServicer, Probe
 from runstore.server.interceptors import server_interceptors
 from runstore.server.metrics import Metrics, MetricsEndpoint
+from runstore.server.retention import RetentionSettings, RetentionTask
 from runstore.server.servicers.context_store import ContextStoreServicer
 from runstore.server.servicers.memory_store import MemoryStoreServicer
 from runstore.server.servicers.runtime_store import RuntimeStoreServicer
@@ -94,6 +95,7 @@ class RunningServer:
     security: Security
     watch: RecordWatch
     monitor: HealthMonitor | None = None
+    retention: RetentionTask | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,8 @@ class Stores:
     watch: RecordWatch
     probe: Probe | None = None
     """What the health service checks (the database), if it can be checked."""
+    retention: RetentionTask | None = None
+    """The background retention task, when a ``--retain-*`` flag is set."""
 
 
 def create_stores(config: ServerConfig, db: Database) -> Stores:
@@ -180,15 +184,22 @@ def create_stores(config: ServerConfig, db: Database) -> Stores:
     # getattr, not isinstance: the measured wrapper (metrics on) forwards the
     # backend's wake-ups, and watchers must not fall back to polling then.
     wakeups: Wakeups = getattr(db, "wakeups", None) or NoWakeups()
+    context = ContextStore(
+        db,
+        versions_kept=config.context_versions_kept,
+        page_limit=config.page_limit,
+        page_bytes=page_bytes,
+    )
+    retention = RetentionSettings.from_config(config)
     return Stores(
         probe=db if isinstance(db, Probe) else None,
         runtime=runtime,
         memory=MemoryStore(db, page_limit=config.page_limit, page_bytes=page_bytes),
-        context=ContextStore(
-            db,
-            versions_kept=config.context_versions_kept,
-            page_limit=config.page_limit,
-            page_bytes=page_bytes,
+        context=context,
+        retention=(
+            RetentionTask(runtime, context, db.retention_lock, retention)  # type: ignore[attr-defined]
+            if retention.on
+            else None
         ),
         watch=RecordWatch(
             runtime,
@@ -311,7 +322,13 @@ async def build_server(
     if stores.probe is not None:
         monitor = HealthMonitor(health_servicer, names, stores.probe, config.health_probe_interval)
         monitor.start()
-    return RunningServer(server, port, health_servicer, security, stores.watch, monitor)
+    if stores.retention is not None:
+        stores.retention.metrics = telemetry.metrics
+        stores.retention.start()
+        log.info("retention on: %s", stores.retention.settings)
+    return RunningServer(
+        server, port, health_servicer, security, stores.watch, monitor, stores.retention
+    )
 
 
 def raise_descriptor_limit() -> int:
@@ -384,6 +401,8 @@ async def shutdown(running: RunningServer, grace: float) -> None:
     log.info("shutting down: finishing in-flight calls (grace %.1fs)", grace)
     if running.monitor is not None:
         await running.monitor.stop()
+    if running.retention is not None:
+        await running.retention.stop(grace)
     await running.health.enter_graceful_shutdown()
     running.watch.close()
     await running.server.stop(grace)

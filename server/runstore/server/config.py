@@ -77,6 +77,47 @@ def optional_listen_address(value: Any) -> str | None:
     return listen_address(value)
 
 
+DURATION_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_DURATION_SECONDS: Final = 36500 * 86400
+"""A hundred years: longer retention is no retention, and keeps times in range."""
+
+
+def _duration_problem(text: str) -> str | None:
+    number, unit = text[:-1], text[-1:]
+    if unit not in DURATION_UNITS or not number.isascii() or not number.isdigit():
+        return "must be a whole number and s, m, h or d (90s, 30m, 12h, 30d)"
+    seconds = int(number) * DURATION_UNITS[unit]
+    if seconds == 0:
+        return "must be longer than zero"
+    if seconds > MAX_DURATION_SECONDS:
+        return "must be at most 36500d"
+    return None
+
+
+def parse_duration(text: str) -> int:
+    """Seconds in a DURATION: a whole number and one unit, ``90s``, ``30m``,
+    ``12h`` or ``30d`` (the retention flags), more than zero, at most 36500d.
+
+    Raises:
+        ConfigError: the text is not such a duration; the message says why.
+    """
+    problem = _duration_problem(text)
+    if problem is not None:
+        raise ConfigError(f"duration {text!r} {problem}")
+    number, unit = text[:-1], text[-1:]
+    return int(number) * DURATION_UNITS[unit]
+
+
+def duration(value: Any) -> str | None:
+    """A DURATION (``parse_duration``)."""
+    return _duration_problem(str(value))
+
+
+def optional_duration(value: Any) -> str | None:
+    """Empty (off), or a DURATION."""
+    return None if value == "" else duration(value)
+
+
 def _setting(default: Any, help: str, check: Check | None = None) -> Any:
     """A ServerConfig field: its default, its help text and its value check."""
     metadata: dict[str, Any] = {"help": help}
@@ -183,6 +224,30 @@ class ServerConfig:
         1.0, "seconds between the health service's database probes", positive
     )
 
+    # --- Retention: background purges (off by default) ------------------------
+    retain_ended_sessions: str = _setting(
+        "",
+        "purge (tombstone kept) sessions ended longer ago than DURATION (90s, 30m, 12h, 30d) "
+        "whose runs have all stopped running; off when empty",
+        optional_duration,
+    )
+    retain_sessionless_runs: str = _setting(
+        "",
+        "delete finished sessionless runs (with their one-shot children and records) that "
+        "finished longer ago than DURATION, leaving run tombstones; off when empty",
+        optional_duration,
+    )
+    retain_contexts: str = _setting(
+        "",
+        "delete context keys no SaveContext or AppendTranscript wrote for DURATION; off when empty",
+        optional_duration,
+    )
+    retention_interval: str = _setting(
+        "10m",
+        "how often the retention task runs (a DURATION), when any --retain-* is set",
+        duration,
+    )
+
     # --- Security: TLS, authentication ---------------------------------------
     tls_cert: str = _setting("", "PEM certificate chain to serve TLS with (re-read on SIGHUP)")
     tls_key: str = _setting("", "PEM private key of --tls-cert (re-read on SIGHUP)")
@@ -209,6 +274,15 @@ class ServerConfig:
     access_log: bool | None = _setting(
         None, "one log line per call (--no-access-log turns it off); on by default with json"
     )
+
+    def retention_seconds(self, name: str) -> int | None:
+        """A ``retain_*`` setting in seconds; None when it is off."""
+        text: str = getattr(self, name)
+        return parse_duration(text) if text else None
+
+    @property
+    def retention_on(self) -> bool:
+        return any((self.retain_ended_sessions, self.retain_sessionless_runs, self.retain_contexts))
 
     @property
     def access_log_on(self) -> bool:

@@ -182,6 +182,36 @@ class Metrics:
         self.sessions_purged = Counter(
             "runstore_sessions_purged_total", "Sessions purged.", registry=self.registry
         )
+        self.runs_purged = Counter(
+            "runstore_runs_purged_total",
+            "Sessionless runs deleted by retention (one-shot children included), on demand "
+            "(PurgeSessionlessRuns) or by the retention task.",
+            registry=self.registry,
+        )
+        self.contexts_purged = Counter(
+            "runstore_contexts_purged_total",
+            "Context keys deleted by the retention task (--retain-contexts).",
+            registry=self.registry,
+        )
+        self.retention_passes = Counter(
+            "runstore_retention_passes_total",
+            "Retention task passes by outcome: done, skipped (another replica held the "
+            "retention lock) or failed.",
+            ("outcome",),
+            registry=self.registry,
+        )
+        self.retention_pass_seconds = Histogram(
+            "runstore_retention_pass_seconds",
+            "Duration of the retention task's passes that ran (done or failed).",
+            buckets=(0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0),
+            registry=self.registry,
+        )
+        self.retention_last_success = Gauge(
+            "runstore_retention_last_success_timestamp_seconds",
+            "Unix time the last retention pass of this replica finished without error "
+            "(alert when it falls behind: 0 until the first).",
+            registry=self.registry,
+        )
         self.build_info = Gauge(
             "runstore_build_info",
             "Always 1; the label says which runstore version serves.",
@@ -232,6 +262,8 @@ class DbFigures:
         self._sync = metrics.sqlite_sync_seconds
         self._appended = metrics.records_appended
         self._purged = metrics.sessions_purged
+        self._runs_purged = metrics.runs_purged
+        self._contexts_purged = metrics.contexts_purged
         self._pool = metrics.pg_pool_connections
 
     def transaction(self, kind: str, seconds: float) -> None:
@@ -246,11 +278,21 @@ class DbFigures:
     def sqlite_sync(self, seconds: float) -> None:
         self._sync.observe(seconds)
 
-    def committed(self, records_appended: int, sessions_purged: int) -> None:
+    def committed(
+        self,
+        records_appended: int,
+        sessions_purged: int,
+        runs_purged: int = 0,
+        contexts_purged: int = 0,
+    ) -> None:
         if records_appended:
             self._appended.inc(records_appended)
         if sessions_purged:
             self._purged.inc(sessions_purged)
+        if runs_purged:
+            self._runs_purged.inc(runs_purged)
+        if contexts_purged:
+            self._contexts_purged.inc(contexts_purged)
 
     def watch_pool(self, idle: Callable[[], int], in_use: Callable[[], int]) -> None:
         """Pool gauges read at scrape time (nothing is recorded per call)."""

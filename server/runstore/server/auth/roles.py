@@ -67,6 +67,7 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
     _SESSIONS + "ListSessions": _HOST_READER,
     _SESSIONS + "ListRuns": _HOST_READER,
     _SESSIONS + "PurgeEndedSessions": _HOST,
+    _SESSIONS + "PurgeSessionlessRuns": _HOST,
     # MemoryStore and ContextStore: conversation state kept by host and workers.
     _MEMORY + "LoadRun": _EVERYONE,
     _MEMORY + "AppendEvents": _HOST_WORKER,
@@ -82,7 +83,12 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
 }
 
 AUDITED_METHODS: Final = frozenset(
-    {_SESSIONS + "EndSession", _SESSIONS + "PurgeSession", _SESSIONS + "PurgeEndedSessions"}
+    {
+        _SESSIONS + "EndSession",
+        _SESSIONS + "PurgeSession",
+        _SESSIONS + "PurgeEndedSessions",
+        _SESSIONS + "PurgeSessionlessRuns",
+    }
 )
 """Methods logged with the calling principal's name, whatever the outcome."""
 

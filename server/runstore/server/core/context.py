@@ -113,7 +113,8 @@ class ContextStore:
             raise ValidationError("expected_version must not be negative", field="expected_version")
 
         async def tx_fn(tx: Transaction) -> int:
-            head = await tx.lock_context(key)
+            now = self._clock()
+            head = await tx.lock_context(key, now)
             if expected_version != head.version:
                 if head.version == expected_version + 1:
                     current = await tx.context_version(key, head.version)
@@ -127,7 +128,7 @@ class ContextStore:
             version = head.version + 1
             await tx.save_context_version(
                 key,
-                ContextVersion(version, snapshot, self._clock()),
+                ContextVersion(version, snapshot, now),
                 keep_from=version - self._versions_kept + 1,
             )
             return version
@@ -143,6 +144,21 @@ class ContextStore:
 
         return await self._db.write(tx_fn)
 
+    async def purge_stale_contexts(self, written_before: Nanos, limit: int) -> tuple[int, bool]:
+        """Retention (``--retain-contexts``): deletes up to ``limit`` keys that
+        no SaveContext or AppendTranscript wrote since ``written_before``,
+        oldest first, in one transaction; returns how many and whether the
+        batch was full (call again). A key being written right now is skipped:
+        it is fresh."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+
+        async def tx_fn(tx: Transaction) -> int:
+            return await tx.purge_stale_contexts(written_before, limit)
+
+        purged = await self._db.write(tx_fn)
+        return purged, purged == limit
+
     async def append_transcript(
         self, key: str, checked: Sequence[ContextMessage], idempotency_key: str
     ) -> AppendOutcome:
@@ -154,7 +170,8 @@ class ContextStore:
         digest = idempotency.digest(messages)
 
         async def tx_fn(tx: Transaction) -> AppendOutcome:
-            head = await tx.lock_context(key)
+            now = self._clock()
+            head = await tx.lock_context(key, now)
             if idempotency_key:
                 earlier = await tx.context_append_request(key, idempotency_key)
                 if earlier is not None:
@@ -162,7 +179,7 @@ class ContextStore:
                     return idempotency.replay(earlier, digest, details)
             first = head.transcript_count
             if messages:
-                await tx.append_context_transcript(key, first, list(messages))
+                await tx.append_context_transcript(key, first, list(messages), now)
             if idempotency_key:
                 await tx.remember_context_append(
                     key, idempotency_key, StoredAppend(digest, first, len(messages))

@@ -63,6 +63,20 @@ class RunChange:
     suspension_key: str | None = None
     terminal_key: str | None = None
     checkpoint: Checkpoint | None = None
+    finished_at: Nanos | None = None
+    """The ending record's timestamp, when the change ends the run for good."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinish:
+    """What sessionless retention decides a run by (§9.10.2)."""
+
+    run_id: str
+    session_id: str
+    parent_run_id: str
+    status: RunStatus
+    finished_at: Nanos | None
+    """The timestamp of the record that ended the run; None while it has not."""
 
 
 # --- Records ----------------------------------------------------------------

@@ -26,6 +26,7 @@ from runstore.server.core.model import (
     RecordDraft,
     RunChange,
     RunEnding,
+    RunFinish,
     RunRecord,
     RunState,
     Session,
@@ -129,6 +130,28 @@ class Transaction(Protocol):
         """Ended before ``ended_before``, no running run; oldest ended first."""
         ...
 
+    async def run_purged(self, run_id: str) -> bool:
+        """Whether retention deleted a sessionless run with this ID (a tombstone)."""
+        ...
+
+    async def purgeable_sessionless_runs(
+        self, finished_before: Nanos, after: tuple[Nanos, str] | None, limit: int
+    ) -> list[tuple[str, Nanos]]:
+        """(run_id, finished_at) of finished sessionless root runs finished before
+        ``finished_before`` whose direct children all did too, after the keyset
+        position ``after``, oldest first. A hint: the core re-checks under locks."""
+        ...
+
+    async def lock_run_ending(self, run_id: str) -> RunFinish | None: ...
+
+    async def lock_child_run_endings(self, run_id: str) -> list[RunFinish]:
+        """The run's sessionless children, each locked (after their parent)."""
+        ...
+
+    async def purge_sessionless_run(self, run_id: str, purged_at: Nanos) -> None:
+        """Deletes the run and its records and leaves a run tombstone."""
+        ...
+
     async def list_sessions(
         self, query: SessionFilter[Nanos], after: PageKey | None, limit: int
     ) -> list[Session]:
@@ -203,8 +226,9 @@ class Transaction(Protocol):
 
     async def context_head(self, key: str) -> ContextHead | None: ...
 
-    async def lock_context(self, key: str) -> ContextHead:
-        """Creates the key if needed (version 0), locks it, returns its head."""
+    async def lock_context(self, key: str, now: Nanos) -> ContextHead:
+        """Creates the key if needed (version 0, written ``now``), locks it,
+        returns its head."""
         ...
 
     async def context_version(self, key: str, version: int) -> ContextVersion | None: ...
@@ -220,8 +244,13 @@ class Transaction(Protocol):
     async def context_transcript(self, key: str, after: int, limit: int) -> list[bytes]: ...
 
     async def append_context_transcript(
-        self, key: str, first_position: int, messages: list[bytes]
+        self, key: str, first_position: int, messages: list[bytes], now: Nanos
     ) -> None: ...
+
+    async def purge_stale_contexts(self, written_before: Nanos, limit: int) -> int:
+        """Deletes up to ``limit`` keys not written since ``written_before``
+        (oldest first), skipping any a writer holds; returns how many."""
+        ...
 
     async def context_append_request(
         self, key: str, idempotency_key: str

@@ -12,10 +12,11 @@ session first, so every writer acquires locks in the same order.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from runstore.contract import lifecycle
 from runstore.contract.errors import (
@@ -28,6 +29,7 @@ from runstore.contract.errors import (
     RunConflictError,
     RunNotActiveError,
     RunNotFoundError,
+    RunPurgedError,
     RunRecordOwnerMismatchError,
     RunSessionMismatchError,
     RunstoreError,
@@ -70,6 +72,7 @@ from runstore.server.core.model import (
     RunCancellation,
     RunChange,
     RunEnding,
+    RunFinish,
     RunRecord,
     RunStart,
     RunStartResult,
@@ -85,6 +88,8 @@ from runstore.server.core.ports import (
     SessionLookup,
     Transaction,
 )
+
+T = TypeVar("T")
 
 DEFAULT_PAGE_LIMIT: Final = DEFAULTS.page_limit
 """Largest page ListRunRecords / ListSessionRunRecords return (D3)."""
@@ -225,12 +230,85 @@ class RuntimeStore:
 
             return tx_fn
 
-        purged = [
-            session_id
-            for session_id in found[:batch]
-            if await self._db.write(purge_one(session_id))
-        ]
+        done = await _in_parallel([purge_one(session_id) for session_id in found[:batch]], self._db)
+        purged = [session_id for session_id, ok in zip(found[:batch], done, strict=True) if ok]
         return purged, len(found) > batch
+
+    async def purge_sessionless_runs(
+        self, finished_before: Nanos | None, limit: int
+    ) -> tuple[list[str], bool]:
+        """Retention: deletes up to ``limit`` finished sessionless root runs
+        finished before ``finished_before``, oldest first, each with its
+        one-shot children (at any depth) and every record, and leaves a run
+        tombstone for each (§9.10.2). Returns the IDs this call deleted (a root
+        before its children) and whether more roots may match.
+
+        Each root's family goes in one transaction, re-checked under the locks
+        of the root, then of its children: a family with a run still running
+        (or suspended), or one that finished at or after the cut-off, is
+        skipped whole, never partly deleted; a root another caller deleted
+        first is skipped and not reported. Skipped roots are stepped over
+        (keyset), so they never stop the roots after them.
+        """
+        batch = validation.check_purge_batch(finished_before, "finished_before", limit)
+        assert finished_before is not None
+        budget = batch * _ROOTS_EXAMINED_PER_PURGE
+        families: list[list[str]] = []
+        after: tuple[Nanos, str] | None = None
+
+        def purged() -> list[str]:
+            return [run_id for family in families for run_id in family]
+
+        while len(families) < batch and budget > 0:
+            wanted = min(batch - len(families), budget)
+
+            async def candidates(
+                tx: Transaction, after: tuple[Nanos, str] | None = after, wanted: int = wanted
+            ) -> list[tuple[str, Nanos]]:
+                return await tx.purgeable_sessionless_runs(finished_before, after, wanted + 1)
+
+            found = await self._db.read(candidates)
+            page = found[:wanted]
+            budget -= len(page)
+            if page:
+                after = (page[-1][1], page[-1][0])
+            deleted = await _in_parallel(
+                [self._purge_family(run_id, finished_before) for run_id, _ in page], self._db
+            )
+            families.extend(family for family in deleted if family)
+            if len(found) <= wanted:
+                return purged(), False
+        return purged(), True
+
+    def _purge_family(
+        self, root_id: str, finished_before: Nanos
+    ) -> Callable[[Transaction], Coroutine[Any, Any, list[str]]]:
+        def qualifies(run: RunFinish | None) -> bool:
+            return (
+                run is not None
+                and not run.session_id
+                and run.status in _FINISHED
+                and run.finished_at is not None
+                and run.finished_at < finished_before
+            )
+
+        async def tx_fn(tx: Transaction) -> list[str]:
+            root = await tx.lock_run_ending(root_id)
+            if root is None or root.parent_run_id or not qualifies(root):
+                return []  # deleted by another caller meanwhile, or never a candidate
+            family, frontier = [root_id], [root_id]
+            while frontier:
+                children = await tx.lock_child_run_endings(frontier.pop())
+                if not all(qualifies(child) for child in children):
+                    return []
+                family.extend(child.run_id for child in children)
+                frontier.extend(child.run_id for child in children)
+            purged_at = self._clock()
+            for run_id in family:
+                await tx.purge_sessionless_run(run_id, purged_at)
+            return family
+
+        return tx_fn
 
     async def list_runs_by_session(
         self, session_id: str, statuses: Collection[RunStatus] | None = None
@@ -304,6 +382,7 @@ class RuntimeStore:
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
                 return await _replay_session_start(tx, stored, run, None, started, canceled)
+            await _check_not_purged(tx, run)
             if session is None:
                 raise SessionNotFoundError(run_id=run.run_id, session_id=run.session_id)
             return await self._create_session_run(tx, run, session, None, started, canceled)
@@ -328,6 +407,7 @@ class RuntimeStore:
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
                 return await _replay_session_start(tx, stored, run, link, started, canceled)
+            await _check_not_purged(tx, run)
             if session is None:
                 raise SessionNotFoundError(run_id=run.run_id, session_id=run.session_id)
             if parent.session_id != run.session_id:
@@ -352,6 +432,7 @@ class RuntimeStore:
                 return RunStartResult(
                     RunStartOutcome.PROCEED, await _replay_record(tx, started, None)
                 )
+            await _check_not_purged(tx, run)
             await tx.insert_run(self._new_run(run, RunStartOutcome.PROCEED, None, started, None))
             return RunStartResult(RunStartOutcome.PROCEED, await _append(tx, started, None))
 
@@ -376,6 +457,7 @@ class RuntimeStore:
                     await _replay_record(tx, started, None),
                     parent_record=parent_record,
                 )
+            await _check_not_purged(tx, run)
             if parent is None:
                 raise RunNotFoundError(run_id=run.parent_run_id)
             if parent.session_id:
@@ -630,7 +712,12 @@ class RuntimeStore:
             status,
             record,
             stored,
-            RunChange(status=terminal, updated_at=self._clock(), terminal_key=record.event_key),
+            RunChange(
+                status=terminal,
+                updated_at=self._clock(),
+                terminal_key=record.event_key,
+                finished_at=record.timestamp,
+            ),
         )
 
     # --- Repairs (§9.5) ------------------------------------------------------
@@ -790,6 +877,46 @@ class RuntimeStore:
 
 # --- Rules used inside transactions -----------------------------------------
 
+_FINISHED: Final = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED})
+"""The statuses sessionless retention deletes (suspended runs can be continued)."""
+
+PURGE_PARALLEL: Final = 8
+"""Retention transactions (one session, one run family each) in flight at once
+per call: SQLite commits them in one group commit, PostgreSQL on several pool
+connections. Different sessions (families) share no row, so they never wait
+for each other."""
+
+_ROOTS_EXAMINED_PER_PURGE: Final = 4
+"""A retention call examines at most this many candidate roots per root it may
+purge, so skipped families cost a bounded amount of work per call."""
+
+
+async def _in_parallel(
+    transactions: list[Callable[[Transaction], Coroutine[Any, Any, T]]], db: Database
+) -> list[T]:
+    """Each function in a write transaction of its own, ``PURGE_PARALLEL`` at a
+    time; results in the order given. On a failure every other transaction
+    still ends (committed or not) before the first error is raised, so none
+    outlives the call."""
+    gate = asyncio.Semaphore(PURGE_PARALLEL)
+
+    async def one(fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        async with gate:
+            return await db.write(fn)
+
+    results = await asyncio.gather(*(one(fn) for fn in transactions), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return [result for result in results if not isinstance(result, BaseException)]
+
+
+async def _check_not_purged(tx: Transaction, run: RunStart) -> None:
+    """§9.10.2: a first start of a run ID retention deleted is refused, so a
+    delayed retry of a purged run's start never re-creates it."""
+    if await tx.run_purged(run.run_id):
+        raise RunPurgedError(run_id=run.run_id, session_id=run.session_id)
+
 
 def _check_suspension_text(cmd: RunSuspension) -> None:
     input_rules.check_ids(run_id=cmd.run_id)
@@ -874,7 +1001,9 @@ def appendable(target: RecordTarget, record: RecordDraft) -> bool:
     )
 
 
-def startable(session: SessionLookup, stored: RunState | None, run: RunStart) -> bool:
+def startable(
+    session: SessionLookup, stored: RunState | None, run: RunStart, purged: bool = False
+) -> bool:
     """The common case of StartRootRun (§9.2.1), in which the run and its
     ``run_started`` record are written with no further question. The one list
     of the preconditions ``Database.start_if_new`` implements (and that
@@ -883,13 +1012,15 @@ def startable(session: SessionLookup, stored: RunState | None, run: RunStart) ->
 
     1. the run has no predecessor (a continuation checks it first, §10.2);
     2. the session exists and is active (so it is no tombstone);
-    3. no run has the run's ID (no retry, no conflict).
+    3. no run has the run's ID (no retry, no conflict);
+    4. no run tombstone has it (``purged``: retention deleted such a run, §9.10.2).
     """
     return (
         not run.predecessor_run_id
         and isinstance(session, Session)
         and session.status is SessionStatus.ACTIVE
         and stored is None
+        and not purged
     )
 
 

@@ -3,9 +3,9 @@
 ``measured`` returns the backend itself when metrics and tracing are off, so
 they cost a call nothing then. Otherwise every transaction is timed into
 ``runstore_db_transaction_seconds{backend,kind}`` and, with a tracer, runs in
-a child span of the call's span; records appended and sessions purged are
-counted once their transaction committed (a SQLite batch that runs a function
-again counts only the run that committed).
+a child span of the call's span; records appended and sessions, runs and
+context keys purged are counted once their transaction committed (a SQLite
+batch that runs a function again counts only the run that committed).
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ class MeasuredDatabase:
         counts = _Counts()
         result = await self._measured("write", lambda: self.inner.write(counts.wrap(fn)))
         if self._figures is not None:
-            self._figures.committed(counts.appended, counts.purged)
+            self._figures.committed(
+                counts.appended, counts.purged, counts.runs_purged, counts.contexts_purged
+            )
         return result
 
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
@@ -92,13 +94,16 @@ class MeasuredDatabase:
 
 
 class _Counts:
-    """Records appended and sessions purged by the last run of one transaction function."""
+    """Records appended, sessions, runs and context keys purged by the last run
+    of one transaction function."""
 
-    __slots__ = ("appended", "purged")
+    __slots__ = ("appended", "contexts_purged", "purged", "runs_purged")
 
     def __init__(self) -> None:
         self.appended = 0
         self.purged = 0
+        self.runs_purged = 0
+        self.contexts_purged = 0
 
     def wrap(
         self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]
@@ -106,10 +111,12 @@ class _Counts:
         async def counted(tx: Transaction) -> T:
             if not isinstance(tx, SqlTransaction):
                 return await fn(tx)
-            appended, purged = tx.records_appended, tx.sessions_purged
+            before = (tx.records_appended, tx.sessions_purged, tx.runs_purged, tx.contexts_purged)
             result = await fn(tx)
-            self.appended = tx.records_appended - appended
-            self.purged = tx.sessions_purged - purged
+            self.appended = tx.records_appended - before[0]
+            self.purged = tx.sessions_purged - before[1]
+            self.runs_purged = tx.runs_purged - before[2]
+            self.contexts_purged = tx.contexts_purged - before[3]
             return result
 
         return counted

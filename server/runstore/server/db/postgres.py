@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -217,6 +217,10 @@ async def _reset(conn: asyncpg.Connection) -> None:
 _READ_ONLY_SNAPSHOT: Final = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
+RETENTION_LOCK_KEY: Final = 0x72657461696E6564  # "retained"
+"""The advisory lock key of retention passes (migrations use another)."""
+
+
 class PostgresDatabase:
     """``Database`` over a PostgreSQL pool; safe to share between replicas.
 
@@ -278,6 +282,27 @@ class PostgresDatabase:
             except _StaleConnection:  # nothing was sent: try the next connection
                 continue
         await self._on_connection(send, None, until)
+
+    @contextlib.asynccontextmanager
+    async def retention_lock(self) -> AsyncIterator[bool]:
+        """Whether this replica may run a retention pass now: one replica at a
+        time holds a session advisory lock on a connection of its own for the
+        whole pass (the pass's transactions use the pool). Another replica's
+        pass is not waited for: True or False at once. The lock ends with the
+        connection, so a replica that dies mid-pass frees it."""
+        conn = await asyncpg.connect(
+            self._dsn,
+            timeout=self.options.connect_timeout,
+            server_settings={"application_name": "runstore-retention"},
+        )
+        try:
+            held = await conn.fetchval("SELECT pg_try_advisory_lock($1)", RETENTION_LOCK_KEY)
+            yield bool(held)
+        finally:
+            try:
+                await asyncio.wait_for(conn.close(), self.options.operation_timeout)
+            except (TimeoutError, OSError, asyncpg.PostgresError):
+                conn.terminate()
 
     def _committed(self, tx: SqlTransaction) -> None:
         if tx.touched and self._wakeups is not None:

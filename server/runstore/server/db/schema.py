@@ -8,8 +8,8 @@ no difference). Types are portable between SQLite and PostgreSQL:
   times) are two columns, ``<name>_s`` (BIGINT, UTC seconds since the
   epoch) and ``<name>_ns`` (0 to 999,999,999); record and start times are
   whole milliseconds (V1, V3), one BIGINT ``<name>_ms``; times the server's own
-  clock sets (``updated_at``, ``saved_at``, ``purged_at``) are BIGINT UTC
-  nanoseconds;
+  clock sets (``updated_at``, ``saved_at``, ``written_at``, ``purged_at``) are
+  BIGINT UTC nanoseconds;
 * IDs and keys are text; a sessionless run has ``session_id = ''`` (§3.4);
 * payloads and checkpoints are bytes, stored byte for byte (D2);
 * labels are a JSON object with sorted keys, compared as maps (V7).
@@ -60,6 +60,15 @@ session_tombstones = Table(
     Column("purged_at", BigInteger, nullable=False),
 )
 
+run_tombstones = Table(
+    "run_tombstones",
+    metadata,
+    # A sessionless run deleted by retention (§9.10.2): its ID is never reused,
+    # so a delayed retry of its start answers RUN_PURGED instead of re-creating it.
+    Column("run_id", Text, primary_key=True),
+    Column("purged_at", BigInteger, nullable=False),
+)
+
 runs = Table(
     "runs",
     metadata,
@@ -82,6 +91,10 @@ runs = Table(
     # The write-once checkpoint (§3.6).
     Column("checkpoint_id", Text, nullable=True),
     Column("checkpoint_data", LargeBinary, nullable=True),
+    # The timestamp of the record that ended the run (completed, failed or
+    # canceled), whole milliseconds; NULL while running or suspended, and for
+    # runs a start stopped. Sessionless retention cuts on it (§9.10.2).
+    Column("finished_at_ms", BigInteger, nullable=True),
     # ListRunsBySession (ordered, Q10) and PurgeSession's running-run check;
     # ListRuns by session, and sessionless runs (session_id '').
     Index(None, "session_id", "started_at_ms", "run_id"),
@@ -91,6 +104,20 @@ runs = Table(
     Index(None, "status", "started_at_ms", "run_id"),
     Index(None, "session_id", "status", "started_at_ms", "run_id"),
     Index(None, "agent_id", "status", "started_at_ms", "run_id"),
+    # Sessionless retention: finished roots oldest first, and a run's one-shot children.
+    Index(
+        None,
+        "finished_at_ms",
+        "run_id",
+        sqlite_where=text("session_id = '' AND parent_run_id = ''"),
+        postgresql_where=text("session_id = '' AND parent_run_id = ''"),
+    ),
+    Index(
+        None,
+        "parent_run_id",
+        sqlite_where=text("session_id = '' AND parent_run_id <> ''"),
+        postgresql_where=text("session_id = '' AND parent_run_id <> ''"),
+    ),
 )
 
 records = Table(
@@ -171,6 +198,10 @@ context_keys = Table(
     Column("version", BigInteger, nullable=False),
     Column("saved_at", BigInteger, nullable=True),
     Column("transcript_count", BigInteger, nullable=False),
+    # The last SaveContext or AppendTranscript of the key (server clock):
+    # --retain-contexts deletes keys not written for that long.
+    Column("written_at", BigInteger, nullable=False),
+    Index(None, "written_at", "context_key"),
 )
 
 context_versions = Table(

@@ -14,13 +14,14 @@ the server's loop and back. The writer commits before any caller is answered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -401,6 +402,20 @@ class SqliteDatabase:
         self._workers: list[_Worker] = []
         self._syncer: _WalSyncer | None = None
         self._wakeups: LocalWakeups | None = None
+        self._retaining = False
+
+    @contextlib.asynccontextmanager
+    async def retention_lock(self) -> AsyncIterator[bool]:
+        """Whether a retention pass may run now: one at a time in this process
+        (one server serves a SQLite file; its single writer orders the rest)."""
+        if self._retaining:
+            yield False
+            return
+        self._retaining = True
+        try:
+            yield True
+        finally:
+            self._retaining = False
 
     @property
     def wakeups(self) -> LocalWakeups:

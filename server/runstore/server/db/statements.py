@@ -63,6 +63,7 @@ from runstore.server.db.schema import (
     memory_events,
     memory_runs,
     records,
+    run_tombstones,
     runs,
     session_tombstones,
     sessions,
@@ -270,6 +271,9 @@ def change_params(run_id: str, change: RunChange) -> dict[str, Any]:
         "terminal_key": change.terminal_key,
         "checkpoint_id": checkpoint.id if checkpoint else None,
         "checkpoint_data": checkpoint.data if checkpoint else None,
+        "finished_at_ms": (
+            to_millis(change.finished_at) if change.finished_at is not None else None
+        ),
     }
 
 
@@ -496,7 +500,49 @@ def _run_change() -> Any:
             terminal_key=keep("terminal_key"),
             checkpoint_id=keep("checkpoint_id"),
             checkpoint_data=keep("checkpoint_data"),
+            finished_at_ms=keep("finished_at_ms"),
         )
+    )
+
+
+RUN_ENDING_COLUMNS = (
+    runs.c.run_id,
+    runs.c.session_id,
+    runs.c.parent_run_id,
+    runs.c.status,
+    runs.c.finished_at_ms,
+)
+
+_SESSIONLESS = runs.c.session_id == literal_column("''")
+"""Spelled as a literal, not a parameter, so PostgreSQL's generic plans can
+use the partial indexes on sessionless runs."""
+
+
+def _purgeable_sessionless_runs() -> Any:
+    """Finished sessionless roots finished before the cut-off, after a keyset
+    position, oldest first (only an ending sets ``finished_at_ms``); roots with
+    a direct child that is not finished before the cut-off are left out
+    (deeper ones the core re-checks)."""
+    child = runs.alias("child")
+    cut = bindparam("finished_before_ms", type_=BigInteger)
+    return (
+        select(runs.c.run_id, runs.c.finished_at_ms)
+        .where(
+            _SESSIONLESS,
+            runs.c.parent_run_id == literal_column("''"),
+            runs.c.finished_at_ms < cut,
+            tuple_(runs.c.finished_at_ms, runs.c.run_id)
+            > tuple_(bindparam("after_ms", type_=BigInteger), bindparam("after_run_id")),
+            ~exists().where(
+                child.c.parent_run_id == runs.c.run_id,
+                # Both literal: they imply the children index's predicate.
+                child.c.parent_run_id != literal_column("''"),
+                child.c.session_id == literal_column("''"),
+                or_(child.c.finished_at_ms.is_(None), child.c.finished_at_ms >= cut),
+            ),
+        )
+        .order_by(runs.c.finished_at_ms, runs.c.run_id)
+        .limit(bindparam("limit"))
     )
 
 
@@ -566,7 +612,8 @@ def _insert_record_from(source: Any, in_session: bool) -> Any:
 
 def _start_if_new(fused: bool, row_locks: bool) -> Any:
     """``Database.start_if_new``: inserts the bound run (``run_params``) only if
-    its session is active and no run has its ID, returning the run's ID.
+    its session is active and no run (nor run tombstone) has its ID, returning
+    the run's ID.
 
     Fused (PostgreSQL), the same statement also inserts the bound started
     record and returns its ID instead: one statement, atomic by itself. A
@@ -577,7 +624,11 @@ def _start_if_new(fused: bool, row_locks: bool) -> Any:
     single writer runs it inside a transaction) the caller appends the record.
     """
     values = [bindparam(column.name, type_=column.type) for column in RUN_COLUMNS]
-    guard = [_active_session(row_locks)]
+    guard = [
+        _active_session(row_locks),
+        # A run ID retention deleted is never started again (§9.10.2).
+        ~exists().where(run_tombstones.c.run_id == bindparam("run_id", type_=Text)),
+    ]
     if not fused:
         guard.append(~exists().where(runs.c.run_id == bindparam("run_id", type_=Text)))
     columns = [column.name for column in RUN_COLUMNS]
@@ -596,7 +647,7 @@ def _start_if_new(fused: bool, row_locks: bool) -> Any:
 
 def _end_if_running(in_session: bool, fused: bool, row_locks: bool) -> Any:
     """``Database.end_if_running``: ends the bound run (status, updated_at,
-    terminal key) only when every condition of ``core.store.endable`` holds,
+    terminal key, finish time) only when every condition of ``core.store.endable`` holds,
     returning its ID; each condition below is one of that list's items
     (``tests/core/test_lifecycle_fast_paths.py`` checks they agree).
 
@@ -632,6 +683,8 @@ def _end_if_running(in_session: bool, fused: bool, row_locks: bool) -> Any:
             status=bindparam("new_status", type_=Text),
             updated_at=bindparam("updated_at", type_=BigInteger),
             terminal_key=event_key,
+            # The ending record's time: sessionless retention cuts on it (§9.10.2).
+            finished_at_ms=bindparam("timestamp_ms", type_=BigInteger),
         )
         .returning(runs.c.run_id)
     )
@@ -714,6 +767,7 @@ def _product_memory_sources(dialect: Dialect) -> dict[str, ClauseElement]:
             version=0,
             saved_at=None,
             transcript_count=0,
+            written_at=bindparam("written_at"),
         ),
         "context_lock": head.where(context_key).with_for_update(),
         "context_version": select(
@@ -725,7 +779,11 @@ def _product_memory_sources(dialect: Dialect) -> dict[str, ClauseElement]:
         "insert_context_version": insert(context_versions).values(binds(context_versions)),
         "set_context_version": update(context_keys)
         .where(context_key)
-        .values(version=bindparam("version"), saved_at=bindparam("saved_at")),
+        .values(
+            version=bindparam("version"),
+            saved_at=bindparam("saved_at"),
+            written_at=bindparam("saved_at"),
+        ),
         "prune_context_versions": delete(context_versions).where(
             context_versions.c.context_key == bindparam("context_key"),
             context_versions.c.version < bindparam("keep_from"),
@@ -751,8 +809,16 @@ def _product_memory_sources(dialect: Dialect) -> dict[str, ClauseElement]:
         "grow_context_transcript": update(context_keys)
         .where(context_key)
         .values(
-            transcript_count=context_keys.c.transcript_count + bindparam("added", type_=BigInteger)
+            transcript_count=context_keys.c.transcript_count + bindparam("added", type_=BigInteger),
+            written_at=bindparam("written_at"),
         ),
+        # --retain-contexts: keys not written since the cut-off, oldest first,
+        # locked; a key a writer holds is skipped (it is being written now).
+        "stale_contexts": select(context_keys.c.context_key)
+        .where(context_keys.c.written_at < bindparam("written_before"))
+        .order_by(context_keys.c.written_at, context_keys.c.context_key)
+        .limit(bindparam("limit"))
+        .with_for_update(skip_locked=True),
         "context_append_request": select(
             context_appends.c.digest, context_appends.c.first_position, context_appends.c.count
         ).where(
@@ -854,6 +920,26 @@ def _statement_sources() -> dict[str, ClauseElement]:
         "insert_tombstone": insert(session_tombstones).values(
             session_id=bindparam("session_id"), purged_at=bindparam("purged_at")
         ),
+        "run_tombstoned": select(literal_column("1")).where(
+            run_tombstones.c.run_id == bindparam("run_id")
+        ),
+        "insert_run_tombstone": insert(run_tombstones).values(
+            run_id=bindparam("run_id"), purged_at=bindparam("purged_at")
+        ),
+        "purgeable_sessionless_runs": _purgeable_sessionless_runs(),
+        "run_ending_for_update": select(*RUN_ENDING_COLUMNS)
+        .where(runs.c.run_id == bindparam("run_id"))
+        .with_for_update(),
+        "child_run_endings_for_update": select(*RUN_ENDING_COLUMNS)
+        .where(
+            runs.c.parent_run_id == bindparam("run_id"),
+            runs.c.parent_run_id != literal_column("''"),
+            _SESSIONLESS,
+        )
+        .order_by(runs.c.run_id)
+        .with_for_update(),
+        "delete_run_records": delete(records).where(records.c.run_id == bindparam("run_id")),
+        "delete_run": delete(runs).where(runs.c.run_id == bindparam("run_id")),
         "insert_run": insert(runs).values(
             {column.name: bindparam(column.name) for column in RUN_COLUMNS}
         ),
@@ -889,6 +975,13 @@ class Statements:
     purge_runs: Compiled
     purge_session: Compiled
     insert_tombstone: Compiled
+    run_tombstoned: Compiled
+    insert_run_tombstone: Compiled
+    purgeable_sessionless_runs: Compiled
+    run_ending_for_update: Compiled
+    child_run_endings_for_update: Compiled
+    delete_run_records: Compiled
+    delete_run: Compiled
     insert_run: Compiled
     change_run: Compiled
     record_target: Compiled
@@ -927,6 +1020,7 @@ class Statements:
     grow_context_transcript: Compiled
     context_append_request: Compiled
     insert_context_append: Compiled
+    stale_contexts: Compiled
     listings: ListingStatements
     """ListSessions and ListRuns, compiled per filter shape on first use."""
     batch: BatchStatements

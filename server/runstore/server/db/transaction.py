@@ -11,9 +11,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from runstore.contract.model import RunFilter, SessionFilter
+from runstore.contract.model import RunFilter, RunStatus, SessionFilter
 from runstore.server.core.listing import PageKey
 from runstore.server.core.model import (
+    NANOS_PER_MILLI,
     ContextHead,
     ContextVersion,
     MemoryEvent,
@@ -21,6 +22,7 @@ from runstore.server.core.model import (
     RecordDraft,
     RunChange,
     RunEnding,
+    RunFinish,
     RunRecord,
     RunState,
     Session,
@@ -42,6 +44,20 @@ _SESSION_END = _RUN_WIDTH + len(sql.SESSION_COLUMNS) - 1
 """Where a record target's session columns (all but the id) end."""
 
 
+_MIN_BIGINT = -(2**63)
+
+
+def _run_finish(row: Any) -> RunFinish:
+    finished_ms = row[4]
+    return RunFinish(
+        run_id=str(row[0]),
+        session_id=str(row[1]),
+        parent_run_id=str(row[2]),
+        status=RunStatus(row[3]),
+        finished_at=int(finished_ms) * NANOS_PER_MILLI if finished_ms is not None else None,
+    )
+
+
 class SqlTransaction(Transaction):
     """Every named operation of ``Transaction`` as SQL, over three primitives
     each backend provides (``_one``, ``_all``, ``_run``)."""
@@ -61,6 +77,10 @@ class SqlTransaction(Transaction):
     counts the difference a committed transaction made)."""
     sessions_purged: int = 0
     """Sessions this connection's transactions purged, likewise."""
+    runs_purged: int = 0
+    """Sessionless runs retention deleted, likewise."""
+    contexts_purged: int = 0
+    """Context keys retention deleted, likewise."""
 
     def __init__(self, statements: Statements) -> None:
         self._sql = statements
@@ -196,6 +216,40 @@ class SqlTransaction(Transaction):
             limit=limit,
         )
         return [str(row[0]) for row in rows]
+
+    async def run_purged(self, run_id: str) -> bool:
+        return await self._one(self._sql.run_tombstoned, run_id=run_id) is not None
+
+    async def purgeable_sessionless_runs(
+        self, finished_before: Nanos, after: tuple[Nanos, str] | None, limit: int
+    ) -> list[tuple[str, Nanos]]:
+        # Exact in whole milliseconds: finished_at < cut-off <=> ms < ceil(cut-off).
+        after_ms, after_run_id = (
+            (sql.to_millis(after[0]), after[1]) if after is not None else (_MIN_BIGINT, "")
+        )
+        rows = await self._all(
+            self._sql.purgeable_sessionless_runs,
+            finished_before_ms=-(-finished_before // NANOS_PER_MILLI),
+            after_ms=after_ms,
+            after_run_id=after_run_id,
+            limit=limit,
+        )
+        return [(str(row[0]), int(row[1]) * NANOS_PER_MILLI) for row in rows]
+
+    async def lock_run_ending(self, run_id: str) -> RunFinish | None:
+        row = await self._one(self._sql.run_ending_for_update, run_id=run_id)
+        return _run_finish(row) if row is not None else None
+
+    async def lock_child_run_endings(self, run_id: str) -> list[RunFinish]:
+        rows = await self._all(self._sql.child_run_endings_for_update, run_id=run_id)
+        return [_run_finish(row) for row in rows]
+
+    async def purge_sessionless_run(self, run_id: str, purged_at: Nanos) -> None:
+        await self._run(self._sql.delete_run_records, run_id=run_id)
+        await self._run(self._sql.delete_run, run_id=run_id)
+        await self._run(self._sql.insert_run_tombstone, run_id=run_id, purged_at=purged_at)
+        self.touched.add(run_key(run_id))
+        self.runs_purged += 1
 
     async def insert_session(self, session: Session) -> None:
         seconds, nanos = sql.split_nanos(session.created_at)
@@ -423,10 +477,15 @@ class SqlTransaction(Transaction):
         row = await self._one(self._sql.context_head, context_key=key)
         return ContextHead(row[0], row[1], row[2]) if row is not None else None
 
-    async def lock_context(self, key: str) -> ContextHead:
-        await self._run(self._sql.context_create, context_key=key)
-        row = await self._one(self._sql.context_lock, context_key=key)
-        return ContextHead(row[0], row[1], row[2])
+    async def lock_context(self, key: str, now: Nanos) -> ContextHead:
+        # A delete (DeleteContext, retention) that committed while this lock
+        # waited leaves no row to lock (READ COMMITTED re-reads it as gone):
+        # create the key anew and lock that.
+        while True:
+            await self._run(self._sql.context_create, context_key=key, written_at=now)
+            row = await self._one(self._sql.context_lock, context_key=key)
+            if row is not None:
+                return ContextHead(row[0], row[1], row[2])
 
     async def context_version(self, key: str, version: int) -> ContextVersion | None:
         row = await self._one(self._sql.context_version, context_key=key, version=version)
@@ -450,6 +509,10 @@ class SqlTransaction(Transaction):
 
     async def delete_context(self, key: str) -> bool:
         existed = await self._one(self._sql.context_lock, context_key=key) is not None
+        await self._delete_context_rows(key)
+        return existed
+
+    async def _delete_context_rows(self, key: str) -> None:
         for statement in (
             self._sql.delete_context_versions,
             self._sql.delete_context_transcript,
@@ -457,7 +520,13 @@ class SqlTransaction(Transaction):
             self._sql.delete_context_key,
         ):
             await self._run(statement, context_key=key)
-        return existed
+
+    async def purge_stale_contexts(self, written_before: Nanos, limit: int) -> int:
+        rows = await self._all(self._sql.stale_contexts, written_before=written_before, limit=limit)
+        for row in rows:
+            await self._delete_context_rows(str(row[0]))
+        self.contexts_purged += len(rows)
+        return len(rows)
 
     async def context_transcript(self, key: str, after: int, limit: int) -> list[bytes]:
         rows = await self._all(
@@ -466,7 +535,7 @@ class SqlTransaction(Transaction):
         return [bytes(row[0]) for row in rows]
 
     async def append_context_transcript(
-        self, key: str, first_position: int, messages: list[bytes]
+        self, key: str, first_position: int, messages: list[bytes], now: Nanos
     ) -> None:
         await self._many(
             self._sql.insert_context_message,
@@ -475,7 +544,9 @@ class SqlTransaction(Transaction):
                 for offset, message in enumerate(messages)
             ],
         )
-        await self._run(self._sql.grow_context_transcript, context_key=key, added=len(messages))
+        await self._run(
+            self._sql.grow_context_transcript, context_key=key, added=len(messages), written_at=now
+        )
 
     async def context_append_request(self, key: str, idempotency_key: str) -> StoredAppend | None:
         row = await self._one(

@@ -58,6 +58,14 @@ class SessionAdminServicer(sa_grpc.SessionAdminServicer):
         return sa.PurgeEndedSessionsResponse(purged_session_ids=purged, more=more)
 
     @maps_errors
+    async def PurgeSessionlessRuns(
+        self, request: sa.PurgeSessionlessRunsRequest, context: Context
+    ) -> sa.PurgeSessionlessRunsResponse:
+        finished_before = convert.nanos_from_wire(request, "finished_before", "finished_before")
+        purged, more = await self._store.purge_sessionless_runs(finished_before, request.limit)
+        return sa.PurgeSessionlessRunsResponse(purged_run_ids=purged, more=more)
+
+    @maps_errors
     async def ListRunsBySession(
         self, request: sa.ListRunsBySessionRequest, context: Context
     ) -> sa.ListRunsBySessionResponse:
