@@ -681,7 +681,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sqlite-synchronous", default="FULL", help="FULL or NORMAL")
     parser.add_argument(
         "--workloads",
-        default="append,start_terminal,turn,list_run,list_session,listings,"
+        default="append,append_batch,start_terminal,turn,list_run,list_session,listings,"
         "watch_latency,idle_watchers,retention",
         help="comma-separated workloads (the ceiling is always measured)",
     )
