@@ -33,7 +33,12 @@ from runstore.contract.model import RunStatus, SessionStatus
 from runstore.server.core.model import RecordDraft
 from runstore.server.db import statements as sql
 from runstore.server.db.schema import records, runs, sessions
-from runstore.server.db.statements import RECORD_COLUMNS, Compiled, compile_for
+from runstore.server.db.statements import (
+    INSERTED_RECORD_COLUMNS,
+    RECORD_COLUMNS,
+    Compiled,
+    compile_for,
+)
 
 _INSERTED = (*(column.name for column in RECORD_COLUMNS), "payload_size", "session_position")
 """The columns a batch insert sets, in its parameters' order."""
@@ -159,21 +164,10 @@ def _append_if_writable(count: int, in_session: bool, row_locks: bool) -> Any:
         batch_rows.c.timestamp_ms,
         position,
     ]
-    columns = [
-        "run_id",
-        "record_id",
-        "event_key",
-        "agent_id",
-        "session_id",
-        "turn_id",
-        "type",
-        "payload",
-        "payload_size",
-        "timestamp_ms",
-        "session_position",
-    ]
     source = select(*values).select_from(target_rows.join(batch_rows, true()))
-    return insert(records).from_select(columns, source).returning(records.c.record_id)
+    return (
+        insert(records).from_select(INSERTED_RECORD_COLUMNS, source).returning(records.c.record_id)
+    )
 
 
 class BatchStatements:

@@ -378,17 +378,49 @@ def _lock_run() -> Any:
     )
 
 
+def _next_record_id(prior: Any, run_id: Any) -> Any:
+    """The next ID of ``run_id``'s records: IDs are dense, so the largest plus one,
+    read through the primary key (``prior`` is an alias of ``records``)."""
+    return (
+        select(func.coalesce(func.max(prior.c.record_id), 0) + literal_column("1"))
+        .where(prior.c.run_id == run_id)
+        .scalar_subquery()
+    )
+
+
+def _next_session_position(prior: Any, session_id: Any) -> Any:
+    """The next position in ``session_id``'s order (D3: the caller holds the
+    session's lock), read through the position index."""
+    return (
+        select(func.coalesce(func.max(prior.c.session_position), 0) + literal_column("1"))
+        .where(prior.c.session_id == session_id, prior.c.session_position.is_not(None))
+        .scalar_subquery()
+    )
+
+
+INSERTED_RECORD_COLUMNS = (
+    "run_id",
+    "record_id",
+    "event_key",
+    "agent_id",
+    "session_id",
+    "turn_id",
+    "type",
+    "payload",
+    "payload_size",
+    "timestamp_ms",
+    "session_position",
+)
+"""The columns an ``INSERT ... SELECT`` of a record fills, in its select's order."""
+
+
 def _insert_record(in_session: bool) -> Any:
     """Inserts a record with the next ID of its run and, in a session, the next
     position of its session (D3: the caller holds the session's lock), and
     returns the ID. IDs and positions are dense, so the next one is the
     largest plus one, read through the primary key and the position index."""
     prior = records.alias("prior")
-    next_id = (
-        select(func.coalesce(func.max(prior.c.record_id), 0) + literal_column("1"))
-        .where(prior.c.run_id == bindparam("run_id"))
-        .scalar_subquery()
-    )
+    next_id = _next_record_id(prior, bindparam("run_id"))
     values: dict[str, Any] = {
         column.name: bindparam(column.name)
         for column in (*RECORD_COLUMNS, records.c.payload_size)
@@ -396,14 +428,7 @@ def _insert_record(in_session: bool) -> Any:
     }
     values["record_id"] = next_id
     if in_session:
-        values["session_position"] = (
-            select(func.coalesce(func.max(prior.c.session_position), 0) + literal_column("1"))
-            .where(
-                prior.c.session_id == bindparam("session_id"),
-                prior.c.session_position.is_not(None),
-            )
-            .scalar_subquery()
-        )
+        values["session_position"] = _next_session_position(prior, bindparam("session_id"))
     return insert(records).values(values).returning(records.c.record_id)
 
 
@@ -439,18 +464,8 @@ def _append_if_writable(in_session: bool, row_locks: bool) -> Any:
     if row_locks:
         target = target.with_for_update()
     target_rows = target.subquery("target")
-    next_id = (
-        select(func.coalesce(func.max(prior.c.record_id), 0) + literal_column("1"))
-        .where(prior.c.run_id == run_id)
-        .scalar_subquery()
-    )
-    position: Any = null()
-    if in_session:
-        position = (
-            select(func.coalesce(func.max(prior.c.session_position), 0) + literal_column("1"))
-            .where(prior.c.session_id == session_id, prior.c.session_position.is_not(None))
-            .scalar_subquery()
-        )
+    next_id = _next_record_id(prior, run_id)
+    position: Any = _next_session_position(prior, session_id) if in_session else null()
     values = [
         target_rows.c.run_id,
         next_id,
@@ -464,22 +479,9 @@ def _append_if_writable(in_session: bool, row_locks: bool) -> Any:
         bindparam("timestamp_ms", type_=BigInteger),
         position,
     ]
-    columns = [
-        "run_id",
-        "record_id",
-        "event_key",
-        "agent_id",
-        "session_id",
-        "turn_id",
-        "type",
-        "payload",
-        "payload_size",
-        "timestamp_ms",
-        "session_position",
-    ]
     return (
         insert(records)
-        .from_select(columns, select(*values).select_from(target_rows))
+        .from_select(INSERTED_RECORD_COLUMNS, select(*values).select_from(target_rows))
         .returning(records.c.record_id)
     )
 
@@ -569,21 +571,10 @@ def _insert_record_from(source: Any, in_session: bool) -> Any:
     session, the next position, and returns the ID (see ``_insert_record``)."""
     prior = records.alias("prior")
     run_id = bindparam("run_id", type_=Text)
-    next_id = (
-        select(func.coalesce(func.max(prior.c.record_id), 0) + literal_column("1"))
-        .where(prior.c.run_id == run_id)
-        .scalar_subquery()
+    next_id = _next_record_id(prior, run_id)
+    position: Any = (
+        _next_session_position(prior, bindparam("session_id", type_=Text)) if in_session else null()
     )
-    position: Any = null()
-    if in_session:
-        position = (
-            select(func.coalesce(func.max(prior.c.session_position), 0) + literal_column("1"))
-            .where(
-                prior.c.session_id == bindparam("session_id", type_=Text),
-                prior.c.session_position.is_not(None),
-            )
-            .scalar_subquery()
-        )
     values = {
         "run_id": source.c.run_id,
         "record_id": next_id,
