@@ -182,6 +182,21 @@ def require() -> None:
     pytest.skip(reason)
 
 
+# The names helpers written against the first version of this module use.
+OS_USER = SUPERUSER
+_as_postgres = as_cluster_user
+
+
+def __getattr__(name: str) -> Path:
+    """``BIN``: the binaries' directory, found on first use (``binaries()``)."""
+    if name == "BIN":
+        directory = binaries()
+        if directory is None:
+            raise AttributeError(f"BIN: {available()}")
+        return directory
+    raise AttributeError(name)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -213,8 +228,12 @@ class Cluster:
         user = SUPERUSER if self.password is None else f"{SUPERUSER}:{self.password}"
         return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
 
-    def _pg_ctl(self, *args: str) -> list[str]:
+    def _pg_ctl_command(self, *args: str) -> list[str]:
         return as_cluster_user(_bin("pg_ctl"), "-D", str(self.data), "-w", "-s", *args)
+
+    async def _pg_ctl(self, *args: str) -> None:
+        """Runs ``pg_ctl -D <data> -w -s *args`` as the cluster's OS user."""
+        await self._run(self._pg_ctl_command(*args), f"pg_ctl {' '.join(args)}")
 
     def _start_args(self) -> tuple[str, ...]:
         options = (
@@ -239,12 +258,12 @@ class Cluster:
         return ""
 
     async def start(self) -> None:
-        await self._run(self._pg_ctl(*self._start_args()), "pg_ctl start")
+        await self._pg_ctl(*self._start_args())
 
     def start_blocking(self) -> None:
         """``start`` for callers without an event loop (the session's own server)."""
         result = subprocess.run(
-            self._pg_ctl(*self._start_args()),
+            self._pg_ctl_command(*self._start_args()),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             timeout=120,
@@ -257,7 +276,7 @@ class Cluster:
 
     async def stop(self, mode: str = "fast") -> None:
         """``mode="immediate"`` is a crash: no checkpoint, recovery on start."""
-        await self._run(self._pg_ctl("-m", mode, "stop"), f"pg_ctl stop -m {mode}")
+        await self._pg_ctl("-m", mode, "stop")
 
     def postmaster_pid(self) -> int | None:
         try:
