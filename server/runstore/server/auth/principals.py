@@ -26,7 +26,7 @@ import secrets
 import tempfile
 import threading
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -180,14 +180,22 @@ def load_principals(path: Path) -> Principals:
 class PrincipalsFile:
     """The principals of one auth file, re-read on ``reload()``.
 
-    ``current`` is swapped atomically: a call in flight keeps the set it
-    started with, the next call sees the new one.
+    ``current`` is swapped atomically: a unary call in flight keeps the set it
+    started with, the next call sees the new one. Open streams cannot wait for
+    a next call, so they listen (``listen``) and are told each new set.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.current = load_principals(path)
         self._lock = threading.Lock()
+        self._listeners: set[Callable[[Principals], None]] = set()
+
+    def listen(self, listener: Callable[[Principals], None]) -> Callable[[], None]:
+        """Calls ``listener`` with every set a reload installs (in the thread
+        that reloads); returns the function that stops it."""
+        self._listeners.add(listener)
+        return lambda: self._listeners.discard(listener)
 
     def reload(self) -> bool:
         """Re-reads the file; on any error keeps the last good principals and logs why."""
@@ -201,6 +209,8 @@ class PrincipalsFile:
                 return False
             self.current = fresh
         log.info("auth file %s reloaded: %d principals", self.path, len(fresh))
+        for listener in list(self._listeners):
+            listener(fresh)
         return True
 
 
