@@ -26,10 +26,10 @@ import secrets
 import tempfile
 import threading
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import tomli_w
 
@@ -177,6 +177,12 @@ def load_principals(path: Path) -> Principals:
     return parse_principals(text, str(path))
 
 
+class ReloadListener(Protocol):
+    """Told each set of principals a reload installs."""
+
+    def __call__(self, principals: Principals, /) -> None: ...
+
+
 class PrincipalsFile:
     """The principals of one auth file, re-read on ``reload()``.
 
@@ -189,13 +195,15 @@ class PrincipalsFile:
         self.path = path
         self.current = load_principals(path)
         self._lock = threading.Lock()
-        self._listeners: set[Callable[[Principals], None]] = set()
+        self._listeners: set[ReloadListener] = set()
 
-    def listen(self, listener: Callable[[Principals], None]) -> Callable[[], None]:
+    def listen(self, listener: ReloadListener) -> None:
         """Calls ``listener`` with every set a reload installs (in the thread
-        that reloads); returns the function that stops it."""
+        that reloads), until ``unlisten``."""
         self._listeners.add(listener)
-        return lambda: self._listeners.discard(listener)
+
+    def unlisten(self, listener: ReloadListener) -> None:
+        self._listeners.discard(listener)
 
     def reload(self) -> bool:
         """Re-reads the file; on any error keeps the last good principals and logs why."""

@@ -239,9 +239,8 @@ class _Worker(threading.Thread):
     """Owns one connection and runs queued transaction functions in batches.
 
     Whatever is queued when the worker wakes runs in one database transaction
-    (``run_batch``) and one commit (group commit). Under FULL that commit does
-    not sync (the connection runs NORMAL): the ``_WalSyncer`` syncs the WAL once
-    for it and for every batch committed meanwhile, then answers the callers.
+    (``run_batch``), and one commit (one fsync under ``synchronous=FULL``) makes
+    the whole batch durable before any caller is answered (group commit).
     """
 
     def __init__(

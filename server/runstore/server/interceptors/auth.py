@@ -149,7 +149,7 @@ class Authentication:
                 if not isinstance(decision, Principal):
                     decision = await _settle(method, decision, context)
                 standing = _Standing(method, decision, context, certificates=certificates)
-                stop_listening = principals_file.listen(standing.reloaded)
+                principals_file.listen(standing.reloaded)
                 responses = inner(request, context)
                 try:
                     while standing.refusal is None:
@@ -161,7 +161,7 @@ class Authentication:
                             break
                         yield response
                 finally:
-                    stop_listening()
+                    principals_file.unlisten(standing.reloaded)
                 if standing.refusal is not None:
                     close = getattr(responses, "aclose", None)
                     if close is not None:
