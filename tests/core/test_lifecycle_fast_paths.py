@@ -5,10 +5,11 @@ database's one-statement fast paths (``Database.start_if_new``,
 As in ``test_fast_path_equivalence``: each case builds one state twice in
 fresh IDs, straight through the port; the command runs with the fast path on
 one copy and with the full rules alone on the other, and ``startable`` /
-``endable`` (the one lists of the fast paths' preconditions) are asked about
-the state as read. All three must agree: the fast path stores exactly when
-the full rules store the common case, stores the same thing, and writes
-nothing otherwise. Each case differs from the common case in one thing.
+``endable`` (``fast_paths.START`` and ``END``, the one lists of the fast
+paths' preconditions) are asked about the state as read. All three must
+agree: the fast path stores exactly when the full rules store the common case,
+stores the same thing, and writes nothing otherwise. Each case differs from
+the common case in one thing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 from runstore.contract import lifecycle
 from runstore.contract.errors import RunstoreError
 from runstore.contract.model import RunStartOutcome, RunStatus, SessionStatus
+from runstore.server.core.lifecycle_changes import run_ending
 from runstore.server.core.model import (
     LifecycleKeys,
     RecordDraft,
@@ -35,11 +37,12 @@ from runstore.server.core.model import (
     Session,
 )
 from runstore.server.core.ports import Database, Transaction
-from runstore.server.core.store import RuntimeStore, endable, run_ending, startable
+from runstore.server.core.store import RuntimeStore
 from runstore.server.db import migrate
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
 from tests import postgres
+from tests.core.preconditions import endable, startable
 
 T0 = 1_700_000_000_000 * 1_000_000
 AGENT = "agent"
