@@ -13,14 +13,14 @@ BUF_STAMP := .tools/.buf-$(BUF_VERSION)
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
 
-.PHONY: install run test test-pg proto proto-image lint fmt migrate bench bench-quick bench-chain check clean
+.PHONY: install run test test-pg proto proto-image lint docs docs-serve fmt migrate bench bench-quick bench-chain check clean
 
-# The virtual environment: both distributions in editable mode plus the dev tools.
+# The virtual environment: both distributions in editable mode plus the dev and docs tools.
 $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
 	@echo "make install: creating $(VENV) with runstore-client, runstore-server and the dev tools (about a minute the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
-	$(BIN)/python -m pip install --quiet -e ./client -e ./server --group dev
+	$(BIN)/python -m pip install --quiet -e ./client -e ./server --group dev --group docs
 	touch $@
 
 $(BUF_STAMP):
@@ -62,13 +62,23 @@ proto: $(STAMP)
 proto-image: install
 	$(BUF) build --exclude-source-info -o $(PROTO_IMAGE)
 
-lint: install
+lint: install docs
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BUF) lint
 	$(BUF) format -d --exit-code
 	$(BUF) breaking --against $(PROTO_IMAGE)
+
+## The documentation site from docs/ into the git-ignored site/. --strict, and the
+## validation settings of mkdocs.yml, turn a broken link or anchor, or a page
+## missing from the nav, into a failure.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+## The same site served with live reload on http://127.0.0.1:8000.
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict
 
 fmt: install
 	$(BIN)/ruff check --fix .
@@ -102,4 +112,4 @@ bench-chain: $(STAMP)
 check: lint test
 
 clean:
-	rm -rf $(VENV) .tools var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tools var site .pytest_cache .mypy_cache .ruff_cache
