@@ -28,8 +28,16 @@ $(BUF_STAMP):
 	npm install --prefix .tools --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
 	touch $@
 
-# `make run` and `make test` need only the venv; buf (npm) is for `make lint`, `fmt` and `proto-image`.
-install: $(STAMP) $(BUF_STAMP)
+# The Node.js example's packages (examples/node/package.json, pinned), for its test.
+NODE_EXAMPLE_STAMP := examples/node/node_modules/.installed
+$(NODE_EXAMPLE_STAMP): examples/node/package.json
+	@echo "make install: installing the Node.js example's packages into examples/node/node_modules (npm)"
+	npm install --prefix examples/node --no-package-lock --no-save --no-audit --no-fund --loglevel=error
+	touch $@
+
+# `make run` and `make test` need only the venv; buf (npm) is for `make lint`, `fmt` and
+# `proto-image`, the Node.js example's packages for its test (skipped without them).
+install: $(STAMP) $(BUF_STAMP) $(NODE_EXAMPLE_STAMP)
 
 ## Serve on $(LISTEN) with the embedded SQLite database under var/.
 run: $(STAMP)
@@ -112,4 +120,4 @@ bench-chain: $(STAMP)
 check: lint test
 
 clean:
-	rm -rf $(VENV) .tools var site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tools var site examples/node/node_modules .pytest_cache .mypy_cache .ruff_cache
