@@ -13,9 +13,9 @@ BUF_STAMP := .tools/.buf-$(BUF_VERSION)
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
 
-.PHONY: install run test test-pg proto proto-image lint docs docs-serve fmt migrate bench bench-quick bench-chain check clean
+.PHONY: install run test test-pg proto proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
-# The virtual environment: both distributions in editable mode plus the dev and docs tools.
+# The virtual environment: both distributions in editable mode plus the dev tools.
 $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
 	@echo "make install: creating $(VENV) with runstore-client, runstore-server and the dev tools (about a minute the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,16 +28,8 @@ $(BUF_STAMP):
 	npm install --prefix .tools --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
 	touch $@
 
-# The Node.js example's packages (examples/node/package.json, pinned), for its test.
-NODE_EXAMPLE_STAMP := examples/node/node_modules/.installed
-$(NODE_EXAMPLE_STAMP): examples/node/package.json
-	@echo "make install: installing the Node.js example's packages into examples/node/node_modules (npm)"
-	npm install --prefix examples/node --no-package-lock --no-save --no-audit --no-fund --loglevel=error
-	touch $@
-
-# `make run` and `make test` need only the venv; buf (npm) is for `make lint`, `fmt` and
-# `proto-image`, the Node.js example's packages for its test (skipped without them).
-install: $(STAMP) $(BUF_STAMP) $(NODE_EXAMPLE_STAMP)
+# `make run` and `make test` need only the venv; buf (npm) is for `make lint`, `fmt` and `proto-image`.
+install: $(STAMP) $(BUF_STAMP)
 
 ## Serve on $(LISTEN) with the embedded SQLite database under var/.
 run: $(STAMP)
@@ -77,6 +69,17 @@ lint: install docs
 	$(BUF) lint
 	$(BUF) format -d --exit-code
 	$(BUF) breaking --against $(PROTO_IMAGE)
+
+# `make install` also installs the docs tools (the `docs` group, with the venv) and
+# the Node.js example's packages (examples/node/package.json, pinned) for its test.
+NODE_EXAMPLE_STAMP := examples/node/node_modules/.installed
+$(NODE_EXAMPLE_STAMP): examples/node/package.json
+	@echo "make install: installing the Node.js example's packages into examples/node/node_modules (npm)"
+	npm install --prefix examples/node --no-package-lock --no-save --no-audit --no-fund --loglevel=error
+	touch $@
+install: $(NODE_EXAMPLE_STAMP)
+
+.PHONY: docs docs-serve
 
 ## The documentation site from docs/ into the git-ignored site/. --strict, and the
 ## validation settings of mkdocs.yml, turn a broken link or anchor, or a page

@@ -1,4 +1,4 @@
-"""The performance goals (docs/benchmarks.md, "Goals"), judged from one run's report.
+"""The performance goals (issue 15), judged from one run's report.
 
 Pure functions over the report ``bench.harness`` writes: every goal with its
 measured ratio, its target and whether it is met. A goal whose figures the
@@ -295,7 +295,7 @@ def projection_goal(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def evaluate(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every goal of docs/benchmarks.md, in order."""
+    """Every goal of issue 15, in order."""
     return [
         *append_goals(report),
         *lifecycle_goals(report),
@@ -316,7 +316,7 @@ def status(row: dict[str, Any]) -> str:
 
 def render(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "Goals (16 in flight):",
+        "Goals (issue 15; 16 in flight):",
         "",
         "| goal | backend | what | measured | target | status | note |",
         "|---|---|---|---:|---:|---|---|",

@@ -1,4 +1,4 @@
-"""The goals of docs/benchmarks.md judged from a report: each rule at its boundary."""
+"""The goals of issue 15 judged from a report: each rule at its boundary."""
 
 from __future__ import annotations
 

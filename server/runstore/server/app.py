@@ -218,7 +218,7 @@ def _ms(seconds: float) -> int:
 
 
 def server_options(config: ServerConfig) -> list[tuple[str, int]]:
-    """gRPC core settings behind docs/limits.md: message sizes,
+    """gRPC core settings behind the README's "Operating limits": message sizes,
     the port, and the connection, idle and keepalive policies."""
     return [
         ("grpc.max_receive_message_length", config.max_message_bytes),
