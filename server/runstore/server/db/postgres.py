@@ -28,7 +28,6 @@ from typing import Any, Final, TypeVar
 
 import asyncpg
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
-from sqlalchemy.engine import make_url
 
 from runstore.contract.errors import (
     AbortedError,
@@ -43,6 +42,7 @@ from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
+from runstore.server.db.urls import asyncpg_dsn as asyncpg_dsn  # tests and tools use it here
 from runstore.server.db.wakeups import CHANNEL, PostgresWakeups
 from runstore.server.metrics import DbFigures
 
@@ -78,12 +78,6 @@ class PostgresOptions:
     """Seconds one call's database work may take in all (``db.bound``)."""
     transaction_attempts: int = 8
     """How often a write transaction runs before a race becomes ABORTED."""
-
-
-def asyncpg_dsn(database_url: str) -> str:
-    """A libpq-style DSN for asyncpg from any SQLAlchemy PostgreSQL URL."""
-    url = make_url(database_url).set(drivername="postgresql")
-    return url.render_as_string(hide_password=False)
 
 
 class _PostgresTransaction(SqlTransaction):
@@ -153,6 +147,9 @@ _UNAVAILABLE_CLASSES: Final = frozenset(
 )
 _DATA_EXCEPTION_CLASS: Final = "22"
 _BROKEN_CONNECTION_CLASSES: Final = frozenset({"08", "57", "58"})
+_ON_A_STANDBY: Final = "25006"
+"""read_only_sql_transaction: the connection reached a standby (a primary
+demoted, or a URL without ``target_session_attrs``); nothing was written."""
 
 
 def _sqlstate_class(exc: BaseException) -> str:
@@ -170,6 +167,7 @@ def _connection_survives(exc: BaseException) -> bool:
     return (
         isinstance(exc, asyncpg.PostgresError)
         and _sqlstate_class(exc) not in _BROKEN_CONNECTION_CLASSES
+        and exc.sqlstate != _ON_A_STANDBY
     )
 
 
@@ -184,7 +182,7 @@ def _translate(exc: BaseException) -> BaseException:
     if _is_retryable(exc):
         return AbortedError("transaction lost a race too often; retry")
     sqlstate_class = _sqlstate_class(exc)
-    if sqlstate_class in _UNAVAILABLE_CLASSES:
+    if sqlstate_class in _UNAVAILABLE_CLASSES or getattr(exc, "sqlstate", None) == _ON_A_STANDBY:
         log.warning("postgres unavailable: %s: %s", getattr(exc, "sqlstate", ""), exc)
         return UnavailableError("database unavailable; retry")
     if sqlstate_class == _DATA_EXCEPTION_CLASS:

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import random
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -189,18 +190,27 @@ class PostgresWakeups:
                     log.warning("NOTIFY failed (watchers fall back to polling): %s", exc)
 
     async def _listen_forever(self) -> None:
+        """Keeps one LISTEN connection, reconnecting (to whichever host is the
+        primary then) after a jittered, growing pause. Notifications sent
+        while it was down are lost, so every watcher looks again once it
+        listens: a stream continues from its cursor without waiting for
+        its next poll."""
+        failures = 0
         while True:
             try:
                 conn = await self._connect()
             except Exception as exc:
                 log.warning("cannot LISTEN for watch wake-ups (polling meanwhile): %s", exc)
-                await asyncio.sleep(self._reconnect_seconds)
+                failures += 1
+                await asyncio.sleep(self._pause(failures))
                 continue
             lost = asyncio.Event()
             try:
                 conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await conn.add_listener(CHANNEL, self._received)
                 self.listening.set()
+                failures = 0
+                self.local.wake_all()
                 await lost.wait()
                 log.warning("the LISTEN connection closed; reconnecting")
             except Exception as exc:
@@ -209,7 +219,14 @@ class PostgresWakeups:
                 self.listening.clear()
                 with contextlib.suppress(Exception):
                     await conn.close(timeout=1)
-            await asyncio.sleep(self._reconnect_seconds)
+            failures += 1
+            await asyncio.sleep(self._pause(failures))
+
+    def _pause(self, failures: int) -> float:
+        """Half the doubled pause plus a random half, up to ``reconnect_seconds``:
+        replicas that lost the database together do not reconnect together."""
+        ceiling = min(self._reconnect_seconds, 0.05 * 2**failures)
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     def _received(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         try:
