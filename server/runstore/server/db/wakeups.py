@@ -225,7 +225,7 @@ class PostgresWakeups:
     def _pause(self, failures: int) -> float:
         """Half the doubled pause plus a random half, up to ``reconnect_seconds``:
         replicas that lost the database together do not reconnect together."""
-        ceiling = min(self._reconnect_seconds, 0.05 * 2**failures)
+        ceiling = min(self._reconnect_seconds, 0.05 * 2.0**failures)
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     def _received(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
