@@ -122,6 +122,8 @@ async def open_database(
     await migrate.ensure_schema(config.database_url, migrate=config.migrate)
     url = urls.parse(config.database_url)
     if url.get_backend_name() == "sqlite":
+        if config.read_database_url:
+            raise migrate.SchemaError("--read-database-url needs a PostgreSQL --database-url")
         if not url.database or url.database == ":memory:":
             raise migrate.SchemaError("SQLite needs a file path: sqlite:///path/to/runstore.db")
         db: SqliteDatabase | PostgresDatabase = SqliteDatabase(
@@ -143,6 +145,7 @@ async def open_database(
                 statement_timeout=config.pg_statement_timeout,
                 operation_timeout=config.db_operation_timeout,
             ),
+            read_url=config.read_database_url or None,
         )
     else:
         raise migrate.SchemaError(f"unsupported database URL scheme {url.drivername!r}")

@@ -139,6 +139,14 @@ class ServerConfig:
             "out of it: use RUNSTORE_DATABASE_URL, --database-url-file or PGPASSFILE)"
         },
     )
+    read_database_url: str = field(
+        default="",
+        repr=False,  # may carry a password, like database_url
+        metadata={
+            "help": "PostgreSQL URL (a standby) for the reads that may lag behind the primary: "
+            "the admin listings (ListSessions, ListRuns); empty: the primary serves them too"
+        },
+    )
     migrate: bool = _setting(False, "upgrade the schema to head before serving")
     sqlite_synchronous: str = _setting(
         "FULL",

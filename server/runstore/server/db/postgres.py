@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,8 @@ class PostgresOptions:
     """Seconds one call's database work may take in all (``db.bound``)."""
     transaction_attempts: int = 8
     """How often a write transaction runs before a race becomes ABORTED."""
+    lag_probe_interval: float = 1.0
+    """Seconds between readings of the read replica's lag (with metrics on)."""
 
 
 class _PostgresTransaction(SqlTransaction):
@@ -214,6 +217,13 @@ async def _reset(conn: asyncpg.Connection) -> None:
 
 _READ_ONLY_SNAPSHOT: Final = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
+_REPLICA_LAG: Final = """
+SELECT CASE
+    WHEN NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
+    ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0)
+END::float8
+"""
+
 
 RETENTION_LOCK_KEY: Final = 0x72657461696E6564  # "retained"
 """The advisory lock key of retention passes (migrations use another)."""
@@ -234,9 +244,19 @@ class PostgresDatabase:
     figures: DbFigures | None = None
     """Where retries and the pool's connections are recorded; None when metrics are off."""
 
-    def __init__(self, database_url: str, options: PostgresOptions = PostgresOptions()) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        options: PostgresOptions = PostgresOptions(),
+        *,
+        read_url: str | None = None,
+    ) -> None:
         self.options = options
         self._dsn = asyncpg_dsn(database_url)
+        self._read_dsn = asyncpg_dsn(read_url, writer=False) if read_url else None
+        """Where ``read_lagging`` goes (a standby), if anywhere but the primary."""
+        self._read_pool: asyncpg.Pool | None = None
+        self._lag_probe: asyncio.Task[None] | None = None
         self._statements = Statements.compile(asyncpg_dialect.dialect())  # type: ignore[no-untyped-call]
         self._pool: asyncpg.Pool | None = None
         self._probe: asyncpg.Connection | None = None
@@ -323,8 +343,28 @@ class PostgresDatabase:
             self.figures.watch_pool(
                 pool.get_idle_size, lambda: pool.get_size() - pool.get_idle_size()
             )
+        if self._read_dsn is not None:
+            # Connects on first use: a standby that is down does not stop the server.
+            self._read_pool = await asyncpg.create_pool(
+                self._read_dsn,
+                min_size=0,
+                max_size=options.pool_max,
+                timeout=min(options.connect_timeout, options.operation_timeout),
+                server_settings={**self._server_settings(), "application_name": "runstore-read"},
+                reset=_reset,
+            )
+            if self.figures is not None:
+                self._lag_probe = asyncio.ensure_future(self._probe_lag(self.figures))
 
     async def close(self) -> None:
+        if self._lag_probe is not None:
+            self._lag_probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lag_probe
+            self._lag_probe = None
+        if self._read_pool is not None:
+            read_pool, self._read_pool = self._read_pool, None
+            read_pool.terminate()
         if self._probe is not None:
             self._probe.terminate()
             self._probe = None
@@ -394,11 +434,16 @@ class PostgresDatabase:
             raise _unavailable(exc) from exc
 
     async def _on_connection(
-        self, fn: Callable[[Transaction], Coroutine[Any, Any, T]], begin: str | None, until: float
+        self,
+        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
+        begin: str | None,
+        until: float,
+        pool: asyncpg.Pool | None = None,
     ) -> T:
-        """One operation on one pooled connection, inside ``begin`` ... COMMIT
-        (or a single statement when ``begin`` is None), over before ``until``."""
-        pool = self._require_pool()
+        """One operation on one pooled connection (of the primary's pool unless
+        ``pool`` says otherwise), inside ``begin`` ... COMMIT (or a single
+        statement when ``begin`` is None), over before ``until``."""
+        pool = pool or self._require_pool()
         conn = await self._acquire(pool, until)
         expired = False
 
@@ -484,8 +529,44 @@ class PostgresDatabase:
             fn, _READ_ONLY_SNAPSHOT, bound.deadline(self.options.operation_timeout)
         )
 
+    async def read_lagging(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        """On the read replica when there is one; on the primary when there is
+        none, or when the replica cannot be reached within the bound's time."""
+        if self._read_pool is None:
+            return await self.read(fn)
+        until = bound.deadline(self.options.operation_timeout)
+        try:
+            return await self._transaction(fn, _READ_ONLY_SNAPSHOT, until, self._read_pool)
+        except UnavailableError:
+            if asyncio.get_running_loop().time() >= until:
+                raise
+            log.warning("the read replica is unavailable; reading from the primary")
+            return await self._transaction(fn, _READ_ONLY_SNAPSHOT, until)
+
+    async def _probe_lag(self, figures: DbFigures) -> None:
+        """Reads the replica's lag every ``lag_probe_interval`` seconds: how
+        old the last replayed commit is while WAL remains to replay, 0 when
+        it has replayed all it received (or is a primary), NaN when it does
+        not answer."""
+        while self._read_pool is not None:
+            try:
+                lag = await self._read_pool.fetchval(
+                    _REPLICA_LAG, timeout=self.options.operation_timeout
+                )
+                figures.replica_lag(float(lag))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("cannot read the replica's lag: %s", exc)
+                figures.replica_lag(math.nan)
+            await asyncio.sleep(self.options.lag_probe_interval)
+
     async def _transaction(
-        self, fn: Callable[[Transaction], Coroutine[Any, Any, T]], begin: str, until: float
+        self,
+        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
+        begin: str,
+        until: float,
+        pool: asyncpg.Pool | None = None,
     ) -> T:
         """Runs ``fn`` in a transaction, again after a lost race (a bounded
         number of times) or on a fresh connection when the one it got was
@@ -495,7 +576,7 @@ class PostgresDatabase:
         attempt = 1
         while True:
             try:
-                return await self._on_connection(fn, begin, until)
+                return await self._on_connection(fn, begin, until, pool)
             except _StaleConnection as exc:
                 stale += 1
                 if stale > self.options.pool_max:
