@@ -102,6 +102,19 @@ async def _stop_and_delete(node: Node) -> None:
     shutil.rmtree(node.root, ignore_errors=True)
 
 
+@contextlib.asynccontextmanager
+async def durable_cluster(settings: dict[str, str] | None = None) -> AsyncIterator[Node]:
+    """One started private cluster with fsync on and ``settings``, deleted afterwards."""
+    pg_cluster.require()
+    node = Node(pg_cluster._make_root(None), pg_cluster._free_port(), settings=settings or {})
+    try:
+        await _initdb(node)
+        await node.start()
+        yield node
+    finally:
+        await _stop_and_delete(node)
+
+
 @dataclass
 class Pair:
     """A primary and its standby, with the multi-host URL that names both."""

@@ -144,6 +144,7 @@ async def open_database(
                 acquire_timeout=config.pg_acquire_timeout,
                 statement_timeout=config.pg_statement_timeout,
                 operation_timeout=config.db_operation_timeout,
+                reconnect_pause_max=config.pg_reconnect_pause_max,
             ),
             read_url=config.read_database_url or None,
         )

@@ -160,6 +160,12 @@ class ServerConfig:
     pg_connect_timeout: float = _setting(
         2.0, "PostgreSQL: seconds to open a connection (within --db-operation-timeout)", positive
     )
+    pg_reconnect_pause_max: float = _setting(
+        2.0,
+        "PostgreSQL: longest pause between connection attempts while the database refuses "
+        "them (doubling from 50 ms, half of it random; other calls fail UNAVAILABLE meanwhile)",
+        positive,
+    )
     pg_acquire_timeout: float = _setting(
         3.0,
         "PostgreSQL: seconds to wait for a pooled connection (within --db-operation-timeout)",

@@ -79,6 +79,9 @@ class PostgresOptions:
     """Seconds one call's database work may take in all (``db.bound``)."""
     transaction_attempts: int = 8
     """How often a write transaction runs before a race becomes ABORTED."""
+    reconnect_pause_max: float = DEFAULTS.pg_reconnect_pause_max
+    """Longest pause between attempts to reach a database that refuses
+    connections (``ConnectPacing``)."""
     lag_probe_interval: float = 1.0
     """Seconds between readings of the read replica's lag (with metrics on)."""
 
@@ -133,6 +136,19 @@ def _refused_before_sending(exc: BaseException) -> bool:
     if isinstance(exc, asyncpg.InternalClientError):
         return "cannot switch to state" in str(exc)
     return isinstance(exc, asyncpg.InterfaceError)
+
+
+_REAPED: Final = frozenset({"57P01", "57P05", "08003"})
+"""The server ended the connection: admin_shutdown (``pg_terminate_backend``,
+a pooler), idle_session_timeout, or a connection closed mid-operation."""
+
+
+def _reaped(exc: BaseException) -> bool:
+    """Whether a fast path's one statement met a connection the server had
+    ended. Whatever became of the statement, the full rules that run next, on
+    a fresh connection, answer as the command's exact retry would: the record
+    once, under one ID."""
+    return isinstance(exc, asyncpg.PostgresError) and exc.sqlstate in _REAPED
 
 
 def _is_retryable(exc: BaseException) -> bool:
@@ -225,6 +241,51 @@ END::float8
 """
 
 
+class ConnectPacing:
+    """Paces new connections to a database that refuses them, so a restart
+    seen by many replicas is not met by a storm of reconnects.
+
+    While connections open, nothing waits. After a failed attempt the next
+    one may start only after a pause that doubles with each failure (from
+    ``first_pause`` to ``longest_pause``), half of it random so replicas
+    drift apart, and only one attempt at a time: every other connect fails
+    at once, without touching the database (the caller answers UNAVAILABLE).
+    A success ends the pacing. So one replica makes at most one attempt per
+    pause while the database is down, and reaches it again at most
+    ``longest_pause`` after it is back."""
+
+    def __init__(self, first_pause: float = 0.05, longest_pause: float = 2.0) -> None:
+        self.first_pause = first_pause
+        self.longest_pause = longest_pause
+        self._failures = 0
+        self._next_attempt = 0.0
+        self._attempting = False
+
+    async def connect(self, *args: Any, **kwargs: Any) -> Any:
+        """``asyncpg.connect``, paced (also the pool's ``connect`` hook)."""
+        paced = self._failures > 0
+        if paced:
+            if self._attempting or asyncio.get_running_loop().time() < self._next_attempt:
+                raise ConnectionRefusedError("the database refused the last connection; pacing")
+            self._attempting = True
+        try:
+            conn = await asyncpg.connect(*args, **kwargs)
+        except Exception:  # not a cancelled caller: that says nothing of the database
+            self._failed()
+            raise
+        finally:
+            if paced:
+                self._attempting = False
+        self._failures = 0
+        return conn
+
+    def _failed(self) -> None:
+        self._failures += 1
+        pause = min(self.longest_pause, self.first_pause * 2.0 ** min(self._failures, 30))
+        pause = pause / 2 + random.uniform(0, pause / 2)
+        self._next_attempt = asyncio.get_running_loop().time() + pause
+
+
 RETENTION_LOCK_KEY: Final = 0x72657461696E6564  # "retained"
 """The advisory lock key of retention passes (migrations use another)."""
 
@@ -259,6 +320,9 @@ class PostgresDatabase:
         self._lag_probe: asyncio.Task[None] | None = None
         self._statements = Statements.compile(asyncpg_dialect.dialect())  # type: ignore[no-untyped-call]
         self._pool: asyncpg.Pool | None = None
+        self._pacing = ConnectPacing(longest_pause=options.reconnect_pause_max)
+        """Every connection to the primary opens through it: the pool's, the
+        health probe's, LISTEN's and the retention lock's."""
         self._probe: asyncpg.Connection | None = None
         self._wakeups: PostgresWakeups | None = None
 
@@ -277,7 +341,7 @@ class PostgresDatabase:
         return self._wakeups
 
     async def _listen_connection(self) -> asyncpg.Connection:
-        return await asyncpg.connect(
+        return await self._pacing.connect(
             self._dsn,
             timeout=self.options.connect_timeout,
             server_settings={"application_name": "runstore-watch"},
@@ -308,7 +372,7 @@ class PostgresDatabase:
         whole pass (the pass's transactions use the pool). Another replica's
         pass is not waited for: True or False at once. The lock ends with the
         connection, so a replica that dies mid-pass frees it."""
-        conn = await asyncpg.connect(
+        conn = await self._pacing.connect(
             self._dsn,
             timeout=self.options.connect_timeout,
             server_settings={"application_name": "runstore-retention"},
@@ -330,6 +394,7 @@ class PostgresDatabase:
         options = self.options
         self._pool = await asyncpg.create_pool(
             self._dsn,
+            connect=self._pacing.connect,
             min_size=min(options.pool_min, options.pool_max),
             max_size=options.pool_max,
             timeout=min(options.connect_timeout, options.operation_timeout),
@@ -347,6 +412,7 @@ class PostgresDatabase:
             # Connects on first use: a standby that is down does not stop the server.
             self._read_pool = await asyncpg.create_pool(
                 self._read_dsn,
+                connect=ConnectPacing(longest_pause=options.reconnect_pause_max).connect,
                 min_size=0,
                 max_size=options.pool_max,
                 timeout=min(options.connect_timeout, options.operation_timeout),
@@ -391,7 +457,7 @@ class PostgresDatabase:
         try:
             if self._probe is None or self._probe.is_closed():
                 self._probe = None
-                probe = await asyncpg.connect(
+                probe = await self._pacing.connect(
                     self._dsn, timeout=within, server_settings=self._server_settings()
                 )
                 if self._pool is None:  # closed while connecting: nothing may stay open
@@ -625,7 +691,7 @@ async def _single_statement(
     try:
         result = await fn(tx)
     except Exception as exc:
-        if _refused_before_sending(exc):
+        if _refused_before_sending(exc) or _reaped(exc):
             raise _StaleConnection() from exc
         raise
     on_commit(tx)
