@@ -7,15 +7,19 @@ host that is down or a standby is skipped (docs/failover.md).
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
 from runstore.client import RemoteSessionAdmin, records
+from runstore.contract.errors import UnavailableError
 from runstore.server import config
 from runstore.server.auth.secrets import redacted, resolve_database_url
 from runstore.server.db import migrate, urls
+from runstore.server.db import postgres as postgres_backend
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from tests import postgres
 from tests.processes import server_process
@@ -92,3 +96,52 @@ async def test_a_dead_first_host_is_skipped(tmp_path: Path) -> None:
             session = unique("multihost")
             await admin.create_session(session, records.now())
             assert (await admin.load_session(session)).id == session
+
+
+def test_a_standbys_refusal_to_write_is_unavailable_on_a_fresh_connection() -> None:
+    refusal = asyncpg.exceptions.ReadOnlySQLTransactionError("25006")
+    assert type(postgres_backend._translate(refusal)) is UnavailableError
+    assert not postgres_backend._connection_survives(refusal)
+
+
+async def test_reconnects_are_paced_one_at_a_time_and_end_with_a_success(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the database refuses, attempts double their pause (jittered);
+    the calls in between fail at once without an attempt; after a success
+    nothing is paced."""
+    attempts = 0
+    up = False
+
+    async def connect(*args: object, **kwargs: object) -> str:
+        nonlocal attempts
+        attempts += 1
+        if not up:
+            raise ConnectionRefusedError("down")
+        return "connection"
+
+    monkeypatch.setattr(asyncpg, "connect", connect)
+    pacing = postgres_backend.ConnectPacing(first_pause=0.01, longest_pause=0.2)
+    loop = asyncio.get_running_loop()
+    calls = 0
+    until = loop.time() + 1.0
+    while loop.time() < until:  # a caller that retries every millisecond for a second
+        with pytest.raises(ConnectionRefusedError):
+            await pacing.connect()
+        calls += 1
+        await asyncio.sleep(0.001)
+    # Pauses 10, 20, 40, 80, 160, then 200 ms (each at least half that): a
+    # handful of attempts, not one per call.
+    assert attempts <= 16 < calls / 10, (attempts, calls)
+    up = True
+    until = loop.time() + 1.0
+    while True:  # the next attempt is due within the longest pause
+        try:
+            assert await pacing.connect() == "connection"
+            break
+        except ConnectionRefusedError:
+            assert loop.time() < until
+            await asyncio.sleep(0.001)
+    before = attempts
+    assert await asyncio.gather(*(pacing.connect() for _ in range(5))) == ["connection"] * 5
+    assert attempts == before + 5
