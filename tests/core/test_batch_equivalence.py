@@ -101,9 +101,6 @@ class BatchFastPath:
     async def read(self, fn: Any) -> Any:
         return await self._inner.read(fn)
 
-    async def read_lagging(self, fn: Any) -> Any:
-        return await self._inner.read_lagging(fn)
-
     async def append_if_writable(self, record: RecordDraft) -> int | None:
         return await self._inner.append_if_writable(record)
 

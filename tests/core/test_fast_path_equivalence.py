@@ -159,9 +159,6 @@ class FastPathSwitch:
     async def read(self, fn: Any) -> Any:
         return await self._inner.read(fn)
 
-    async def read_lagging(self, fn: Any) -> Any:
-        return await self._inner.read_lagging(fn)
-
     async def append_if_writable(self, record: RecordDraft) -> int | None:
         if not self._on:
             return None

@@ -104,9 +104,6 @@ class GatedDatabase:
     async def read(self, fn: Any) -> Any:
         return await self.inner.read(fn)
 
-    async def read_lagging(self, fn: Any) -> Any:
-        return await self.inner.read_lagging(fn)
-
 
 async def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(tmp_path: Path) -> None:
     config = ServerConfig(listen="127.0.0.1:0", database_url=f"sqlite:///{tmp_path / 'r.db'}")

@@ -320,13 +320,6 @@ class Database(Protocol):
         """Runs ``fn`` in a read-only transaction (one consistent snapshot)."""
         ...
 
-    async def read_lagging(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
-        """``read`` where a result a little behind the last commits is fine
-        (operators' listings, exports, a console): on a standby when one is
-        configured (``--read-database-url``), else exactly ``read``. Never for
-        a worker's read: those must see the worker's own writes."""
-        ...
-
 
 class Wakeups(Protocol):
     """Hints for watchers that records of a session or run may have committed.

@@ -356,11 +356,10 @@ class RuntimeStore:
         listing: Listing[Any, Row],
         fetch: Callable[[Transaction], Coroutine[Any, Any, list[Row]]],
     ) -> ListPage[Row]:
-        """One page read in one snapshot, with one row more than the page; an
-        operator's listing may lag (a standby serves it when configured)."""
+        """One page read in one snapshot, with one row more than the page."""
         if listing.matches_nothing:
             return ListPage([])
-        return listing.page(await self._db.read_lagging(fetch))
+        return listing.page(await self._db.read(fetch))
 
     # --- Starts (§9.2) -------------------------------------------------------
 

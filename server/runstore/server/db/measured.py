@@ -51,9 +51,6 @@ class MeasuredDatabase:
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
         return await self._measured("read", lambda: self.inner.read(fn))
 
-    async def read_lagging(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
-        return await self._measured("read", lambda: self.inner.read_lagging(fn))
-
     async def append_if_writable(self, record: RecordDraft) -> int | None:
         record_id = await self._measured("append", lambda: self.inner.append_if_writable(record))
         if record_id is not None and self._figures is not None:

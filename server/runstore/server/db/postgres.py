@@ -40,7 +40,7 @@ from runstore.contract.errors import (
 from runstore.server.config import DEFAULTS
 from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
-from runstore.server.db import bound
+from runstore.server.db import bound, lagging
 from runstore.server.db.statements import Compiled, Statements
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.db.urls import asyncpg_dsn as asyncpg_dsn  # tests and tools use it here
@@ -315,7 +315,8 @@ class PostgresDatabase:
         self.options = options
         self._dsn = asyncpg_dsn(database_url)
         self._read_dsn = asyncpg_dsn(read_url, writer=False) if read_url else None
-        """Where ``read_lagging`` goes (a standby), if anywhere but the primary."""
+        """Where reads inside ``lagging.lagging_reads()`` go (a standby), if
+        anywhere but the primary."""
         self._read_pool: asyncpg.Pool | None = None
         self._lag_probe: asyncio.Task[None] | None = None
         self._statements = Statements.compile(asyncpg_dialect.dialect())  # type: ignore[no-untyped-call]
@@ -591,18 +592,20 @@ class PostgresDatabase:
         )
 
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        if self._read_pool is not None and lagging.tolerated():
+            return await self._read_lagging(fn, self._read_pool)
         return await self._transaction(
             fn, _READ_ONLY_SNAPSHOT, bound.deadline(self.options.operation_timeout)
         )
 
-    async def read_lagging(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
-        """On the read replica when there is one; on the primary when there is
-        none, or when the replica cannot be reached within the bound's time."""
-        if self._read_pool is None:
-            return await self.read(fn)
+    async def _read_lagging(
+        self, fn: Callable[[Transaction], Coroutine[Any, Any, T]], read_pool: asyncpg.Pool
+    ) -> T:
+        """A read inside ``lagging_reads()``: on the read replica; on the
+        primary when the replica cannot be reached within the bound's time."""
         until = bound.deadline(self.options.operation_timeout)
         try:
-            return await self._transaction(fn, _READ_ONLY_SNAPSHOT, until, self._read_pool)
+            return await self._transaction(fn, _READ_ONLY_SNAPSHOT, until, read_pool)
         except UnavailableError:
             if asyncio.get_running_loop().time() >= until:
                 raise

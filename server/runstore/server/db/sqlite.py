@@ -538,10 +538,6 @@ class SqliteDatabase:
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
         return await self._submit(self._reads, fn)
 
-    async def read_lagging(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
-        """SQLite has no standby: the same as ``read``."""
-        return await self.read(fn)
-
     async def _submit(
         self,
         jobs: queue.SimpleQueue[_Job | None],
