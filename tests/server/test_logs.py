@@ -202,7 +202,10 @@ async def test_server_side_errors_are_logged_under_the_request_id(tmp_path: Path
     assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
     assert error_info(failed.value)["request_id"] == "db-trouble-3"
     caused = [line for line in records.lines if line.get("request_id") == "db-trouble-3"]
-    assert {line["logger"] for line in caused} == {"runstore.server.status", logs.ACCESS_LOGGER}
+    assert {line["logger"] for line in caused} == {
+        "runstore.server.error_status",
+        logs.ACCESS_LOGGER,
+    }
     (warning,) = [line for line in caused if line["level"] == "WARNING"]
     assert "UnavailableError" in warning["message"]
     # Every line runstore logged while the call ran is the call's.

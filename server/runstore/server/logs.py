@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Final, TextIO
 
-from runstore.server import request_id
+from runstore.server import call_request_id
 
 ACCESS_LOGGER: Final = "runstore.access"
 """The logger of the one line per call."""
@@ -51,7 +51,7 @@ class RequestIdFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
-            record.request_id = request_id.current()
+            record.request_id = call_request_id.current()
         return True
 
 
