@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import os
+import queue
 import sys
 import threading
 import time
@@ -171,8 +172,12 @@ class _StderrCapture:
         self._reader.start()
 
     def write_line(self, line: str) -> None:
+        self.write(line + "\n")
+
+    def write(self, text: str) -> None:
+        """Whole lines, each ending in a newline, in one write."""
         with self._lock:
-            self.output.write(line + "\n")
+            self.output.write(text)
 
     def _relay(self, read_end: int) -> None:
         with os.fdopen(read_end, "rb") as pipe:
@@ -189,16 +194,97 @@ class _StderrCapture:
         self._reader.join(timeout=2)
 
 
-class _CapturedStream(io.TextIOBase):
-    """What the JSON handler writes to: whole lines, under the capture's lock."""
+class BufferedSink(logging.Handler):
+    """Log records formatted and written by a thread of their own, so a call's
+    access line costs the event loop one queue put instead of JSON encoding
+    and a blocking ``write``.
 
-    def __init__(self, capture: _StderrCapture) -> None:
-        self._capture = capture
+    One queue and one writer keep the lines in the order they were logged;
+    what is queued together goes out in one write. The filters (the request
+    id, read from the logging thread's context) run where the record is made;
+    ``flush`` waits for every queued line, ``close`` (``logging.shutdown``, at
+    exit) writes them all and stops the thread.
+    """
 
-    def write(self, text: str) -> int:
-        for line in text.splitlines():
-            self._capture.write_line(line)
-        return len(text)
+    _BATCH: Final = 256
+    """Lines at most per write."""
+
+    def __init__(self, write: Any, formatter: logging.Formatter) -> None:
+        super().__init__()
+        self.setFormatter(formatter)
+        self._write = write
+        self._queue: queue.SimpleQueue[logging.LogRecord | threading.Event | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread = threading.Thread(target=self._drain, name="runstore-log-writer", daemon=True)
+        self._thread.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._queue.put(record)
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        # Handler.handle takes the handler's lock around emit: a queue needs none.
+        if not self.filter(record):
+            return False
+        self.emit(record)
+        return True
+
+    def flush(self) -> None:
+        """Returns once every line queued before the call is written."""
+        if self._thread.is_alive():
+            written = threading.Event()
+            self._queue.put(written)
+            written.wait()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        super().close()
+
+    def _drain(self) -> None:
+        while True:
+            item = self._queue.get()
+            lines: list[str] = []
+            done: list[threading.Event] = []
+            stop = False
+            while True:
+                if item is None:
+                    stop = True
+                    break
+                if isinstance(item, threading.Event):
+                    done.append(item)
+                else:
+                    line = self._format(item)
+                    if line is not None:
+                        lines.append(line)
+                if len(lines) >= self._BATCH:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if lines:
+                try:
+                    self._write("\n".join(lines) + "\n")
+                except Exception:
+                    self.handleError(logging.makeLogRecord({"msg": "log write failed"}))
+            for event in done:
+                event.set()
+            if stop:
+                return
+
+    def _format(self, record: logging.LogRecord) -> str | None:
+        try:
+            return self.format(record)
+        except Exception:
+            self.handleError(record)
+            return None
+
+
+def _stderr_write(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 _capture: _StderrCapture | None = None
@@ -210,13 +296,14 @@ def configure(log_format: str = "text", level: str = "INFO") -> None:
     json_lines = log_format.upper() == "JSON"
     if json_lines and _capture is None:
         _capture = _StderrCapture()
-    stream: Any = _CapturedStream(_capture) if json_lines and _capture else sys.stderr
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
+    write = _capture.write if json_lines and _capture else _stderr_write
+    handler = BufferedSink(write, JsonFormatter() if json_lines else TextFormatter())
     handler.addFilter(RequestIdFilter())
     root = logging.getLogger()
     for existing in list(root.handlers):
         root.removeHandler(existing)
+        if isinstance(existing, BufferedSink):
+            existing.close()
     root.addHandler(handler)
     root.setLevel(level.upper())
     # Neither format shows the thread or the process: not looking them up makes
