@@ -379,12 +379,18 @@ def _cpu_figures(
 
 
 async def measure(
-    client: Client, spec: dict[str, Any], probe: CpuProbe | None = None
+    client: Client | list[Client], spec: dict[str, Any], probe: CpuProbe | None = None
 ) -> dict[str, Any]:
+    """One measurement; with several clients (connections), worker ``i`` calls
+    through client ``i mod n``."""
+    clients = client if isinstance(client, list) else [client]
     workload = spec["workload"]
     concurrency = int(spec["concurrency"])
     shared: dict[Any, Any] = {}
-    ops = [await _make_op(client, workload, spec, index, shared) for index in range(concurrency)]
+    ops = [
+        await _make_op(clients[index % len(clients)], workload, spec, index, shared)
+        for index in range(concurrency)
+    ]
     latencies: list[float] = []
     timing = False
     deadline = 0.0
@@ -440,20 +446,29 @@ async def measure(
 
 async def main() -> None:
     plan = json.load(sys.stdin)
-    options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-    if plan.get("tls_ca"):
-        credentials = grpc.ssl_channel_credentials(root_certificates=plan["tls_ca"].encode())
-        channel = grpc.aio.secure_channel(plan["target"], credentials, options=options)
-    else:
-        channel = grpc.aio.insecure_channel(plan["target"], options=options)
+    options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+    connections = int(plan.get("channels", 1))
+    if connections > 1:  # a connection each (grpc would share one between channels)
+        options.append(("grpc.use_local_subchannel_pool", 1))
+
+    def open_channel() -> grpc.aio.Channel:
+        if plan.get("tls_ca"):
+            credentials = grpc.ssl_channel_credentials(root_certificates=plan["tls_ca"].encode())
+            return grpc.aio.secure_channel(plan["target"], credentials, options=options)
+        return grpc.aio.insecure_channel(plan["target"], options=options)
+
+    channels = [open_channel() for _ in range(connections)]
     probe = CpuProbe(plan.get("server_pid"), plan.get("database_dsn"))
     await probe.open()
-    async with channel:
-        client = Client(channel, plan.get("tokens"))
-        if client.worker:
-            await client.check_protections()
+    try:
+        clients = [Client(channel, plan.get("tokens")) for channel in channels]
+        if clients[0].worker:
+            await clients[0].check_protections()
         for spec in plan["measurements"]:
-            print(json.dumps(await measure(client, spec, probe)), flush=True)
+            print(json.dumps(await measure(clients, spec, probe)), flush=True)
+    finally:
+        for channel in channels:
+            await channel.close()
     await probe.close()
 
 

@@ -263,10 +263,11 @@ async def run_driver(
     *,
     tag: dict[str, Any] | None = None,
     database_url: str = "",
+    channels: int = 1,
 ) -> list[dict[str, Any]]:
     """Runs ``measurements`` in a driver process, printing each figure as it
     comes. With a PostgreSQL ``database_url``, the driver also reads the CPU
-    of that database's backends."""
+    of that database's backends; ``channels``: connections the calls spread over."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -276,7 +277,7 @@ async def run_driver(
         cwd=ROOT,
     )
     assert process.stdin is not None and process.stdout is not None
-    plan: dict[str, Any] = {"measurements": measurements}
+    plan: dict[str, Any] = {"measurements": measurements, "channels": channels}
     if isinstance(target, Server):
         plan |= {"target": target.target, "server_pid": target.pid, **target.protections.plan()}
     else:
