@@ -337,3 +337,14 @@ def test_the_sink_writes_every_line_in_order_and_flush_waits_for_them() -> None:
         logger.removeHandler(sink)
         sink.close()
     assert "".join(written).splitlines()[-1] == "last"
+
+
+def test_lines_are_written_whole_in_pipe_sized_writes() -> None:
+    """Writes of at most 4096 bytes (a pipe keeps those whole when several
+    workers share stderr), each of whole lines; a longer line goes alone."""
+    lines = [f"{n:04d}" + "x" * 95 for n in range(100)] + ["y" * 5000, "é" * 3000]
+    chunks = list(logs._chunks(lines))
+    assert "".join(chunks).splitlines() == lines
+    assert all(chunk.endswith("\n") for chunk in chunks)
+    assert all(len(chunk.encode()) <= 4096 for chunk in chunks[:-2])
+    assert chunks[-2:] == ["y" * 5000 + "\n", "é" * 3000 + "\n"]

@@ -264,9 +264,9 @@ class BufferedSink(logging.Handler):
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-            if lines:
+            for chunk in _chunks(lines):
                 try:
-                    self._write("\n".join(lines) + "\n")
+                    self._write(chunk)
                 except Exception:
                     self.handleError(logging.makeLogRecord({"msg": "log write failed"}))
             for event in done:
@@ -280,6 +280,28 @@ class BufferedSink(logging.Handler):
         except Exception:
             self.handleError(record)
             return None
+
+
+_ATOMIC_BYTES: Final = 4096
+"""A pipe takes a write of up to PIPE_BUF (4096 bytes on Linux) whole: the
+workers of ``serve --workers N`` share one stderr, and their lines must not
+interleave mid-line."""
+
+
+def _chunks(lines: list[str]) -> Iterator[str]:
+    """Whole lines, newline-terminated, in writes of at most ``_ATOMIC_BYTES``
+    (a longer line goes alone)."""
+    chunk: list[str] = []
+    size = 0
+    for line in lines:
+        length = (len(line) if line.isascii() else len(line.encode())) + 1
+        if chunk and size + length > _ATOMIC_BYTES:
+            yield "\n".join(chunk) + "\n"
+            chunk, size = [], 0
+        chunk.append(line)
+        size += length
+    if chunk:
+        yield "\n".join(chunk) + "\n"
 
 
 def _stderr_write(text: str) -> None:
