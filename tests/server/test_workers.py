@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -137,7 +138,7 @@ async def test_two_workers_share_one_port_and_stop_on_sigterm() -> None:
     async with postgres.fresh_database("runstore_workers") as url:
         code, _, stderr = await run_module("runstore.server", "migrate", "--database-url", url)
         assert code == 0, stderr
-        async with workers(url, 2) as served:
+        async with workers(url, 2, "--log-format", "json", "--access-log") as served:
             pids = served.pids()
             assert len(pids) == 2
             # A connection of its own for each channel (not grpc's shared one).
@@ -163,6 +164,12 @@ async def test_two_workers_share_one_port_and_stop_on_sigterm() -> None:
             served.process.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(served.process.wait(), 30) == 0
             assert all(_gone(pid) for pid in pids)
+        await asyncio.sleep(0)  # the reader has the last lines once the pipe closed
+        entries = [json.loads(line) for line in served.log.decode().splitlines()]
+        # Each worker's own JSON lines, whole: none wrapped again by the parent.
+        assert not [entry for entry in entries if entry["logger"] == "stderr"]
+        checks = [entry for entry in entries if entry["logger"] == "runstore.access"]
+        assert len(checks) == 16
 
 
 @pytest.mark.postgres

@@ -171,6 +171,10 @@ class _StderrCapture:
         )
         self._reader.start()
 
+    @property
+    def original(self) -> int:
+        return self._original
+
     def write_line(self, line: str) -> None:
         self.write(line + "\n")
 
@@ -336,6 +340,13 @@ def configure(log_format: str = "text", level: str = "INFO") -> None:
     logging.captureWarnings(True)
     if json_lines:
         sys.excepthook = _log_uncaught
+
+
+def original_stderr() -> int | None:
+    """The stderr this process was started with, while JSON logs capture fd 2
+    (None otherwise): what a child process writing its own JSON lines gets,
+    so they are not wrapped a second time."""
+    return _capture.original if _capture is not None else None
 
 
 def _log_uncaught(kind: type[BaseException], value: BaseException, tb: Any) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
+from runstore.server import logs
 from runstore.server.config import ServerConfig
 
 log = logging.getLogger("runstore")
@@ -143,7 +144,12 @@ def supervise(config: ServerConfig, argv: Sequence[str]) -> int:
         try:
             for number in range(config.workers):
                 env = {**os.environ, WORKER_ENV: str(number), "RUNSTORE_WORKERS": "1"}
-                child = subprocess.Popen(worker_argv(config, argv, port, number), env=env)
+                # Each worker writes its own lines (JSON too) to the original stderr.
+                child = subprocess.Popen(
+                    worker_argv(config, argv, port, number),
+                    env=env,
+                    stderr=logs.original_stderr(),
+                )
                 children[child.pid] = (number, child)
             log.info(
                 "runstore: %d workers on port %d (pids %s)",
