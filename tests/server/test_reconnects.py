@@ -249,5 +249,6 @@ async def test_a_database_restart_under_eight_replicas_is_no_reconnect_storm() -
     # Paced: once the pauses have grown (after the first seconds), each replica
     # tries about once per pause, for its pool, its probe and its LISTEN alike.
     assert max(refusing[2:], default=0) <= 3 * REPLICAS, refusing
-    # Once back, each replica opens at most its pool, probe and LISTEN connections.
-    assert sum(after) <= REPLICAS * (POOL_MAX + 2) + 3 * REPLICAS, after
+    # Once back, each replica opens at most its pool, probe, LISTEN and NOTIFY
+    # connections, and a few paced attempts that found it still refusing.
+    assert sum(after) <= REPLICAS * (POOL_MAX + 3) + 3 * REPLICAS, after
