@@ -114,6 +114,9 @@ def _check_report(report: dict, backend: str) -> None:
     assert retained["sessions_per_second"] > 0 and retained["sessionless_runs_per_second"] > 0
 
 
+# Every workload on fresh servers (one more per idle-watchers arm): longer than
+# the suite's default per-test timeout on a busy machine.
+@pytest.mark.timeout(480)
 def test_bench_runs_on_sqlite(tmp_path: Path) -> None:
     report = _run_bench(tmp_path, "--backend", "sqlite")
     _check_report(report, "sqlite")
@@ -121,6 +124,7 @@ def test_bench_runs_on_sqlite(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.timeout(480)
 def test_bench_runs_on_postgres(tmp_path: Path) -> None:
     url = postgres.require_postgres()
     report = _run_bench(tmp_path, "--backend", "postgres", "--postgres-url", url)
