@@ -85,9 +85,10 @@ install: $(NODE_EXAMPLE_STAMP)
 
 ## The documentation site from docs/ into the git-ignored site/. --strict, and the
 ## validation settings of mkdocs.yml, turn a broken link or anchor, or a page
-## missing from the nav, into a failure.
+## missing from the nav, into a failure (not with --quiet, which hides the warnings
+## that --strict counts).
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 ## The same site served with live reload on http://127.0.0.1:8000.
 docs-serve: $(STAMP)

@@ -8,6 +8,7 @@ checked against the code, so they cannot drift.
   sources names a heading of docs/;
 * every setting of ``runstore serve`` has a row in docs/configuration.md, and
   every ``--flag`` the pages mention is one that a command really takes;
+* README.md stays short, links the site's pages, and its Python worker runs;
 * nothing tracked points at documents outside the repository.
 """
 
@@ -17,6 +18,7 @@ import argparse
 import importlib.metadata
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -259,12 +261,31 @@ def test_no_tracked_file_refers_to_documents_outside_the_repository() -> None:
     assert not offenders, "point these at docs/ instead:\n" + "\n".join(offenders)
 
 
+README_MAX_LINES = 300
+
+
+def test_readme_is_short() -> None:
+    """The README introduces; the site explains."""
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail into docs/"
+
+
 def test_readme_links_the_project_documents() -> None:
     readme = README.read_text(encoding="utf-8")
     for target in ("docs/contract.md", "docs/payloads.md", "docs/errors.md", "LICENSE"):
         assert f"]({target})" in readme, target
         assert (ROOT / target).is_file(), target
     assert "](CHANGELOG.md)" in readme and (ROOT / "CHANGELOG.md").is_file()
+
+
+def test_readme_links_every_page_of_the_site() -> None:
+    readme = README.read_text(encoding="utf-8")
+    unlinked = [
+        path.relative_to(ROOT).as_posix()
+        for path in pages()
+        if f"]({path.relative_to(ROOT).as_posix()})" not in readme
+    ]
+    assert not unlinked, f"README.md links no page {unlinked}"
 
 
 _LINK = re.compile(r"\]\((?!https?://)([^)#\s]+)?(?:#([^)\s]+))?\)")
@@ -358,7 +379,7 @@ def test_every_flag_in_the_docs_exists() -> None:
     known = runstore_options() | bench_options() | OTHER_PROGRAMS | RENAMED
     unknown = sorted(
         f"{path.relative_to(ROOT)}: {flag}"
-        for path in pages()
+        for path in [README, *pages()]
         for span in code_spans(path.read_text(encoding="utf-8"))
         for flag in _FLAG.findall(span)
         if flag not in known and not flag.startswith("--retain-*")
@@ -376,14 +397,14 @@ def configuration_rows() -> set[str]:
     return flags
 
 
-def test_every_row_of_the_configuration_page_is_a_setting_of_serve() -> None:
+def test_every_setting_of_serve_has_a_row_in_the_configuration_page() -> None:
     import dataclasses
 
     from runstore.server import config
 
     settings = {config.flag_name(spec.name) for spec in dataclasses.fields(config.ServerConfig)}
     rows = configuration_rows()
-    assert {"--listen", "--sqlite-readers", "--sqlite-synchronous"} <= rows
+    assert settings - rows == set(), "settings without a row in docs/configuration.md"
     assert rows - settings - {"--no-access-log"} == set(), "rows that are no setting"
 
 
@@ -396,3 +417,38 @@ def test_the_sqlite_synchronous_help_names_every_level() -> None:
     for level in config.SQLITE_SYNCHRONOUS_LEVELS:
         assert level in spec.metadata["help"], level
         assert f"`{level}`" in (DOCS / "configuration.md").read_text(encoding="utf-8"), level
+
+
+# --- the README's worker ----------------------------------------------------------------
+
+_WORKER_MARKER = "<!-- docs:readme-worker"
+
+
+def readme_worker() -> str:
+    text = README.read_text(encoding="utf-8")
+    assert text.count(_WORKER_MARKER) == 1, "README.md lost its worker marker"
+    match = _FENCE.search(text, text.index(_WORKER_MARKER))
+    assert match is not None and match["info"].strip() == "python"
+    return match["body"]
+
+
+async def test_the_readme_worker_runs_against_a_server(store: Any) -> None:
+    import asyncio
+
+    script = readme_worker()
+    assert '"127.0.0.1:50051"' in script
+    script = script.replace('"127.0.0.1:50051"', repr(store.target))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        script,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    assert out.decode().splitlines() == [
+        "start: proceed",
+        "appended record 2",
+        "run: completed",
+    ]

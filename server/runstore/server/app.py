@@ -221,7 +221,7 @@ def _ms(seconds: float) -> int:
 
 
 def server_options(config: ServerConfig, *, reuse_port: bool = False) -> list[tuple[str, int]]:
-    """gRPC core settings behind the README's "Operating limits": message sizes,
+    """gRPC core settings behind docs/limits.md: message sizes,
     the port, and the connection, idle and keepalive policies."""
     return [
         ("grpc.max_receive_message_length", config.max_message_bytes),
