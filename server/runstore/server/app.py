@@ -22,7 +22,6 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from sqlalchemy.engine import make_url
 
 from runstore.server import tracing
 from runstore.server.auth import Security
@@ -33,7 +32,7 @@ from runstore.server.core.memory import MemoryStore
 from runstore.server.core.ports import Database, Wakeups
 from runstore.server.core.store import PageLimits, RuntimeStore
 from runstore.server.core.watch import NoWakeups, RecordWatch, WatchSettings
-from runstore.server.db import migrate
+from runstore.server.db import migrate, urls
 from runstore.server.db.measured import measured
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
@@ -121,8 +120,10 @@ async def open_database(
     """Checks the schema (creating it on a new SQLite file) and opens the backend,
     measured and traced as ``telemetry`` asks."""
     await migrate.ensure_schema(config.database_url, migrate=config.migrate)
-    url = make_url(config.database_url)
+    url = urls.parse(config.database_url)
     if url.get_backend_name() == "sqlite":
+        if config.read_database_url:
+            raise migrate.SchemaError("--read-database-url needs a PostgreSQL --database-url")
         if not url.database or url.database == ":memory:":
             raise migrate.SchemaError("SQLite needs a file path: sqlite:///path/to/runstore.db")
         db: SqliteDatabase | PostgresDatabase = SqliteDatabase(
@@ -143,7 +144,9 @@ async def open_database(
                 acquire_timeout=config.pg_acquire_timeout,
                 statement_timeout=config.pg_statement_timeout,
                 operation_timeout=config.db_operation_timeout,
+                reconnect_pause_max=config.pg_reconnect_pause_max,
             ),
+            read_url=config.read_database_url or None,
         )
     else:
         raise migrate.SchemaError(f"unsupported database URL scheme {url.drivername!r}")
@@ -217,15 +220,16 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def server_options(config: ServerConfig) -> list[tuple[str, int]]:
+def server_options(config: ServerConfig, *, reuse_port: bool = False) -> list[tuple[str, int]]:
     """gRPC core settings behind the README's "Operating limits": message sizes,
     the port, and the connection, idle and keepalive policies."""
     return [
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", max_send_bytes(config)),
         # gRPC turns SO_REUSEPORT on by default: a second server on our port
-        # would start and take half of the calls to another database.
-        ("grpc.so_reuseport", 0),
+        # would start and take half of the calls to another database. Only the
+        # workers of one `serve --workers N` share it (runstore.server.workers).
+        ("grpc.so_reuseport", 1 if reuse_port else 0),
         # A connection that never finishes the HTTP/2 preface holds a descriptor.
         ("grpc.server_handshake_timeout_ms", _ms(config.handshake_timeout)),
         ("grpc.max_connection_idle_ms", _ms(config.max_connection_idle)),
@@ -267,6 +271,8 @@ async def build_server(
     stores: Stores,
     security: Security | None = None,
     telemetry: Telemetry | None = None,
+    *,
+    reuse_port: bool = False,
 ) -> RunningServer:
     """A started server with every service, health and reflection.
 
@@ -279,7 +285,9 @@ async def build_server(
     interceptors = server_interceptors(
         config, security, telemetry.metrics, telemetry.tracer_provider
     )
-    server = grpc.aio.server(options=server_options(config), interceptors=interceptors)
+    server = grpc.aio.server(
+        options=server_options(config, reuse_port=reuse_port), interceptors=interceptors
+    )
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
         RuntimeStoreServicer(stores.runtime, stores.watch), server
     )
@@ -355,9 +363,22 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
-async def serve(config: ServerConfig) -> None:
+def run(config: ServerConfig, *, reuse_port: bool = False) -> None:
+    """``serve`` on the event loop ``config.event_loop`` names (uvloop: less
+    of each call's time in the loop's own Python)."""
+    loop_factory = None
+    if config.event_loop.lower() == "uvloop":
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(serve(config, reuse_port=reuse_port))
+
+
+async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
     """Serves until SIGTERM or SIGINT, then lets in-flight calls finish; SIGHUP
-    re-reads the auth file and the TLS files."""
+    re-reads the auth file and the TLS files. ``reuse_port``: bind with
+    SO_REUSEPORT, as one of the workers of ``serve --workers N``."""
     descriptors = raise_descriptor_limit()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -372,7 +393,9 @@ async def serve(config: ServerConfig) -> None:
             endpoint = MetricsEndpoint(telemetry.metrics, config.metrics_listen)
             log.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, endpoint.port)
         async with open_database(config, telemetry) as db:
-            running = await build_server(config, create_stores(config, db), security, telemetry)
+            running = await build_server(
+                config, create_stores(config, db), security, telemetry, reuse_port=reuse_port
+            )
             freeze_startup_objects()
             log.info(
                 "runstore serving on %s (port %d), database %s, %s, descriptor limit %d",

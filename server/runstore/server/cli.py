@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-from runstore.server import admin, app, config, logs, tracing
+from runstore.server import admin, app, config, logs, tracing, workers
 from runstore.server.auth import SecurityError
 from runstore.server.auth.principals import AuthFileError, add_token
 from runstore.server.auth.roles import ROLES
@@ -100,10 +100,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"runstore: {exc}", file=sys.stderr)
         return 2
     with logs.configured(settings.log_format, settings.log_level):
-        return _run(args, settings)
+        return _run(args, settings, sys.argv[1:] if argv is None else list(argv))
 
 
-def _run(args: argparse.Namespace, settings: config.ServerConfig) -> int:
+def _run(args: argparse.Namespace, settings: config.ServerConfig, argv: list[str]) -> int:
     json_lines = settings.log_format.upper() == "JSON"
 
     def say(text: str) -> None:
@@ -118,8 +118,10 @@ def _run(args: argparse.Namespace, settings: config.ServerConfig) -> int:
 
     try:
         settings = resolve_database_url(settings, args.database_url)
+        if args.command == "serve" and settings.workers > 1:
+            return workers.supervise(settings, argv)
         if args.command == "serve":
-            asyncio.run(app.serve(settings))
+            app.run(settings, reuse_port=workers.is_worker())
         else:
             before = asyncio.run(
                 migrate.upgrade(
@@ -137,6 +139,7 @@ def _run(args: argparse.Namespace, settings: config.ServerConfig) -> int:
         DatabaseURLError,
         tracing.TracingUnavailable,
         app.ListenError,
+        workers.WorkersError,
     ) as exc:
         if json_lines:
             log.error("%s", exc)
