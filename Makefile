@@ -13,7 +13,7 @@ BUF_STAMP := .tools/.buf-$(BUF_VERSION)
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
 
-.PHONY: install run test test-pg proto proto-image lint fmt migrate bench bench-quick bench-chain check clean
+.PHONY: install chromium run test test-pg proto proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
 $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
@@ -28,8 +28,22 @@ $(BUF_STAMP):
 	npm install --prefix .tools --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
 	touch $@
 
+# The console's browser tests drive Debian's Chromium (Playwright's own browser
+# download is not used): installed with apt-get when missing and we are root.
+CHROMIUM ?= /usr/bin/chromium
+
+chromium:
+	@if [ ! -x $(CHROMIUM) ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "make install: installing Debian's chromium for the console's browser tests"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		else \
+			echo "make install: no $(CHROMIUM) (apt-get install chromium): the browser tests will skip"; \
+		fi; \
+	fi
+
 # `make run` and `make test` need only the venv; buf (npm) is for `make lint`, `fmt` and `proto-image`.
-install: $(STAMP) $(BUF_STAMP)
+install: $(STAMP) $(BUF_STAMP) chromium
 
 ## Serve on $(LISTEN) with the embedded SQLite database under var/.
 run: $(STAMP)
