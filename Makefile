@@ -13,7 +13,7 @@ BUF_STAMP := .tools/.buf-$(BUF_VERSION)
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
 
-.PHONY: install chromium run test test-pg proto proto-image lint fmt migrate bench bench-quick bench-chain check clean
+.PHONY: install chromium screenshots run test test-pg proto proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
 $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
@@ -53,6 +53,11 @@ run: $(STAMP)
 ## (the end of the run says how many were skipped otherwise).
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## Retake the console's screenshots in docs/console/ (the browser tests take them).
+screenshots: install
+	RUNSTORE_CONSOLE_SCREENSHOTS=docs/console $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/console/test_console_browser.py
 
 test-pg: $(STAMP)
 	RUNSTORE_TEST_POSTGRES_URL=$${RUNSTORE_TEST_POSTGRES_URL:-postgresql://postgres@127.0.0.1:5432/test} \
