@@ -428,6 +428,21 @@ async def test_over_tls_the_console_uses_the_server_certificate(tmp_path: Path) 
         assert "Secure" in signed.headers["set-cookie"]
 
 
+async def test_sighup_reloads_the_console_certificate(tmp_path: Path) -> None:
+    async with console_server(tmp_path, tls=Authority()) as under:
+        assert under.running.console is not None
+        fresh = Authority("another CA")
+        fresh.server().write(tmp_path, "server")  # over the files the server was started with
+        trusting_fresh = ssl.create_default_context(cadata=fresh.pem.decode())
+        async with httpx.AsyncClient(
+            base_url=under.base, timeout=30, verify=trusting_fresh
+        ) as http:
+            with pytest.raises(httpx.ConnectError):
+                await http.get("/healthz")
+            assert under.running.console.reload_tls()
+            assert (await http.get("/healthz")).text == "ok"
+
+
 # --- Live --------------------------------------------------------------------------------
 
 

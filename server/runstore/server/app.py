@@ -391,6 +391,8 @@ async def serve(config: ServerConfig) -> None:
             log.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, endpoint.port)
         async with open_database(config, telemetry) as db:
             running = await build_server(config, create_stores(config, db), security, telemetry)
+            if running.console is not None:
+                loop.add_signal_handler(signal.SIGHUP, _reload, security, running.console)
             freeze_startup_objects()
             log.info(
                 "runstore serving on %s (port %d), database %s, %s, descriptor limit %d",
@@ -410,6 +412,13 @@ async def serve(config: ServerConfig) -> None:
         if telemetry.tracer_provider is not None:
             tracing.shutdown(telemetry.tracer_provider)
     log.info("runstore stopped")
+
+
+def _reload(security: Security, console: ConsoleServer) -> None:
+    """SIGHUP with the console on: the auth file and TLS files, then the
+    console's certificate."""
+    security.reload()
+    console.reload_tls()
 
 
 async def shutdown(running: RunningServer, grace: float) -> None:

@@ -31,6 +31,7 @@ from runstore.contract.errors import (
     RunstoreError,
 )
 from runstore.server.auth.principals import Principal
+from runstore.server.auth.tls import TLSFiles
 from runstore.server.console import access, live, render, views
 from runstore.server.console.access import Access
 from runstore.server.console.reads import run_kind
@@ -65,6 +66,8 @@ class Console:
     access: Access
     secure: bool
     """Served over TLS: the sign-in cookie is Secure."""
+    tls_files: TLSFiles | None = None
+    """The certificate and key it serves (re-read on SIGHUP)."""
     templates: jinja2.Environment = field(default_factory=lambda: _environment())
     shutdown: anyio.Event | None = None
     """Set when the server stops: live streams end (created in the serving loop)."""

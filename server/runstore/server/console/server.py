@@ -88,6 +88,21 @@ class ConsoleServer:
     def port(self) -> int:
         return int(self.sock.getsockname()[1])
 
+    def reload_tls(self) -> bool:
+        """Re-reads the certificate and key (SIGHUP) for the next handshakes;
+        on error keeps the current ones and logs why."""
+        context = self.server.config.ssl
+        files = self.console.tls_files
+        if context is None or files is None:
+            return False
+        try:
+            context.load_cert_chain(files.cert, files.key)
+        except (OSError, ssl.SSLError) as exc:
+            log.error("console TLS files not reloaded, keeping the current ones: %s", exc)
+            return False
+        log.info("console TLS certificate %s reloaded for new connections", files.cert)
+        return True
+
     async def stop(self) -> None:
         """Ends live streams, lets page loads finish within ``GRACE_SECONDS``."""
         if self.console.shutdown is not None:
@@ -110,6 +125,7 @@ async def start_console(
         watch=watch,
         access=Access(security.principals),
         secure=files is not None,
+        tls_files=files,
         shutdown=anyio.Event(),
     )
     settings = uvicorn.Config(
