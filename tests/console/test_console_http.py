@@ -411,6 +411,12 @@ async def test_with_authentication_off_the_console_is_open(tmp_path: Path) -> No
             response = await http.get("/sessions")
         assert response.status_code == 200 and session_id in response.text
         assert "authentication off" in response.text
+        async with httpx.AsyncClient(base_url=under.base, timeout=30) as http:
+            localhost = await http.get("/sessions", headers={"host": "localhost"})
+            rebound = await http.get("/sessions", headers={"host": "evil.example:8080"})
+        assert localhost.status_code == 200
+        assert rebound.status_code == 400 and session_id not in rebound.text
+        assert rebound.headers["content-security-policy"] == CSP
 
 
 async def test_over_tls_the_console_uses_the_server_certificate(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ console's own script and style files: the pages have no inline script or style.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -18,6 +18,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import anyio
 import jinja2
 from starlette.applications import Starlette
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -68,6 +69,10 @@ class Console:
     """Served over TLS: the sign-in cookie is Secure."""
     tls_files: TLSFiles | None = None
     """The certificate and key it serves (re-read on SIGHUP)."""
+    allowed_hosts: Sequence[str] | None = None
+    """Host headers served (None: any). An open console on loopback serves only
+    loopback names: a page of another site whose name was rebound to 127.0.0.1
+    (DNS rebinding) gets 400, not the data."""
     templates: jinja2.Environment = field(default_factory=lambda: _environment())
     shutdown: anyio.Event | None = None
     """Set when the server stops: live streams end (created in the serving loop)."""
@@ -305,5 +310,7 @@ def create_app(console: Console) -> Starlette:
         ),
     ]
     app = Starlette(routes=routes)
-    app.add_middleware(SecurityHeaders)
+    if console.allowed_hosts is not None:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=console.allowed_hosts)
+    app.add_middleware(SecurityHeaders)  # outermost: refusals carry the headers too
     return app

@@ -33,6 +33,10 @@ GRACE_SECONDS: Final = 5
 """On shutdown, how long open page loads may finish (live streams end at once)."""
 
 
+LOOPBACK_HOSTS: Final = ("localhost", "127.0.0.1", "::1", "[::1]")
+"""The Host names an open (authentication off) console on loopback answers."""
+
+
 class ConsoleListenError(OSError):
     """The console's address cannot be bound."""
 
@@ -126,6 +130,11 @@ async def start_console(
         access=Access(security.principals),
         secure=files is not None,
         tls_files=files,
+        allowed_hosts=(
+            LOOPBACK_HOSTS
+            if security.principals is None and is_loopback(config.console_listen)
+            else None
+        ),
         shutdown=anyio.Event(),
     )
     settings = uvicorn.Config(
