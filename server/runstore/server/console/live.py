@@ -49,15 +49,22 @@ def _record_event(position: int, record: RunRecord) -> ServerSentEvent:
     )
 
 
+def _positions(batch: WatchBatch, by_id: bool) -> list[int]:
+    """A run's positions are its record IDs; a session's batch ends at its
+    ``next_cursor`` (the last record's position) and positions are dense."""
+    if by_id:
+        return [record.id for record in batch.events]
+    last = int(batch.next_cursor)
+    return list(range(last - len(batch.events) + 1, last + 1))
+
+
 async def _events(
-    batches: AsyncIterator[WatchBatch], after: int, by_id: bool
+    batches: AsyncIterator[WatchBatch], by_id: bool
 ) -> AsyncIterator[ServerSentEvent]:
-    """``by_id``: a run's positions are its record IDs; a session's count on from ``after``."""
     try:
         async for batch in batches:
-            for record in batch.events:
-                after = record.id if by_id else after + 1
-                yield _record_event(after, record)
+            for position, record in zip(_positions(batch, by_id), batch.events, strict=True):
+                yield _record_event(position, record)
         yield ServerSentEvent(data="{}", event="end")
     except UnavailableError:
         return  # shutting down: the browser reconnects to whichever server answers
@@ -88,7 +95,7 @@ async def run_events(console: Console, request: Request) -> Response:
     if console.watch.open_streams >= console.watch.settings.max_watchers:
         raise OverloadedError("too many live streams", details={"limit": "max_watchers"})
     batches = console.watch.run(run_id, str(after) if after else "")
-    return _stream(console, _events(batches, after, by_id=True))
+    return _stream(console, _events(batches, by_id=True))
 
 
 async def session_events(console: Console, request: Request) -> Response:
@@ -100,4 +107,4 @@ async def session_events(console: Console, request: Request) -> Response:
     if console.watch.open_streams >= console.watch.settings.max_watchers:
         raise OverloadedError("too many live streams", details={"limit": "max_watchers"})
     batches = console.watch.session(session_id, str(after) if after else "")
-    return _stream(console, _events(batches, after, by_id=False))
+    return _stream(console, _events(batches, by_id=False))
