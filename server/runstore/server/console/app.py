@@ -10,17 +10,14 @@ console's own script and style files: the pages have no inline script or style.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final
-from urllib.parse import parse_qs, urlencode, urlsplit
+from collections.abc import Awaitable, Callable
+from typing import Final
+from urllib.parse import parse_qs, urlsplit
 
-import anyio
-import jinja2
 from starlette.applications import Starlette
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -32,12 +29,8 @@ from runstore.contract.errors import (
     RunstoreError,
 )
 from runstore.server.auth.principals import Principal
-from runstore.server.auth.tls import TLSFiles
-from runstore.server.console import access, live, render, views
-from runstore.server.console.access import Access
-from runstore.server.console.reads import run_kind
-from runstore.server.core.store import RuntimeStore
-from runstore.server.core.watch import RecordWatch
+from runstore.server.console import access, live, views
+from runstore.server.console.pages import Console, url
 
 log = logging.getLogger(__name__)
 
@@ -56,54 +49,6 @@ SECURITY_HEADERS: Final = (
 
 MAX_FORM_BYTES: Final = 8192
 """The sign-in form is one token: a larger body is refused unread."""
-
-
-@dataclass
-class Console:
-    """What the console's handlers share."""
-
-    store: RuntimeStore
-    watch: RecordWatch
-    access: Access
-    secure: bool
-    """Served over TLS: the sign-in cookie is Secure."""
-    tls_files: TLSFiles | None = None
-    """The certificate and key it serves (re-read on SIGHUP)."""
-    allowed_hosts: Sequence[str] | None = None
-    """Host headers served (None: any). An open console on loopback serves only
-    loopback names: a page of another site whose name was rebound to 127.0.0.1
-    (DNS rebinding) gets 400, not the data."""
-    templates: jinja2.Environment = field(default_factory=lambda: _environment())
-    shutdown: anyio.Event | None = None
-    """Set when the server stops: live streams end (created in the serving loop)."""
-
-    def page(
-        self, request: Request, name: str, http_status: int = 200, **context: Any
-    ) -> HTMLResponse:
-        principal = request.scope.get("runstore_principal")
-        html = self.templates.get_template(name).render(
-            principal=principal,
-            auth_required=self.access.required,
-            **context,
-        )
-        return HTMLResponse(html, http_status, headers={"cache-control": "no-store"})
-
-
-def _environment() -> jinja2.Environment:
-    """One environment that escapes every value of every template (not by file name)."""
-    environment = jinja2.Environment(
-        loader=jinja2.PackageLoader("runstore.server.console", "templates"),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-    )
-    environment.globals.update(timestamp=render.timestamp, kind=run_kind, url=_url)
-    return environment
-
-
-def _url(path: str, **params: Any) -> str:
-    """``path`` with the non-empty ``params`` as its query string (values escaped)."""
-    kept = {key: value for key, value in params.items() if value not in ("", None, 0, False)}
-    return f"{path}?{urlencode(kept)}" if kept else path
 
 
 class SecurityHeaders:
@@ -172,7 +117,7 @@ def screen(console: Console, handler: Handler) -> Callable[[Request], Awaitable[
             wants_page = "text/html" in request.headers.get("accept", "")
             if refused.status == 401 and wants_page and "authorization" not in request.headers:
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-                return RedirectResponse(_url("/login", next=target), 303)
+                return RedirectResponse(url("/login", next=target), 303)
             return console.page(
                 request, "refused.html", refused.status, reason=refused.reason, title="Refused"
             )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
@@ -19,11 +19,9 @@ from starlette.responses import PlainTextResponse, Response
 
 from runstore.contract.errors import OverloadedError, RunstoreError, UnavailableError
 from runstore.server.console import render
+from runstore.server.console.pages import Console
 from runstore.server.core.model import RunRecord
 from runstore.server.core.watch import WatchBatch
-
-if TYPE_CHECKING:
-    from runstore.server.console.app import Console
 
 PING_SECONDS: Final = 15
 """A comment line this often keeps proxies from closing an idle stream."""

@@ -23,7 +23,8 @@ import uvicorn
 from runstore.server.auth import Security, SecurityError, is_loopback
 from runstore.server.config import ServerConfig
 from runstore.server.console.access import Access
-from runstore.server.console.app import Console, create_app
+from runstore.server.console.app import create_app
+from runstore.server.console.pages import Console
 from runstore.server.core.store import RuntimeStore
 from runstore.server.core.watch import RecordWatch
 

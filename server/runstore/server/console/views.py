@@ -4,7 +4,7 @@ records per request; every URL names what it shows, so it can be shared."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -12,10 +12,8 @@ from starlette.responses import Response
 from runstore.contract.errors import InvalidArgumentError, NotFoundError, ReadArgumentError
 from runstore.contract.model import RunFilter, RunStatus, SessionFilter, SessionStatus
 from runstore.server.console import reads, render
+from runstore.server.console.pages import Console
 from runstore.server.core.model import Nanos, Session
-
-if TYPE_CHECKING:
-    from runstore.server.console.app import Console
 
 LIST_PAGE_SIZE: Final = 100
 """Sessions or runs one listing page shows."""
