@@ -42,6 +42,11 @@ chromium:
 		fi; \
 	fi
 
+## Retake the console's screenshots in docs/console/ (the browser tests take them).
+screenshots: install
+	RUNSTORE_CONSOLE_SCREENSHOTS=docs/console $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/console/test_console_browser.py
+
 # `make run` and `make test` need only the venv; buf (npm) is for `make lint`, `fmt` and `proto-image`.
 install: $(STAMP) $(BUF_STAMP) chromium
 
@@ -53,11 +58,6 @@ run: $(STAMP)
 ## (the end of the run says how many were skipped otherwise).
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
-
-## Retake the console's screenshots in docs/console/ (the browser tests take them).
-screenshots: install
-	RUNSTORE_CONSOLE_SCREENSHOTS=docs/console $(BIN)/python -m pytest -q -p no:cacheprovider \
-		tests/console/test_console_browser.py
 
 test-pg: $(STAMP)
 	RUNSTORE_TEST_POSTGRES_URL=$${RUNSTORE_TEST_POSTGRES_URL:-postgresql://postgres@127.0.0.1:5432/test} \
