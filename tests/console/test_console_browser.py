@@ -13,6 +13,7 @@ screenshots for the docs; otherwise they go to a temporary directory.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -92,6 +93,12 @@ async def page(browser: Any, console: ConsoleUnderTest) -> AsyncIterator[Watched
     assert watched.problems == []
 
 
+async def live(page: Any) -> None:
+    """Waits until the page's event stream is open (a locator: the CSP forbids
+    the string evaluation ``wait_for_function`` would use)."""
+    await page.locator("#live-state").filter(has_text=re.compile(r"^live$")).wait_for()
+
+
 async def sign_in(page: Any, console: ConsoleUnderTest, then: str = "/sessions") -> None:
     await page.goto(then)
     await page.wait_for_url("**/login?next=*")
@@ -162,9 +169,7 @@ async def test_a_record_appended_through_grpc_appears_on_the_open_run_page(
 ) -> None:
     run = await console.store.root(agent_id="live-browser")
     await sign_in(page.page, console, then=f"/run?id={run.id}")
-    await page.page.wait_for_function(
-        "document.getElementById('live-state').textContent === 'live'"
-    )
+    await live(page.page)
     await console.store.runtime.AppendRunRecord(
         rs.AppendRunRecordRequest(record=run.record("appended-live", payload=b'{"fresh":true}'))
     )
@@ -186,9 +191,7 @@ async def test_hostile_payloads_never_run(page: Watched, console: ConsoleUnderTe
     await sign_in(page.page, console, then=f"/run?id={seeded.root.id}")
     await page.page.get_by_text("<script>window.__xss=1</script>").wait_for()
     await page.page.get_by_text('<img src=x onerror=\\"window.__xss=2\\">').wait_for()
-    await page.page.wait_for_function(
-        "document.getElementById('live-state').textContent === 'live'"
-    )
+    await live(page.page)
     await console.store.runtime.AppendRunRecord(
         rs.AppendRunRecordRequest(record=seeded.root.record("xss-live", "note", SCRIPT_PAYLOAD))
     )

@@ -391,8 +391,6 @@ async def serve(config: ServerConfig) -> None:
             log.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, endpoint.port)
         async with open_database(config, telemetry) as db:
             running = await build_server(config, create_stores(config, db), security, telemetry)
-            if running.console is not None:
-                loop.add_signal_handler(signal.SIGHUP, _reload, security, running.console)
             freeze_startup_objects()
             log.info(
                 "runstore serving on %s (port %d), database %s, %s, descriptor limit %d",
@@ -402,6 +400,8 @@ async def serve(config: ServerConfig) -> None:
                 security.describe(),
                 descriptors,
             )
+            if running.console is not None:
+                loop.add_signal_handler(signal.SIGHUP, _reload, security, running.console)
             try:
                 await stop.wait()
             finally:
