@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Final
 
 ADMIN: Final = "admin"
-"""Everything, including administration RPCs that later issues add."""
+"""Everything, including administration RPCs added later without a table entry of their own."""
 HOST: Final = "host"
 """Session administration, conversation state (memory, context) and every read."""
 WORKER: Final = "worker"
