@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from runstore.contract.errors import RunstoreError
 from runstore.contract.model import SessionStatus
-from runstore.server.core.batch import one_owner_distinct_keys as batch_shape
+from runstore.server.core.batch_rules import one_owner_distinct_keys as batch_shape
 from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Database
 from runstore.server.core.store import RuntimeStore

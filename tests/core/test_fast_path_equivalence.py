@@ -25,11 +25,12 @@ from runstore.contract.errors import RunstoreError
 from runstore.contract.model import RunStartOutcome, RunStatus, SessionStatus
 from runstore.server.core.model import RecordDraft, RunRecord, RunState, Session
 from runstore.server.core.ports import Database, Transaction
-from runstore.server.core.store import RuntimeStore, appendable
+from runstore.server.core.store import RuntimeStore
 from runstore.server.db import migrate
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
 from tests import postgres
+from tests.core.preconditions import appendable
 
 T0 = 1_700_000_000_000 * 1_000_000
 AGENT = "agent"

@@ -24,6 +24,7 @@ import pytest
 from runstore.contract import lifecycle
 from runstore.contract.errors import RunstoreError
 from runstore.contract.model import RunStartOutcome, RunStatus, SessionStatus
+from runstore.server.core.lifecycle_changes import run_ending
 from runstore.server.core.model import (
     LifecycleKeys,
     RecordDraft,
@@ -35,11 +36,12 @@ from runstore.server.core.model import (
     Session,
 )
 from runstore.server.core.ports import Database, Transaction
-from runstore.server.core.store import RuntimeStore, endable, run_ending, startable
+from runstore.server.core.store import RuntimeStore
 from runstore.server.db import migrate
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
 from tests import postgres
+from tests.core.preconditions import endable, startable
 
 T0 = 1_700_000_000_000 * 1_000_000
 AGENT = "agent"

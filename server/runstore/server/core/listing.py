@@ -17,22 +17,22 @@ import binascii
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from runstore.contract.errors import ReadArgumentError
 from runstore.contract.model import ListPage, RunFilter, RunStatus, SessionFilter, SessionStatus
-from runstore.server.core.model import Nanos, RunState, Session
+from runstore.server.core import input_rules
+from runstore.server.core.model import Nanos, PageKey, RunState, Session
+from runstore.server.core.ports import Transaction
+from runstore.server.core.section import Section
 
 DEFAULT_PAGE_SIZE: Final = 100
 """Rows per page when the request's ``page_size`` is 0."""
 
 MAX_PAGE_SIZE: Final = 1000
 """A larger ``page_size`` is lowered to this (AIP-158)."""
-
-PageKey = tuple[Nanos, str]
-"""The ordering key of a listed row: its time, then its ID."""
 
 E = TypeVar("E", SessionStatus, RunStatus)
 Row = TypeVar("Row", Session, RunState)
@@ -169,3 +169,42 @@ def run_listing(
         digest,
         lambda run: (run.started_at, run.run_id),
     )
+
+
+class Listings(Section):
+    """The listings of §9.8 over a ``Database``."""
+
+    async def list_sessions(
+        self, query: SessionFilter[Nanos], page_size: int, page_token: str
+    ) -> ListPage[Session]:
+        """§9.8.1: live sessions by created_at, then ID; keyset pages."""
+        listing = session_listing(query, page_size, page_token)
+        input_rules.check_page_key(listing.after)
+
+        async def tx_fn(tx: Transaction) -> list[Session]:
+            return await tx.list_sessions(listing.query, listing.after, listing.size + 1)
+
+        return await self._listed(listing, tx_fn)
+
+    async def list_runs(
+        self, query: RunFilter[Nanos], page_size: int, page_token: str
+    ) -> ListPage[RunState]:
+        """§9.8.2: runs by started_at, then run ID; keyset pages."""
+        input_rules.check_ids(session_id=query.session_id, agent_id=query.agent_id)
+        listing = run_listing(query, page_size, page_token)
+        input_rules.check_page_key(listing.after)
+
+        async def tx_fn(tx: Transaction) -> list[RunState]:
+            return await tx.list_runs(listing.query, listing.after, listing.size + 1)
+
+        return await self._listed(listing, tx_fn)
+
+    async def _listed(
+        self,
+        listing: Listing[Any, Row],
+        fetch: Callable[[Transaction], Coroutine[Any, Any, list[Row]]],
+    ) -> ListPage[Row]:
+        """One page read in one snapshot, with one row more than the page."""
+        if listing.matches_nothing:
+            return ListPage([])
+        return listing.page(await self._db.read(fetch))

@@ -24,6 +24,9 @@ Nanos = int
 
 NANOS_PER_MILLI = 1_000_000
 
+PageKey = tuple[Nanos, str]
+"""The ordering key of a listed row (ListSessions, ListRuns): its time, then its ID."""
+
 
 # --- Stored state -----------------------------------------------------------
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from runstore.contract.errors import ReadArgumentError, ValidationError, quote
+from runstore.server.config import DEFAULTS
 from runstore.server.core.model import Page, RunRecord
 
 TRANSCRIPT_PAGE_RECORDS: Final = 512
@@ -15,7 +16,26 @@ TRANSCRIPT_PAGE_RECORDS: Final = 512
 TRANSCRIPT_PAGE_BYTES: Final = 1_048_576
 """...and at most this many payload bytes, inclusive (§6.5)."""
 
+DEFAULT_PAGE_LIMIT: Final = DEFAULTS.page_limit
+"""Largest page ListRunRecords / ListSessionRunRecords return (D3)."""
+
+DEFAULT_PAGE_BYTES: Final = DEFAULTS.page_bytes
+"""Payload budget of one list page, so a page always fits a gRPC message."""
+
 _MAX_POSITION = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class PageLimits:
+    """Server-side caps on list pages; callers always follow next_cursor (Q11)."""
+
+    records: int = DEFAULT_PAGE_LIMIT
+    """At most this many records per ListRunRecords/ListSessionRunRecords page."""
+    payload_bytes: int = DEFAULT_PAGE_BYTES
+    """Stop a page before it exceeds this many payload bytes (one record always fits)."""
+
+
+DEFAULT_PAGE_LIMITS: Final = PageLimits()
 
 
 def check_limit(limit: int) -> None:

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 from runstore.contract.model import RunFilter, SessionFilter
-from runstore.server.core.listing import PageKey
 from runstore.server.core.model import (
     ContextHead,
     ContextVersion,
     MemoryEvent,
     Nanos,
+    PageKey,
     RecordDraft,
     RunChange,
     RunEnding,
@@ -272,7 +272,7 @@ class Database(Protocol):
         """AppendRunRecord's common case (§9.3) as one atomic write.
 
         Stores ``record`` and returns its ID exactly when
-        ``runstore.server.core.store.appendable`` holds for the state the write
+        ``appendable`` (``tests/core/preconditions.py``) holds for the state the write
         finds (the one list of these preconditions); otherwise writes nothing
         and returns None, also when it lost a race, and the core applies the
         full rules. A backend may run it without BEGIN and COMMIT, and needs
@@ -286,7 +286,7 @@ class Database(Protocol):
 
         Stores ``run`` (a new running run) and its ``started`` record and
         returns the record's ID exactly when
-        ``runstore.server.core.store.startable`` holds for the state the write
+        ``startable`` (``tests/core/preconditions.py``) holds for the state the write
         finds; otherwise writes nothing and returns None, also when it lost a
         race, and the core applies the full rules. Takes the session's lock.
         """
@@ -296,7 +296,7 @@ class Database(Protocol):
         """RecordRunTerminal's common case (§9.4.3) as one atomic write.
 
         Stores ``ending.record``, sets the run's terminal status, and returns
-        the record's ID exactly when ``runstore.server.core.store.endable``
+        the record's ID exactly when ``endable`` (``tests/core/preconditions.py``)
         holds for the state the write finds; otherwise writes nothing and
         returns None (also after a lost race), and the core applies the full
         rules. Takes the same locks as ``Transaction.record_target(for_update=True)``.
@@ -307,9 +307,9 @@ class Database(Protocol):
         """AppendRunRecords' common case (§9.3.1) as one atomic write.
 
         ``batch`` is one run's records with one agent and session and distinct
-        keys (``runstore.server.core.batch.one_owner_distinct_keys``). Stores
+        keys (``runstore.server.core.batch_rules.one_owner_distinct_keys``). Stores
         them all with the run's next IDs in order and returns the IDs exactly
-        when ``runstore.server.core.store.appendable`` holds for every record
+        when ``appendable`` (``tests/core/preconditions.py``) holds for every record
         in the state the write finds; otherwise writes nothing and returns
         None, and the core applies the full rules. Locks as
         ``append_if_writable``.

@@ -24,16 +24,10 @@ from sqlalchemy import ColumnElement, Integer, Select, bindparam, select, tuple_
 from sqlalchemy.engine import Dialect
 
 from runstore.contract.model import RunFilter, SessionFilter
-from runstore.server.core.listing import PageKey
-from runstore.server.core.model import NANOS_PER_MILLI, Nanos
+from runstore.server.core.model import NANOS_PER_MILLI, Nanos, PageKey
+from runstore.server.db.compiled import Compiled, compile_for
+from runstore.server.db.row_codecs import RUN_COLUMNS, SESSION_COLUMNS, split_nanos
 from runstore.server.db.schema import runs, sessions
-from runstore.server.db.statements import (
-    RUN_COLUMNS,
-    SESSION_COLUMNS,
-    Compiled,
-    compile_for,
-    split_nanos,
-)
 
 LISTED_RUN_COLUMNS = RUN_COLUMNS[: RUN_COLUMNS.index(runs.c.checkpoint_id)]
 """A run's columns without its checkpoint, which a listing never returns."""

@@ -41,7 +41,8 @@ from runstore.server.config import DEFAULTS
 from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
-from runstore.server.db.statements import Compiled, Statements
+from runstore.server.db.compiled import Compiled
+from runstore.server.db.statements import Statements
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.db.wakeups import CHANNEL, PostgresWakeups
 from runstore.server.metrics import DbFigures
@@ -435,11 +436,11 @@ class PostgresDatabase:
         return await self._one_statement(lambda tx: tx.append_if_writable(record))
 
     async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
-        """One statement, atomic by itself (``statements._start_if_new``)."""
+        """One statement, atomic by itself (``fast_path_sql._start_if_new``)."""
         return await self._one_statement(lambda tx: tx.start_if_new(run, started))
 
     async def end_if_running(self, ending: RunEnding) -> int | None:
-        """One statement, atomic by itself (``statements._end_if_running``)."""
+        """One statement, atomic by itself (``fast_path_sql._end_if_running``)."""
         return await self._one_statement(lambda tx: tx.end_if_running(ending))
 
     async def _one_statement(

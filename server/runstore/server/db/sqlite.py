@@ -37,7 +37,8 @@ from runstore.server.config import DEFAULTS, SQLITE_SYNCHRONOUS_LEVELS
 from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
-from runstore.server.db.statements import Compiled, Statements
+from runstore.server.db.compiled import Compiled
+from runstore.server.db.statements import Statements
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.db.wakeups import LocalWakeups
 from runstore.server.metrics import DbFigures

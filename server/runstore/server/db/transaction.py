@@ -2,7 +2,7 @@
 
 A backend subclasses ``SqlTransaction`` and supplies three primitives over its
 driver's connection; statements come compiled for its dialect
-(``statements.Statements``) and rows are decoded by ``statements``.
+(``statements.Statements``) and rows are decoded by ``row_codecs``.
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from runstore.contract.model import RunFilter, RunStatus, SessionFilter
-from runstore.server.core.listing import PageKey
 from runstore.server.core.model import (
     NANOS_PER_MILLI,
     ContextHead,
     ContextVersion,
     MemoryEvent,
     Nanos,
+    PageKey,
     RecordDraft,
     RunChange,
     RunEnding,
@@ -36,11 +36,12 @@ from runstore.server.core.ports import (
     run_key,
     session_key,
 )
-from runstore.server.db import statements as sql
-from runstore.server.db.statements import Compiled, Statements
+from runstore.server.db import row_codecs
+from runstore.server.db.compiled import Compiled
+from runstore.server.db.statements import Statements
 
-_RUN_WIDTH = len(sql.RUN_COLUMNS)
-_SESSION_END = _RUN_WIDTH + len(sql.SESSION_COLUMNS) - 1
+_RUN_WIDTH = len(row_codecs.RUN_COLUMNS)
+_SESSION_END = _RUN_WIDTH + len(row_codecs.SESSION_COLUMNS) - 1
 """Where a record target's session columns (all but the id) end."""
 
 
@@ -113,7 +114,7 @@ class SqlTransaction(Transaction):
         statement = self._sql.session_for_update if for_update else self._sql.session
         row = await self._one(statement, session_id=session_id)
         if row is not None:
-            return sql.session_from_row(row)
+            return row_codecs.session_from_row(row)
         if await self._one(self._sql.is_tombstoned, session_id=session_id) is not None:
             return PURGED
         return None
@@ -124,35 +125,37 @@ class SqlTransaction(Transaction):
             await self._run(self._sql.session_of_run_for_update, run_id=run_id)
         statement = self._sql.run_for_update if for_update else self._sql.run
         row = await self._one(statement, run_id=run_id)
-        return sql.run_from_row(row) if row is not None else None
+        return row_codecs.run_from_row(row) if row is not None else None
 
     async def record_target(
         self, run_id: str, event_key: str, *, for_update: bool = False
     ) -> RecordTarget:
         if for_update and self.row_locks:
-            # Lock first, then read in a new statement (see statements._lock_run).
+            # Lock first, then read in a new statement (see runtime_sql._lock_run).
             await self._run(self._sql.lock_run, run_id=run_id)
         row = await self._one(self._sql.record_target, run_id=run_id, event_key=event_key)
         if row is None:
             return RecordTarget(None, None, None)
-        run = sql.run_from_row(row[:_RUN_WIDTH])
+        run = row_codecs.run_from_row(row[:_RUN_WIDTH])
         session: SessionLookup = None
         if run.session_id:
             if row[_RUN_WIDTH] is not None:
-                session = sql.session_from_row((run.session_id, *row[_RUN_WIDTH:_SESSION_END]))
+                session = row_codecs.session_from_row(
+                    (run.session_id, *row[_RUN_WIDTH:_SESSION_END])
+                )
             else:
                 session = await self.session(run.session_id)
         existing_row = row[_SESSION_END:]
-        existing = sql.record_from_row(existing_row) if existing_row[0] is not None else None
+        existing = row_codecs.record_from_row(existing_row) if existing_row[0] is not None else None
         return RecordTarget(run, session, existing)
 
     async def record_by_key(self, run_id: str, event_key: str) -> RunRecord | None:
         row = await self._one(self._sql.record_by_key, run_id=run_id, event_key=event_key)
-        return sql.record_from_row(row) if row is not None else None
+        return row_codecs.record_from_row(row) if row is not None else None
 
     async def record_by_id(self, run_id: str, record_id: int) -> RunRecord | None:
         row = await self._one(self._sql.record_by_id, run_id=run_id, record_id=record_id)
-        return sql.record_from_row(row) if row is not None else None
+        return row_codecs.record_from_row(row) if row is not None else None
 
     async def run_records(
         self, run_id: str, after: int, limit: int, max_bytes: int
@@ -160,7 +163,7 @@ class SqlTransaction(Transaction):
         rows = await self._all(
             self._sql.run_records, run_id=run_id, after=after, limit=limit, max_bytes=max_bytes
         )
-        return [sql.record_from_row(row) for row in rows]
+        return [row_codecs.record_from_row(row) for row in rows]
 
     async def session_records(
         self, session_id: str, after: int, limit: int, max_bytes: int
@@ -172,7 +175,7 @@ class SqlTransaction(Transaction):
             limit=limit,
             max_bytes=max_bytes,
         )
-        return [(row[0], sql.record_from_row(row[1:])) for row in rows]
+        return [(row[0], row_codecs.record_from_row(row[1:])) for row in rows]
 
     async def transcript_records(
         self, run_id: str, after: int, through: int, limit: int, max_bytes: int
@@ -185,30 +188,30 @@ class SqlTransaction(Transaction):
             limit=limit,
             max_bytes=max_bytes,
         )
-        return [sql.record_from_row(row) for row in rows]
+        return [row_codecs.record_from_row(row) for row in rows]
 
     async def runs_by_session(self, session_id: str) -> list[RunState]:
         rows = await self._all(self._sql.runs_by_session, session_id=session_id)
-        return [sql.run_from_row(row) for row in rows]
+        return [row_codecs.run_from_row(row) for row in rows]
 
     async def list_sessions(
         self, query: SessionFilter[Nanos], after: PageKey | None, limit: int
     ) -> list[Session]:
         statement, params = self._sql.listings.sessions(query, after, limit)
-        return [sql.session_from_row(row) for row in await self._all(statement, **params)]
+        return [row_codecs.session_from_row(row) for row in await self._all(statement, **params)]
 
     async def list_runs(
         self, query: RunFilter[Nanos], after: PageKey | None, limit: int
     ) -> list[RunState]:
         statement, params = self._sql.listings.runs(query, after, limit)
-        return [sql.listed_run_from_row(row) for row in await self._all(statement, **params)]
+        return [row_codecs.listed_run_from_row(row) for row in await self._all(statement, **params)]
 
     async def session_has_running_runs(self, session_id: str) -> bool:
         row = await self._one(self._sql.session_has_running_runs, session_id=session_id)
         return bool(row[0])
 
     async def purgeable_sessions(self, ended_before: Nanos, limit: int) -> list[str]:
-        seconds, nanos = sql.split_nanos(ended_before)
+        seconds, nanos = row_codecs.split_nanos(ended_before)
         rows = await self._all(
             self._sql.purgeable_sessions,
             ended_before_s=seconds,
@@ -225,7 +228,7 @@ class SqlTransaction(Transaction):
     ) -> list[tuple[str, Nanos]]:
         # Exact in whole milliseconds: finished_at < cut-off <=> ms < ceil(cut-off).
         after_ms, after_run_id = (
-            (sql.to_millis(after[0]), after[1]) if after is not None else (_MIN_BIGINT, "")
+            (row_codecs.to_millis(after[0]), after[1]) if after is not None else (_MIN_BIGINT, "")
         )
         rows = await self._all(
             self._sql.purgeable_sessionless_runs,
@@ -252,7 +255,7 @@ class SqlTransaction(Transaction):
         self.runs_purged += 1
 
     async def insert_session(self, session: Session) -> None:
-        seconds, nanos = sql.split_nanos(session.created_at)
+        seconds, nanos = row_codecs.split_nanos(session.created_at)
         await self._run(
             self._sql.insert_session,
             session_id=session.id,
@@ -262,7 +265,7 @@ class SqlTransaction(Transaction):
         )
 
     async def end_session(self, session_id: str, ended_at: Nanos) -> None:
-        seconds, nanos = sql.split_nanos(ended_at)
+        seconds, nanos = row_codecs.split_nanos(ended_at)
         await self._run(
             self._sql.end_session,
             session_id=session_id,
@@ -279,10 +282,10 @@ class SqlTransaction(Transaction):
         self.sessions_purged += 1
 
     async def insert_run(self, run: RunState) -> None:
-        await self._run(self._sql.insert_run, **sql.run_params(run))
+        await self._run(self._sql.insert_run, **row_codecs.run_params(run))
 
     async def change_run(self, run_id: str, change: RunChange) -> None:
-        await self._run(self._sql.change_run, **sql.change_params(run_id, change))
+        await self._run(self._sql.change_run, **row_codecs.change_params(run_id, change))
 
     async def _one_unless_conflict(self, statement: Compiled, **params: Any) -> Any:
         """``_one``, or None when the statement hit a unique constraint."""
@@ -295,7 +298,7 @@ class SqlTransaction(Transaction):
             if record.session_id
             else self._sql.append_if_writable_sessionless
         )
-        row = await self._one_unless_conflict(statement, **sql.record_params(record))
+        row = await self._one_unless_conflict(statement, **row_codecs.record_params(record))
         if row is None:
             return None
         self._touch(record.run_id, record.session_id)
@@ -304,7 +307,7 @@ class SqlTransaction(Transaction):
 
     async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
         """The statements behind ``Database.start_if_new`` (not a port method)."""
-        params = {**sql.record_params(started), **sql.run_params(run)}
+        params = {**row_codecs.record_params(started), **row_codecs.run_params(run)}
         if not self.writes_in_one_statement:
             if await self._one(self._sql.start_if_new, **params) is None:
                 return None
@@ -323,8 +326,8 @@ class SqlTransaction(Transaction):
         reasons = ending.reasons
         row = await self._one_unless_conflict(
             statement,
-            **sql.record_params(record),
-            labels=sql.labels_to_text(ending.labels),
+            **row_codecs.record_params(record),
+            labels=row_codecs.labels_to_text(ending.labels),
             any_reason=reasons is None,
             reason=reasons[0] if reasons is not None else "",
             or_reason=reasons[1] if reasons is not None else "",
@@ -346,7 +349,7 @@ class SqlTransaction(Transaction):
     async def records_by_keys(self, run_id: str, event_keys: Sequence[str]) -> dict[str, RunRecord]:
         statement, params = self._sql.batch.by_keys(run_id, list(event_keys))
         rows = await self._all(statement, **params)
-        return {found.event_key: found for found in map(sql.record_from_row, rows)}
+        return {found.event_key: found for found in map(row_codecs.record_from_row, rows)}
 
     async def append_records(self, records: Sequence[RecordDraft]) -> list[int]:
         """One statement for the largest ID and position, one multi-row insert."""
@@ -381,7 +384,7 @@ class SqlTransaction(Transaction):
             if record.session_id
             else self._sql.insert_sessionless_record
         )
-        row = await self._one(statement, **sql.record_params(record))
+        row = await self._one(statement, **row_codecs.record_params(record))
         self._touch(record.run_id, record.session_id)
         self.records_appended += 1
         return int(row[0])
@@ -399,7 +402,9 @@ class SqlTransaction(Transaction):
             self._sql.memory_events, agent_id=agent_id, run_id=run_id, after=after, limit=limit
         )
         return [
-            MemoryEvent(row[0], sql.join_nanos(row[1], row[2]), bytes(row[3]), json.loads(row[4]))
+            MemoryEvent(
+                row[0], row_codecs.join_nanos(row[1], row[2]), bytes(row[3]), json.loads(row[4])
+            )
             for row in rows
         ]
 
@@ -436,10 +441,10 @@ class SqlTransaction(Transaction):
                     "timestamp_s": seconds,
                     "timestamp_ns": nanos,
                     "data": event.data,
-                    "labels": sql.labels_to_text(event.labels),
+                    "labels": row_codecs.labels_to_text(event.labels),
                 }
                 for offset, event in enumerate(events)
-                for seconds, nanos in [sql.split_nanos(event.timestamp or 0)]
+                for seconds, nanos in [row_codecs.split_nanos(event.timestamp or 0)]
             ],
         )
         await self._run(
@@ -453,7 +458,7 @@ class SqlTransaction(Transaction):
             self._sql.memory_append_request,
             agent_id=agent_id,
             run_id=run_id,
-            key_digest=sql.key_digest(idempotency_key),
+            key_digest=row_codecs.key_digest(idempotency_key),
         )
         return StoredAppend(bytes(row[0]), row[1], row[2]) if row is not None else None
 
@@ -464,7 +469,7 @@ class SqlTransaction(Transaction):
             self._sql.insert_memory_append,
             agent_id=agent_id,
             run_id=run_id,
-            key_digest=sql.key_digest(idempotency_key),
+            key_digest=row_codecs.key_digest(idempotency_key),
             idempotency_key=idempotency_key,
             digest=stored.digest,
             first_position=stored.first_position,

@@ -4,7 +4,7 @@ of a batch and one multi-row insert, whatever the batch's size.
 A batch's statements depend on how many records it has, so each size is built
 and compiled once per dialect, on first use (at most ``MAX_BATCH_RECORDS``
 sizes). The insert takes explicit IDs and positions: the core holds the run's
-and session's locks (the order of ``statements._lock_run``), reads the largest
+and session's locks (the order of ``runtime_sql._lock_run``), reads the largest
 ID and position once, and numbers the batch's records from there in order.
 """
 
@@ -31,14 +31,11 @@ from sqlalchemy.engine import Dialect
 
 from runstore.contract.model import RunStatus, SessionStatus
 from runstore.server.core.model import RecordDraft
-from runstore.server.db import statements as sql
+from runstore.server.db import row_codecs
+from runstore.server.db.compiled import Compiled, compile_for
+from runstore.server.db.record_writes import INSERTED_RECORD_COLUMNS
+from runstore.server.db.row_codecs import RECORD_COLUMNS
 from runstore.server.db.schema import records, runs, sessions
-from runstore.server.db.statements import (
-    INSERTED_RECORD_COLUMNS,
-    RECORD_COLUMNS,
-    Compiled,
-    compile_for,
-)
 
 _INSERTED = (*(column.name for column in RECORD_COLUMNS), "payload_size", "session_position")
 """The columns a batch insert sets, in its parameters' order."""
@@ -99,13 +96,14 @@ def _batch_row(index: int) -> Any:
 
 def _append_if_writable(count: int, in_session: bool, row_locks: bool) -> Any:
     """``Database.append_records_if_writable`` in one statement, the batch
-    form of ``statements._append_if_writable``: inserts every record and
-    returns their IDs only when ``core.store.appendable`` holds for each (each
+    form of ``fast_path_sql._append_if_writable``: inserts every record and
+    returns their IDs only when AppendRunRecord's fast-path preconditions hold
+    for each (``appendable`` in ``tests/core/preconditions.py``; each
     condition below is one of its items, for every key of the batch;
     ``tests/core/test_batch_equivalence.py`` checks they agree), otherwise
     inserts nothing and returns no row. The caller has checked that the
     records have one agent and session and distinct keys
-    (``core.batch.one_owner_distinct_keys``).
+    (``core.batch_rules.one_owner_distinct_keys``).
 
     Locks, snapshot and unique violations as in the single statement: a
     concurrent writer that committed while this one waited collides with it,
@@ -202,7 +200,7 @@ class BatchStatements:
             statement = self._inserts[count] = compile_for(_insert(count), self._dialect)
         params: dict[str, Any] = {}
         for index, record in enumerate(batch, start=1):
-            row = sql.record_params(record)
+            row = row_codecs.record_params(record)
             row["record_id"] = last_id + index
             row["session_position"] = last_position + index if record.session_id else None
             for name in _INSERTED:
@@ -224,7 +222,7 @@ class BatchStatements:
             "session_id": first.session_id,
         }
         for index, record in enumerate(batch):
-            row = sql.record_params(record)
+            row = row_codecs.record_params(record)
             for name in _PER_RECORD:
                 params[f"{name}_{index}"] = row[name]
         return statement, params

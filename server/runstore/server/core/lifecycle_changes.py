@@ -1,0 +1,306 @@
+"""Lifecycle changes and their repairs (docs/contract.md §9.4, §9.5): a run's
+cancellation, suspension and terminal record, each written with the run's new
+state in one transaction, and the repairs that never overwrite an ending."""
+
+from __future__ import annotations
+
+from runstore.contract import lifecycle
+from runstore.contract.errors import (
+    RunCancellationConflictError,
+    RunNotActiveError,
+    RunNotFoundError,
+    RunstoreError,
+    RunSuspensionConflictError,
+    RunTerminalConflictError,
+    SessionPurgedError,
+)
+from runstore.contract.model import (
+    TERMINAL_COMMAND_STATUSES,
+    AppendResult,
+    Checkpoint,
+    RunRepairOutcome,
+    RunRepairResult,
+    RunStartOutcome,
+    RunStatus,
+    SessionStatus,
+)
+from runstore.server.core import input_rules, validation
+from runstore.server.core.checks import (
+    append_new,
+    error_context,
+    missing_lifecycle_record,
+    same_as_stored,
+)
+from runstore.server.core.model import (
+    Nanos,
+    RecordDraft,
+    RunCancellation,
+    RunChange,
+    RunEnding,
+    RunRecord,
+    RunState,
+    RunSuspension,
+    RunTerminal,
+    Session,
+)
+from runstore.server.core.ports import PURGED, Transaction
+from runstore.server.core.section import Section
+
+
+class LifecycleChanges(Section):
+    """The lifecycle commands of §9.4 and the repairs of §9.5."""
+
+    async def record_run_cancellation(self, cmd: RunCancellation) -> AppendResult:
+        """§9.4.1: the first reason is permanent; the status does not change."""
+        input_rules.check_ids(run_id=cmd.run_id)
+        input_rules.check_text(cmd.reason, "reason")
+        input_rules.check_record(cmd.record, "record")
+
+        async def tx_fn(tx: Transaction) -> AppendResult:
+            run, status, existing = await _load_mutable_run(tx, cmd.run_id, cmd.record)
+            record = validation.check_cancellation(cmd.run_id, cmd.reason, cmd.record, run)
+            if run.cancellation_reason and run.cancellation_reason != cmd.reason:
+                raise RunCancellationConflictError(**error_context(record))
+            stored = same_as_stored(existing, record)
+            if not run.keys.cancellation and run.status.is_terminal:
+                raise RunNotActiveError(**error_context(record))
+            if run.keys.cancellation and run.keys.cancellation != record.event_key:
+                raise RunCancellationConflictError(**error_context(record))
+            if stored is not None:
+                return AppendResult(str(stored.id), False, status)
+            if not run.cancellation_reason:
+                await tx.change_run(
+                    run.run_id,
+                    RunChange(
+                        cancellation_reason=cmd.reason,
+                        updated_at=self._clock(),
+                        cancellation_key=record.event_key,
+                    ),
+                )
+            return await append_new(tx, record, status)
+
+        return await self._db.write(tx_fn)
+
+    async def record_run_suspension(self, cmd: RunSuspension) -> AppendResult:
+        """§9.4.2: checkpoint, run_suspended and status suspended together."""
+        _check_suspension_text(cmd)
+
+        async def tx_fn(tx: Transaction) -> AppendResult:
+            run, status, existing = await _load_mutable_run(tx, cmd.run_id, cmd.record)
+            checkpoint, record = validation.check_suspension(
+                cmd.run_id, cmd.suspension, cmd.record, run
+            )
+            return await self._suspend(tx, run, status, checkpoint, record, existing)
+
+        return await self._db.write(tx_fn)
+
+    async def _suspend(
+        self,
+        tx: Transaction,
+        run: RunState,
+        status: SessionStatus | None,
+        checkpoint: Checkpoint,
+        record: RecordDraft,
+        existing: RunRecord | None,
+    ) -> AppendResult:
+        """§9.4.2 steps 3–7."""
+        if run.status.is_terminal and run.status is not RunStatus.SUSPENDED:
+            raise RunTerminalConflictError(**error_context(record))
+        if run.checkpoint is not None and run.checkpoint != checkpoint:
+            raise RunSuspensionConflictError(**error_context(record))
+        stored = same_as_stored(existing, record)
+        if run.keys.suspension and run.keys.suspension != record.event_key:
+            raise RunSuspensionConflictError(**error_context(record))
+        return await _close_run(
+            tx,
+            run,
+            status,
+            record,
+            stored,
+            RunChange(
+                status=RunStatus.SUSPENDED,
+                updated_at=self._clock(),
+                suspension_key=record.event_key,
+                terminal_key=record.event_key,
+                checkpoint=checkpoint,
+            ),
+        )
+
+    async def record_run_terminal(self, cmd: RunTerminal) -> AppendResult:
+        """§9.4.3: run_completed and the terminal status together."""
+        input_rules.check_ids(run_id=cmd.run_id)
+        input_rules.check_record(cmd.record, "record")
+        ending = run_ending(cmd, self._clock())
+        if ending is not None:
+            record_id = await self._db.end_if_running(ending)
+            if record_id is not None:
+                status = SessionStatus.ACTIVE if ending.record.session_id else None
+                return AppendResult(str(record_id), True, status)
+
+        async def tx_fn(tx: Transaction) -> AppendResult:
+            run, status, existing = await _load_mutable_run(tx, cmd.run_id, cmd.record)
+            terminal, record = validation.check_terminal(cmd.run_id, cmd.status, cmd.record, run)
+            return await self._terminate(tx, run, status, terminal, record, existing)
+
+        return await self._db.write(tx_fn)
+
+    async def _terminate(
+        self,
+        tx: Transaction,
+        run: RunState,
+        status: SessionStatus | None,
+        terminal: RunStatus,
+        record: RecordDraft,
+        existing: RunRecord | None,
+    ) -> AppendResult:
+        """§9.4.3 steps 3–6."""
+        if run.status.is_terminal and run.status is not terminal:
+            raise RunTerminalConflictError(**error_context(record))
+        stored = same_as_stored(existing, record)
+        if run.keys.terminal and run.keys.terminal != record.event_key:
+            raise RunTerminalConflictError(**error_context(record))
+        return await _close_run(
+            tx,
+            run,
+            status,
+            record,
+            stored,
+            RunChange(
+                status=terminal,
+                updated_at=self._clock(),
+                terminal_key=record.event_key,
+                finished_at=record.timestamp,
+            ),
+        )
+
+    async def repair_run_terminal(self, cmd: RunTerminal) -> RunRepairResult:
+        """§9.5.1: never overwrites a stored ending and never fails because one exists."""
+        input_rules.check_ids(run_id=cmd.run_id)
+        input_rules.check_record(cmd.record, "record")
+
+        async def tx_fn(tx: Transaction) -> RunRepairResult:
+            run, status, stored = await _load_mutable_run(tx, cmd.run_id, cmd.record)
+            terminal, record = validation.check_terminal(cmd.run_id, cmd.status, cmd.record, run)
+            if run.status.is_terminal:
+                if (
+                    run.status is terminal
+                    and run.keys.terminal == record.event_key
+                    and stored is not None
+                    and stored.same_as(record)
+                ):
+                    return RunRepairResult(
+                        RunRepairOutcome.ALREADY_STORED,
+                        run.status,
+                        AppendResult(str(stored.id), False, status),
+                    )
+                return RunRepairResult(RunRepairOutcome.DIFFERENT_TERMINAL, run.status)
+            result = await self._terminate(tx, run, status, terminal, record, stored)
+            return RunRepairResult(RunRepairOutcome.STORED, terminal, result)
+
+        return await self._db.write(tx_fn)
+
+    async def repair_run_suspension(self, cmd: RunSuspension) -> RunRepairResult:
+        """§9.5.2: suspends only a still-running run."""
+        _check_suspension_text(cmd)
+
+        async def tx_fn(tx: Transaction) -> RunRepairResult:
+            run, status, stored = await _load_mutable_run(tx, cmd.run_id, cmd.record)
+            checkpoint, record = validation.check_suspension(
+                cmd.run_id, cmd.suspension, cmd.record, run
+            )
+            if run.status.is_terminal:
+                if (
+                    run.status is RunStatus.SUSPENDED
+                    and run.keys.suspension == record.event_key
+                    and stored is not None
+                    and stored.same_as(record)
+                    and run.checkpoint == checkpoint
+                ):
+                    return RunRepairResult(
+                        RunRepairOutcome.ALREADY_STORED,
+                        run.status,
+                        AppendResult(str(stored.id), False, status),
+                    )
+                return RunRepairResult(RunRepairOutcome.DIFFERENT_TERMINAL, run.status)
+            result = await self._suspend(tx, run, status, checkpoint, record, stored)
+            return RunRepairResult(RunRepairOutcome.STORED, RunStatus.SUSPENDED, result)
+
+        return await self._db.write(tx_fn)
+
+
+def run_ending(cmd: RunTerminal, updated_at: Nanos) -> RunEnding | None:
+    """What ``Database.end_if_running`` needs of a RecordRunTerminal: the
+    command checked as far as it can be without the stored run, by the very
+    ``validation.check_terminal`` the full rules run, against the run the
+    record describes (its agent, session and labels; a canceled one's
+    reason). None when that fails: the full rules then say why."""
+    record = cmd.record
+    if record is None or cmd.status not in TERMINAL_COMMAND_STATUSES:
+        return None
+    try:
+        payload = lifecycle.decode_run_completed(record.payload)
+        described = RunState(
+            cmd.run_id,
+            record.agent_id,
+            record.session_id,
+            "",
+            0,
+            payload.labels,
+            RunStartOutcome.PROCEED,
+            RunStatus.RUNNING,
+            payload.cancellation_reason or "",
+            0,
+        )
+        status, record = validation.check_terminal(cmd.run_id, cmd.status, record, described)
+    except (lifecycle.PayloadError, RunstoreError):
+        return None
+    reasons: tuple[str, str] | None = None
+    if status is RunStatus.CANCELED:
+        reason = payload.cancellation_reason or ""
+        reasons = (reason, "" if reason == lifecycle.REASON_ENGINE_CANCELED else reason)
+    return RunEnding(record, status, updated_at, payload.labels, reasons)
+
+
+async def _close_run(
+    tx: Transaction,
+    run: RunState,
+    status: SessionStatus | None,
+    record: RecordDraft,
+    stored: RunRecord | None,
+    change: RunChange,
+) -> AppendResult:
+    """The last steps shared by suspension and termination (§9.4.2, §9.4.3): an
+    exact retry returns the stored record; a closed run without it is corrupt;
+    otherwise the record and the run's new state are written together."""
+    if stored is not None:
+        return AppendResult(str(stored.id), False, status)
+    if run.status.is_terminal:
+        raise missing_lifecycle_record(record)
+    result = await append_new(tx, record, status)
+    await tx.change_run(run.run_id, change)
+    return result
+
+
+async def _load_mutable_run(
+    tx: Transaction, run_id: str, record: RecordDraft | None
+) -> tuple[RunState, SessionStatus | None, RunRecord | None]:
+    """§9.4 preamble: the run exists and its session is not a tombstone. Also
+    returns the session's status and the record already under the command
+    record's key (read now, compared only after validation)."""
+    target = await tx.record_target(run_id, record.event_key if record else "", for_update=True)
+    run = target.run
+    if run is None:
+        raise RunNotFoundError(run_id=run_id)
+    if not run.session_id:
+        return run, None, target.existing
+    if target.session is PURGED:
+        raise SessionPurgedError(run_id=run_id, session_id=run.session_id)
+    status = target.session.status if isinstance(target.session, Session) else None
+    return run, status, target.existing
+
+
+def _check_suspension_text(cmd: RunSuspension) -> None:
+    input_rules.check_ids(run_id=cmd.run_id)
+    if cmd.suspension is not None:
+        input_rules.check_id(cmd.suspension.id, "suspension.id")
+    input_rules.check_record(cmd.record, "record")

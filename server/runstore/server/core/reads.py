@@ -1,0 +1,118 @@
+"""Reads (docs/contract.md §9.6): a run, its checkpoint, and pages of a run's,
+a session's and a transcript's records, each read in one snapshot."""
+
+from __future__ import annotations
+
+from runstore.contract import lifecycle
+from runstore.contract.errors import (
+    InvalidTranscriptPositionError,
+    RunNotFoundError,
+    RunSuspensionNotFoundError,
+    quote,
+)
+from runstore.contract.model import Checkpoint
+from runstore.server.core import input_rules, paging
+from runstore.server.core.checks import existing_session
+from runstore.server.core.model import Page, RunState
+from runstore.server.core.ports import Transaction
+from runstore.server.core.section import Section
+
+
+class Reads(Section):
+    """The reads of §9.6 over a ``Database``."""
+
+    async def load_run(self, run_id: str) -> RunState:
+        """§9.6.1."""
+        input_rules.check_ids(run_id=run_id)
+
+        async def tx_fn(tx: Transaction) -> RunState:
+            run = await tx.run(run_id)
+            if run is None:
+                raise RunNotFoundError(run_id=run_id)
+            return run
+
+        return await self._db.read(tx_fn)
+
+    async def load_run_suspension(self, run_id: str) -> Checkpoint:
+        """§9.6.2: the exact stored checkpoint."""
+        run = await self.load_run(run_id)
+        if run.checkpoint is None:
+            raise RunSuspensionNotFoundError(run_id=run_id, session_id=run.session_id)
+        return run.checkpoint
+
+    async def list_run_records(self, run_id: str, cursor: str, limit: int) -> Page:
+        """§9.6.3, §6.4: the cursor counts records already read (= last ID)."""
+        input_rules.check_ids(run_id=run_id)
+        paging.check_limit(limit)
+        after = paging.parse_cursor(cursor)
+        page_size = min(limit, self._limits.records)
+        budget = self._limits.payload_bytes
+
+        async def tx_fn(tx: Transaction) -> Page:
+            if await tx.run(run_id) is None:
+                raise RunNotFoundError(run_id=run_id)
+            rows = await tx.run_records(run_id, after, page_size + 1, budget)
+            return paging.cut_page([(record.id, record) for record in rows], page_size, budget)
+
+        return await self._db.read(tx_fn)
+
+    async def list_session_run_records(self, session_id: str, cursor: str, limit: int) -> Page:
+        """§9.6.4, D3: commit order across the session's runs."""
+        input_rules.check_ids(session_id=session_id)
+        paging.check_limit(limit)
+        after = paging.parse_cursor(cursor)
+        page_size = min(limit, self._limits.records)
+        budget = self._limits.payload_bytes
+
+        async def tx_fn(tx: Transaction) -> Page:
+            existing_session(await tx.session(session_id), session_id)
+            rows = await tx.session_records(session_id, after, page_size + 1, budget)
+            return paging.cut_page(rows, page_size, budget)
+
+        return await self._db.read(tx_fn)
+
+    async def list_run_transcript_records(
+        self, run_id: str, through_record_id: str, after_record_id: str, limit: int
+    ) -> Page:
+        """§9.6.5: transcript records through a fixed end; stable pages."""
+        input_rules.check_ids(run_id=run_id)
+        if not through_record_id or limit <= 0:
+            raise InvalidTranscriptPositionError(
+                run_id=run_id, field="limit" if through_record_id else "through_record_id"
+            )
+        page_size = min(limit, paging.TRANSCRIPT_PAGE_RECORDS)
+        budget = paging.TRANSCRIPT_PAGE_BYTES
+
+        async def tx_fn(tx: Transaction) -> Page:
+            if await tx.run(run_id) is None:
+                raise RunNotFoundError(run_id=run_id)
+            through, after = await _transcript_range(tx, run_id, through_record_id, after_record_id)
+            rows = await tx.transcript_records(run_id, after, through, page_size + 1, budget)
+            return paging.cut_transcript_page(rows, page_size)
+
+        return await self._db.read(tx_fn)
+
+
+async def _transcript_range(
+    tx: Transaction, run_id: str, through_record_id: str, after_record_id: str
+) -> tuple[int, int]:
+    """§9.6.5 step 4: the end is any record of the run; the start, if given, is
+    a transcript record at or before the end."""
+
+    def invalid(field: str) -> InvalidTranscriptPositionError:
+        return InvalidTranscriptPositionError(
+            f"invalid transcript position: run {quote(run_id)}", run_id=run_id, field=field
+        )
+
+    through = paging.parse_record_id(through_record_id)
+    if through is None or await tx.record_by_id(run_id, through) is None:
+        raise invalid("through_record_id")
+    if not after_record_id:
+        return through, 0
+    after = paging.parse_record_id(after_record_id)
+    if after is None or after > through:
+        raise invalid("after_record_id")
+    start = await tx.record_by_id(run_id, after)
+    if start is None or start.type not in lifecycle.TRANSCRIPT_TYPES:
+        raise invalid("after_record_id")
+    return through, after

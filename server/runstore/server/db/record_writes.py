@@ -1,0 +1,58 @@
+"""What every statement that writes a record shares: the next ID of its run,
+the next position of its session, the columns of an ``INSERT ... SELECT`` of a
+record, and the condition that its session is active."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Select, Text, bindparam, exists, func, literal_column, select
+
+from runstore.contract.model import SessionStatus
+from runstore.server.db.schema import sessions
+
+
+def next_record_id(prior: Any, run_id: Any) -> Any:
+    """The next ID of ``run_id``'s records: IDs are dense, so the largest plus one,
+    read through the primary key (``prior`` is an alias of ``records``)."""
+    return (
+        select(func.coalesce(func.max(prior.c.record_id), 0) + literal_column("1"))
+        .where(prior.c.run_id == run_id)
+        .scalar_subquery()
+    )
+
+
+def next_session_position(prior: Any, session_id: Any) -> Any:
+    """The next position in ``session_id``'s order (D3: the caller holds the
+    session's lock), read through the position index."""
+    return (
+        select(func.coalesce(func.max(prior.c.session_position), 0) + literal_column("1"))
+        .where(prior.c.session_id == session_id, prior.c.session_position.is_not(None))
+        .scalar_subquery()
+    )
+
+
+INSERTED_RECORD_COLUMNS = (
+    "run_id",
+    "record_id",
+    "event_key",
+    "agent_id",
+    "session_id",
+    "turn_id",
+    "type",
+    "payload",
+    "payload_size",
+    "timestamp_ms",
+    "session_position",
+)
+"""The columns an ``INSERT ... SELECT`` of a record fills, in its select's order."""
+
+
+def active_session(row_locks: bool) -> Any:
+    """The condition that the bound session exists and is active, locking it
+    first when the backend takes row locks (the store's lock order)."""
+    active: Select[Any] = select(literal_column("1")).where(
+        sessions.c.session_id == bindparam("session_id", type_=Text),
+        sessions.c.status == SessionStatus.ACTIVE.value,
+    )
+    return exists(active.with_for_update() if row_locks else active)
