@@ -39,6 +39,7 @@ class Command:
     """One ``runstore NAME`` command: its help line, its options, and what it runs.
 
     ``run`` returns the exit code: 0 ok, 1 a failed operation, 2 a usage error.
+    Its ``args`` also carry ``command_line``, the arguments ``runstore`` was given.
     """
 
     help: str

@@ -112,6 +112,7 @@ def main(
     args, unknown = runstore.parse_known_args(arguments)
     if unknown and not commands[args.command].accepts_any_arguments:
         runstore.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.command_line = arguments  # for a command that starts copies of itself
     try:
         return commands[args.command].run(args)
     except KeyboardInterrupt:

@@ -217,15 +217,16 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def server_options(config: ServerConfig) -> list[tuple[str, int]]:
+def server_options(config: ServerConfig, *, reuse_port: bool = False) -> list[tuple[str, int]]:
     """gRPC core settings behind the README's "Operating limits": message sizes,
     the port, and the connection, idle and keepalive policies."""
     return [
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", max_send_bytes(config)),
         # gRPC turns SO_REUSEPORT on by default: a second server on our port
-        # would start and take half of the calls to another database.
-        ("grpc.so_reuseport", 0),
+        # would start and take half of the calls to another database. Only the
+        # workers of one `serve --workers N` share it (runstore.server.workers).
+        ("grpc.so_reuseport", 1 if reuse_port else 0),
         # A connection that never finishes the HTTP/2 preface holds a descriptor.
         ("grpc.server_handshake_timeout_ms", _ms(config.handshake_timeout)),
         ("grpc.max_connection_idle_ms", _ms(config.max_connection_idle)),
@@ -267,6 +268,8 @@ async def build_server(
     stores: Stores,
     security: Security | None = None,
     telemetry: Telemetry | None = None,
+    *,
+    reuse_port: bool = False,
 ) -> RunningServer:
     """A started server with every service, health and reflection.
 
@@ -279,7 +282,9 @@ async def build_server(
     interceptors = server_interceptors(
         config, security, telemetry.metrics, telemetry.tracer_provider
     )
-    server = grpc.aio.server(options=server_options(config), interceptors=interceptors)
+    server = grpc.aio.server(
+        options=server_options(config, reuse_port=reuse_port), interceptors=interceptors
+    )
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
         RuntimeStoreServicer(stores.runtime, stores.watch), server
     )
@@ -355,9 +360,22 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
-async def serve(config: ServerConfig) -> None:
+def run(config: ServerConfig, *, reuse_port: bool = False) -> None:
+    """``serve`` on the event loop ``config.event_loop`` names (uvloop: less
+    of each call's time in the loop's own Python)."""
+    loop_factory = None
+    if config.event_loop.lower() == "uvloop":
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(serve(config, reuse_port=reuse_port))
+
+
+async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
     """Serves until SIGTERM or SIGINT, then lets in-flight calls finish; SIGHUP
-    re-reads the auth file and the TLS files."""
+    re-reads the auth file and the TLS files. ``reuse_port``: bind with
+    SO_REUSEPORT, as one of the workers of ``serve --workers N``."""
     descriptors = raise_descriptor_limit()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -372,7 +390,9 @@ async def serve(config: ServerConfig) -> None:
             endpoint = MetricsEndpoint(telemetry.metrics, config.metrics_listen)
             log.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, endpoint.port)
         async with open_database(config, telemetry) as db:
-            running = await build_server(config, create_stores(config, db), security, telemetry)
+            running = await build_server(
+                config, create_stores(config, db), security, telemetry, reuse_port=reuse_port
+            )
             freeze_startup_objects()
             log.info(
                 "runstore serving on %s (port %d), database %s, %s, descriptor limit %d",

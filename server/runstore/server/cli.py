@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from runstore.cli.plugins import SERVER_COMMANDS, Command
-from runstore.server import app, config, logs, tracing
+from runstore.server import app, config, logs, tracing, workers
 from runstore.server.auth import SecurityError
 from runstore.server.auth.secrets import DatabaseURLError, resolve_database_url
 from runstore.server.db import backup, migrate
@@ -26,15 +26,16 @@ _FAILURES: Final = (
     DatabaseURLError,
     tracing.TracingUnavailable,
     app.ListenError,
+    workers.WorkersError,
 )
 """Start-up failures reported as one line and exit code 2."""
 
 
 def _configured(
-    work: Callable[[argparse.Namespace, config.ServerConfig, Callable[[str], None]], None],
+    work: Callable[[argparse.Namespace, config.ServerConfig, Callable[[str], None]], int],
 ) -> Callable[[argparse.Namespace], int]:
     """Runs ``work`` with the settings its options and environment give, logging
-    configured, and a ``say`` for result lines."""
+    configured, and a ``say`` for result lines; ``work`` returns the exit code."""
 
     def run(args: argparse.Namespace) -> int:
         try:
@@ -53,7 +54,7 @@ def _configured(
 
         with logs.configured(settings.log_format, settings.log_level):
             try:
-                work(args, resolve_database_url(settings, args.database_url), say)
+                return work(args, resolve_database_url(settings, args.database_url), say)
             except _FAILURES as exc:
                 if json_lines:
                     log.error("%s", exc)
@@ -62,20 +63,22 @@ def _configured(
                 return 2
             except KeyboardInterrupt:
                 return 130
-        return 0
 
     return run
 
 
 def _serve(
     args: argparse.Namespace, settings: config.ServerConfig, say: Callable[[str], None]
-) -> None:
-    asyncio.run(app.serve(settings))
+) -> int:
+    if settings.workers > 1:
+        return workers.supervise(settings, args.command_line)
+    app.run(settings, reuse_port=workers.is_worker())
+    return 0
 
 
 def _migrate(
     args: argparse.Namespace, settings: config.ServerConfig, say: Callable[[str], None]
-) -> None:
+) -> int:
     before = asyncio.run(
         migrate.upgrade(settings.database_url, lambda rev, doc: say(f"applied {rev}: {doc}"))
     )
@@ -84,6 +87,7 @@ def _migrate(
         say(f"schema already at {head}")
     else:
         say(f"schema upgraded from {before.current or 'empty'} to {head}")
+    return 0
 
 
 def _migrate_arguments(parser: argparse.ArgumentParser) -> None:

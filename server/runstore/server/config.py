@@ -140,6 +140,17 @@ class ServerConfig:
         },
     )
     migrate: bool = _setting(False, "upgrade the schema to head before serving")
+    workers: int = _setting(
+        1,
+        "server processes on the listen port (PostgreSQL only; SO_REUSEPORT, the parent "
+        "supervises them)",
+        positive,
+    )
+    event_loop: str = _setting(
+        "uvloop",
+        "the event loop: uvloop (measured faster on both backends), or asyncio (the standard one)",
+        one_of("UVLOOP", "ASYNCIO"),
+    )
     sqlite_synchronous: str = _setting(
         "FULL",
         "SQLite durability: FULL (every commit survives power loss) or NORMAL "

@@ -44,7 +44,11 @@ from runstore.server.db import bound
 from runstore.server.db.compiled import Compiled
 from runstore.server.db.statements import Statements
 from runstore.server.db.transaction import SqlTransaction
-from runstore.server.db.wakeups import CHANNEL, PostgresWakeups
+from runstore.server.db.wakeups import (
+    LISTENER_APPLICATION,
+    NOTIFIER_APPLICATION,
+    PostgresWakeups,
+)
 from runstore.server.metrics import DbFigures
 
 log = logging.getLogger(__name__)
@@ -121,10 +125,6 @@ class _PostgresTransaction(SqlTransaction):
 
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
         await self._conn.executemany(statement.sql, [statement.args(row) for row in rows])
-
-    async def notify(self, payload: str) -> None:
-        """Watchers' wake-up for other replicas (not a port method)."""
-        await self._conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
 
 
 def _refused_before_sending(exc: BaseException) -> bool:
@@ -263,26 +263,19 @@ class PostgresDatabase:
         return await asyncpg.connect(
             self._dsn,
             timeout=self.options.connect_timeout,
-            server_settings={"application_name": "runstore-watch"},
+            server_settings={"application_name": LISTENER_APPLICATION},
         )
 
-    async def _notify(self, payload: str) -> None:
-        """One NOTIFY on its own pooled connection: after the commit, never
-        inside a write transaction (that would serialise every writer).
-        Bounded like every operation, so a frozen server cannot keep a
-        pooled connection busy with it."""
-
-        async def send(tx: Transaction) -> None:
-            assert isinstance(tx, _PostgresTransaction)
-            await tx.notify(payload)
-
-        until = bound.deadline(self.options.operation_timeout)
-        for _ in range(self.options.pool_max):
-            try:
-                return await self._on_connection(send, None, until)
-            except _StaleConnection:  # nothing was sent: try the next connection
-                continue
-        await self._on_connection(send, None, until)
+    async def _notify_connection(self) -> asyncpg.Connection:
+        """The wake-ups' NOTIFY connection: one per replica, outside the calls' pool."""
+        return await asyncpg.connect(
+            self._dsn,
+            timeout=self.options.connect_timeout,
+            server_settings={
+                "application_name": NOTIFIER_APPLICATION,
+                "statement_timeout": str(int(self.options.statement_timeout * 1000)),
+            },
+        )
 
     @contextlib.asynccontextmanager
     async def retention_lock(self) -> AsyncIterator[bool]:
@@ -319,7 +312,11 @@ class PostgresDatabase:
             server_settings=self._server_settings(),
             reset=_reset,
         )
-        self._wakeups = PostgresWakeups(self._listen_connection, self._notify)
+        self._wakeups = PostgresWakeups(
+            self._listen_connection,
+            self._notify_connection,
+            timeout=options.operation_timeout,
+        )
         self._wakeups.start()
         if self.figures is not None:
             pool = self._pool
