@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
 	@echo "make install: creating $(VENV) with runstore-client, runstore-server and the dev tools (about a minute the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
-	$(BIN)/python -m pip install --quiet -e ./client -e ./server --group dev
+	$(BIN)/python -m pip install --quiet -e ./client -e ./server --group dev --group docs
 	@# Upgrading from a runstore-server that owned bin/runstore: removing the old
 	@# server deletes the script the new client just installed; put it back.
 	test -x $(BIN)/runstore || $(BIN)/python -m pip install --quiet --no-deps --force-reinstall -e ./client
@@ -65,13 +65,34 @@ proto: $(STAMP)
 proto-image: install
 	$(BUF) build --exclude-source-info -o $(PROTO_IMAGE)
 
-lint: install
+lint: install docs
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BUF) lint
 	$(BUF) format -d --exit-code
 	$(BUF) breaking --against $(PROTO_IMAGE)
+
+# `make install` also installs the docs tools (the `docs` group, with the venv) and
+# the Node.js example's packages (examples/node/package.json, pinned) for its test.
+NODE_EXAMPLE_STAMP := examples/node/node_modules/.installed
+$(NODE_EXAMPLE_STAMP): examples/node/package.json
+	@echo "make install: installing the Node.js example's packages into examples/node/node_modules (npm)"
+	npm install --prefix examples/node --no-package-lock --no-save --no-audit --no-fund --loglevel=error
+	touch $@
+install: $(NODE_EXAMPLE_STAMP)
+
+.PHONY: docs docs-serve
+
+## The documentation site from docs/ into the git-ignored site/. --strict, and the
+## validation settings of mkdocs.yml, turn a broken link or anchor, or a page
+## missing from the nav, into a failure.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+## The same site served with live reload on http://127.0.0.1:8000.
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict
 
 fmt: install
 	$(BIN)/ruff check --fix .
@@ -105,4 +126,4 @@ bench-chain: $(STAMP)
 check: lint test
 
 clean:
-	rm -rf $(VENV) .tools var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tools var site examples/node/node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -728,11 +728,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         const=RESULTS / "latest.json",
         default=None,
         metavar="RESULTS_JSON",
-        help="measure nothing: regenerate README.md's benchmark section from a results "
+        help="measure nothing: regenerate the figures of docs/benchmarks.md from a results "
         "file (default bench/results/latest.json)",
     )
     parser.add_argument(
-        "--readme-file", type=Path, default=ROOT / "README.md", help="the README --readme edits"
+        "--readme-file",
+        type=Path,
+        default=readme.PAGE,
+        help="the page --readme edits (default docs/benchmarks.md)",
     )
     for module in dict.fromkeys([*optional_modules(), *server_modules()]):
         if hasattr(module, "add_arguments"):

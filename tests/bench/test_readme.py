@@ -1,4 +1,4 @@
-"""README.md's generated benchmark section (bench/readme.py)."""
+"""The generated figures of docs/benchmarks.md (bench/readme.py)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def test_the_body_names_the_command_and_the_commit() -> None:
     assert body.endswith("| table |")
 
 
-def test_the_readme_has_the_markers() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_the_benchmark_page_has_the_markers() -> None:
+    assert readme.PAGE == ROOT / "docs" / "benchmarks.md"
+    text = readme.PAGE.read_text()
     assert text.count(readme.BEGIN) == 1 and text.count(readme.END) == 1

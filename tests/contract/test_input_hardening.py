@@ -1,4 +1,4 @@
-"""Bad input never answers INTERNAL or UNKNOWN (Hardening I), on every backend.
+"""Bad input never answers INTERNAL or UNKNOWN, on every backend.
 
 Unparsable bodies are MALFORMED_REQUEST, ids and keys follow one rule (D8),
 deep JSON is "exceeded max depth", trailers are bounded, every error carries

@@ -430,7 +430,7 @@ async def test_every_caller_is_allowed_or_refused_exactly(secured: Secured, meth
             await _call(secured.anonymous, method, await build(secured.admin), caller, secured)
 
 
-def test_the_table_gives_each_role_what_the_issue_says() -> None:
+def test_the_table_gives_each_role_what_the_security_page_says() -> None:
     for method, allowed in roles.METHOD_ROLES.items():
         name = method.rsplit("/", 1)[1]
         service = method.split("/")[1]

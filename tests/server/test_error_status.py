@@ -55,7 +55,7 @@ EXPECTED = {
     # Access (authentication and roles): permanent, never retried.
     "UNAUTHENTICATED": ("UNAUTHENTICATED", True),
     "PERMISSION_DENIED": ("PERMISSION_DENIED", True),
-    # An operating limit of the server (README "Operating limits"): retry later.
+    # An operating limit of the server (docs/limits.md): retry later.
     "OVERLOADED": ("RESOURCE_EXHAUSTED", False),
     # Client-side only: a status outside the table (no ErrorInfo from runstore).
     "RPC_ERROR": ("UNKNOWN", False),

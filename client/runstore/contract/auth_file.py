@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Final
 
 ADMIN: Final = "admin"
-"""Everything, including administration RPCs that later issues add."""
+"""Everything, including administration RPCs added later without a table entry of their own."""
 HOST: Final = "host"
 """Session administration, conversation state (memory, context) and every read."""
 WORKER: Final = "worker"

@@ -153,11 +153,14 @@ class ServerConfig:
     )
     sqlite_synchronous: str = _setting(
         "FULL",
-        "SQLite durability: FULL (every commit survives power loss) or NORMAL "
-        "(a power loss may drop the last commits; never corrupts)",
+        "SQLite durability: FULL or EXTRA (every acknowledged commit survives power loss), "
+        "NORMAL (a power loss may drop the last commits; never corrupts) or OFF "
+        "(benchmarks only: a power loss may corrupt the file)",
         one_of(*SQLITE_SYNCHRONOUS_LEVELS),
     )
-    sqlite_readers: int = _setting(2, "SQLite reader threads", positive)
+    sqlite_readers: int = _setting(
+        2, "SQLite reader threads, each with a read-only connection beside the one writer", positive
+    )
     pg_pool_min: int = _setting(2, "PostgreSQL pool: connections kept", non_negative)
     pg_pool_max: int = _setting(16, "PostgreSQL pool: connections at most", positive)
     pg_connect_timeout: float = _setting(
@@ -200,7 +203,7 @@ class ServerConfig:
         1000, "Watch streams open at once; beyond, RESOURCE_EXHAUSTED/OVERLOADED", positive
     )
 
-    # --- Hardening: limits, timeouts, connections ---------------------------
+    # --- Operating limits: bytes in flight, timeouts, connections -------------
     max_response_bytes_in_flight: int = _setting(
         64 * 1024 * 1024,
         "bytes of responses produced but not yet delivered to their callers; a response "
