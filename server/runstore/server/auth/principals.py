@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from runstore.contract.auth_file import (
     AuthFileError,
@@ -85,17 +85,33 @@ def load_principals(path: Path) -> Principals:
     return Principals(read_auth_file(path))
 
 
+class ReloadListener(Protocol):
+    """Told each set of principals a reload installs."""
+
+    def __call__(self, principals: Principals, /) -> None: ...
+
+
 class PrincipalsFile:
     """The principals of one auth file, re-read on ``reload()``.
 
-    ``current`` is swapped atomically: a call in flight keeps the set it
-    started with, the next call sees the new one.
+    ``current`` is swapped atomically: a unary call in flight keeps the set it
+    started with, the next call sees the new one. Open streams cannot wait for
+    a next call, so they listen (``listen``) and are told each new set.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.current = load_principals(path)
         self._lock = threading.Lock()
+        self._listeners: set[ReloadListener] = set()
+
+    def listen(self, listener: ReloadListener) -> None:
+        """Calls ``listener`` with every set a reload installs (in the thread
+        that reloads), until ``unlisten``."""
+        self._listeners.add(listener)
+
+    def unlisten(self, listener: ReloadListener) -> None:
+        self._listeners.discard(listener)
 
     def reload(self) -> bool:
         """Re-reads the file; on any error keeps the last good principals and logs why."""
@@ -109,4 +125,6 @@ class PrincipalsFile:
                 return False
             self.current = fresh
         log.info("auth file %s reloaded: %d principals", self.path, len(fresh))
+        for listener in list(self._listeners):
+            listener(fresh)
         return True

@@ -55,9 +55,13 @@ class SqliteOptions:
     """How the embedded database trades durability for speed."""
 
     synchronous: str = DEFAULTS.sqlite_synchronous
-    """SQLite ``PRAGMA synchronous``: FULL syncs the WAL on every commit (a
-    committed write survives power loss); NORMAL syncs only at checkpoints (a
-    power loss may drop the last commits, never corrupt the file)."""
+    """The durability asked for, named after SQLite's ``PRAGMA synchronous``.
+    FULL (and EXTRA): no caller is answered before its commit is synced, so an
+    acknowledged write survives power loss; runstore gets there with NORMAL on
+    the connections plus its own WAL sync (``_WalSyncer``), not with SQLite's
+    FULL. NORMAL syncs only at checkpoints: a power loss may drop the commits
+    acknowledged since the last one, never corrupt the file. OFF never syncs.
+    ``tests/server/test_power_loss.py`` cuts the power under FULL and NORMAL."""
     readers: int = DEFAULTS.sqlite_readers
     """Reader threads, each with its own connection."""
     busy_timeout_ms: int = 5000
@@ -434,6 +438,10 @@ class SqliteDatabase:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout_ms)}")
         conn.execute("PRAGMA journal_mode = WAL")
+        # FULL and EXTRA are NOT passed to SQLite: the connection runs NORMAL (no
+        # sync inside COMMIT) and _WalSyncer fdatasyncs the WAL before any caller
+        # of the committed batch is answered, which is FULL's promise without
+        # stalling the writer on each sync. NORMAL and OFF go to SQLite as they are.
         synchronous = "NORMAL" if self._syncs_itself else self.options.synchronous.upper()
         conn.execute(f"PRAGMA synchronous = {synchronous}")
         if read_only:

@@ -13,6 +13,7 @@ A refusal is made before the request body is even parsed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
@@ -139,17 +140,117 @@ class Authentication:
 
             return call
 
+        principals_file = self._principals
+        certificates = self._certificates
+
         def stream(inner: Streaming) -> Streaming:
             async def call(request: Any, context: Context) -> AsyncIterator[Any]:
                 decision = _DECISION.get()
                 if not isinstance(decision, Principal):
-                    await _settle(method, decision, context)
-                async for response in inner(request, context):
-                    yield response
+                    decision = await _settle(method, decision, context)
+                standing = _Standing(method, decision, context, certificates=certificates)
+                principals_file.listen(standing.reloaded)
+                responses = inner(request, context)
+                try:
+                    while standing.refusal is None:
+                        try:
+                            response = await standing.next_of(responses)
+                        except StopAsyncIteration:
+                            break
+                        if standing.refusal is not None:
+                            break
+                        yield response
+                finally:
+                    principals_file.unlisten(standing.reloaded)
+                if standing.refusal is not None:
+                    close = getattr(responses, "aclose", None)
+                    if close is not None:
+                        await close()
+                    await _abort(context, standing.refusal)
 
             return call
 
         return wrapped(handler, unary=unary, stream=stream)
+
+
+class _Standing:
+    """An open stream's standing with the auth file. A stream outlives the
+    principals it started with, so every reload judges it again exactly as a
+    new call with the same token or certificate would be judged; once that
+    call would be refused, the stream ends with the same refusal. A stream
+    waiting for its next response is woken (its task cancelled) to end at
+    once; one whose response is being written ends before the next."""
+
+    __slots__ = (
+        "_certificates",
+        "_loop",
+        "_method",
+        "_principal",
+        "_task",
+        "_token",
+        "_waiting",
+        "_woken",
+        "refusal",
+    )
+
+    def __init__(
+        self, method: str, principal: Principal, context: Context, *, certificates: bool
+    ) -> None:
+        self._method = method
+        self._principal = principal
+        metadata = context.invocation_metadata()
+        self._token = bearer_token(tuple(metadata) if metadata is not None else None)
+        self._certificates = (
+            certificate_identities(context) if self._token is None and certificates else []
+        )
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._waiting = False
+        self._woken = False
+        self.refusal: RunstoreError | None = None
+
+    def reloaded(self, principals: Principals) -> None:
+        """A reload installed ``principals`` (called in the reloading thread)."""
+        self._loop.call_soon_threadsafe(self._judge, principals)
+
+    def _judge(self, principals: Principals) -> None:
+        if self.refusal is not None:
+            return
+        if self._token is not None:
+            principal = principals.by_token(self._token)
+        else:
+            principal = principals.by_certificate(self._certificates)
+        refusal = _refusal(self._method, principal, token_sent=self._token is not None)
+        if refusal is None:
+            return
+        self.refusal = refusal
+        log.warning(
+            "%s by principal %r: stream ended, the reloaded auth file refuses it (%s)",
+            self._method.rsplit("/", 1)[-1],
+            self._principal.name,
+            refusal.code,
+        )
+        if self._waiting and self._task is not None:
+            self._woken = True
+            self._task.cancel()
+
+    async def next_of(self, responses: AsyncIterator[Any]) -> Any:
+        """The stream's next response; StopAsyncIteration at its end or once
+        it is refused while waiting for one."""
+        self._waiting = True
+        try:
+            return await anext(responses)
+        except asyncio.CancelledError:
+            if not self._woken:
+                raise
+            raise StopAsyncIteration from None
+        finally:
+            self._waiting = False
+            if self._woken:
+                self._woken = False
+                assert self._task is not None
+                if self._task.uncancel() > 0:  # cancelled by someone else too
+                    raise asyncio.CancelledError
 
 
 async def _settle(method: str, decision: _Decision, context: Context) -> Principal:
