@@ -22,7 +22,6 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from sqlalchemy.engine import make_url
 
 from runstore.server import tracing
 from runstore.server.auth import Security
@@ -33,7 +32,7 @@ from runstore.server.core.memory import MemoryStore
 from runstore.server.core.ports import Database, Wakeups
 from runstore.server.core.store import PageLimits, RuntimeStore
 from runstore.server.core.watch import NoWakeups, RecordWatch, WatchSettings
-from runstore.server.db import migrate
+from runstore.server.db import migrate, urls
 from runstore.server.db.measured import measured
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
@@ -121,8 +120,10 @@ async def open_database(
     """Checks the schema (creating it on a new SQLite file) and opens the backend,
     measured and traced as ``telemetry`` asks."""
     await migrate.ensure_schema(config.database_url, migrate=config.migrate)
-    url = make_url(config.database_url)
+    url = urls.parse(config.database_url)
     if url.get_backend_name() == "sqlite":
+        if config.read_database_url:
+            raise migrate.SchemaError("--read-database-url needs a PostgreSQL --database-url")
         if not url.database or url.database == ":memory:":
             raise migrate.SchemaError("SQLite needs a file path: sqlite:///path/to/runstore.db")
         db: SqliteDatabase | PostgresDatabase = SqliteDatabase(
@@ -143,7 +144,9 @@ async def open_database(
                 acquire_timeout=config.pg_acquire_timeout,
                 statement_timeout=config.pg_statement_timeout,
                 operation_timeout=config.db_operation_timeout,
+                reconnect_pause_max=config.pg_reconnect_pause_max,
             ),
+            read_url=config.read_database_url or None,
         )
     else:
         raise migrate.SchemaError(f"unsupported database URL scheme {url.drivername!r}")

@@ -139,6 +139,14 @@ class ServerConfig:
             "out of it: use RUNSTORE_DATABASE_URL, --database-url-file or PGPASSFILE)"
         },
     )
+    read_database_url: str = field(
+        default="",
+        repr=False,  # may carry a password, like database_url
+        metadata={
+            "help": "PostgreSQL URL (a standby) for the reads that may lag behind the primary: "
+            "the admin listings (ListSessions, ListRuns); empty: the primary serves them too"
+        },
+    )
     migrate: bool = _setting(False, "upgrade the schema to head before serving")
     workers: int = _setting(
         1,
@@ -165,6 +173,12 @@ class ServerConfig:
     pg_pool_max: int = _setting(16, "PostgreSQL pool: connections at most", positive)
     pg_connect_timeout: float = _setting(
         2.0, "PostgreSQL: seconds to open a connection (within --db-operation-timeout)", positive
+    )
+    pg_reconnect_pause_max: float = _setting(
+        2.0,
+        "PostgreSQL: longest pause between connection attempts while the database refuses "
+        "them (doubling from 50 ms, half of it random; other calls fail UNAVAILABLE meanwhile)",
+        positive,
     )
     pg_acquire_timeout: float = _setting(
         3.0,

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import math
+import random
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -289,12 +290,19 @@ class PostgresWakeups:
         )
 
     async def _listen_forever(self) -> None:
+        """Keeps one LISTEN connection, reconnecting (to whichever host is the
+        primary then) after a jittered, growing pause. Notifications sent
+        while it was down are lost, so every watcher looks again once it
+        listens: a stream continues from its cursor without waiting for
+        its next poll."""
+        failures = 0
         while True:
             try:
                 conn = await self._connect()
             except Exception as exc:
                 log.warning("cannot LISTEN for watch wake-ups (polling meanwhile): %s", exc)
-                await asyncio.sleep(self._reconnect_seconds)
+                failures += 1
+                await asyncio.sleep(self._pause(failures))
                 continue
             lost = asyncio.Event()
             try:
@@ -305,6 +313,7 @@ class PostgresWakeups:
                 # they surely do, for records committed before they knew.
                 await conn.execute("SELECT pg_notify($1, $2)", LISTENERS_CHANNEL, self._origin)
                 self.listening.set()
+                failures = 0
                 asyncio.get_running_loop().call_later(
                     max(0.05, 4 * self._notify_interval), self.local.wake_all
                 )
@@ -316,7 +325,14 @@ class PostgresWakeups:
                 self.listening.clear()
                 with contextlib.suppress(Exception):
                     await conn.close(timeout=1)
-            await asyncio.sleep(self._reconnect_seconds)
+            failures += 1
+            await asyncio.sleep(self._pause(failures))
+
+    def _pause(self, failures: int) -> float:
+        """Half the doubled pause plus a random half, up to ``reconnect_seconds``:
+        replicas that lost the database together do not reconnect together."""
+        ceiling = min(self._reconnect_seconds, 0.05 * 2.0**failures)
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     def _received(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         try:
