@@ -1,92 +1,107 @@
-"""The fast paths' preconditions as plain predicates over stored state: the
-common cases of AppendRunRecord, StartRootRun and RecordRunTerminal, which the
-databases write in one statement. The equivalence tests hold the fast-path SQL
-and the store's full rules to these lists."""
+"""The fast paths' preconditions (``core.fast_paths``) as predicates over the
+state a write finds: the oracle the equivalence tests hold the fast-path SQL
+and the store's full rules to. Each precondition has one predicate here; the
+lists are the production ones, so a precondition added to a list without a
+predicate fails every equivalence test at once.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+
 from runstore.contract.model import RunStatus, SessionStatus
-from runstore.server.core.model import RecordDraft, RunEnding, RunStart, RunState, Session
+from runstore.server.core.fast_paths import APPEND, END, START, Precondition
+from runstore.server.core.model import RecordDraft, RunEnding, RunRecord, RunStart, RunState
+from runstore.server.core.model import Session as StoredSession
 from runstore.server.core.ports import RecordTarget, SessionLookup
 
 
+@dataclass(frozen=True)
+class Found:
+    """What a fast path's write finds, beside what its command brings."""
+
+    run: RunState | None
+    """The stored run under the command's run ID, if any."""
+    session: SessionLookup
+    """The run's session (for a start, the command's session)."""
+    in_session: bool
+    """Whether the run belongs to a session."""
+    existing: RunRecord | None = None
+    """The run's record under the command record's key."""
+    owner: tuple[str, str] = ("", "")
+    """The command record's agent and session."""
+    labels: Mapping[str, str] | None = None
+    reasons: Collection[str] | None = None
+    """The cancellation reasons a run may have for this ending; None: any."""
+    purged: bool = False
+    """A run tombstone has the run's ID."""
+
+
+def _running(found: Found) -> bool:
+    return found.run is not None and found.run.status is RunStatus.RUNNING
+
+
+HOLDS: Mapping[Precondition, Callable[[Found], bool]] = {
+    Precondition.RUN_RUNNING: _running,
+    Precondition.NO_TERMINAL_KEY: lambda f: f.run is not None and not f.run.keys.terminal,
+    Precondition.SAME_OWNER: lambda f: (
+        f.run is not None and f.owner == (f.run.agent_id, f.run.session_id)
+    ),
+    Precondition.SAME_LABELS: lambda f: (
+        f.run is not None and dict(f.run.labels) == dict(f.labels or {})
+    ),
+    Precondition.SAME_REASON: lambda f: (
+        f.run is not None and (f.reasons is None or f.run.cancellation_reason in f.reasons)
+    ),
+    Precondition.SESSION_ACTIVE: lambda f: (
+        not f.in_session
+        or (isinstance(f.session, StoredSession) and f.session.status is SessionStatus.ACTIVE)
+    ),
+    Precondition.KEY_FREE: lambda f: f.existing is None,
+    Precondition.RUN_ID_FREE: lambda f: f.run is None,
+    Precondition.RUN_NOT_PURGED: lambda f: not f.purged,
+}
+
+
+def holds(preconditions: Collection[Precondition], found: Found) -> bool:
+    return all(HOLDS[precondition](found) for precondition in preconditions)
+
+
 def appendable(target: RecordTarget, record: RecordDraft) -> bool:
-    """The common case of AppendRunRecord (§9.3), in which ``record`` is new
-    and written with no further question. The one list of the preconditions
-    ``Database.append_if_writable`` implements (and that
-    ``tests/core/test_fast_path_equivalence.py`` holds it and
-    ``append_run_record``'s full rules to):
-
-    1. the run exists and is running (not suspended or terminal);
-    2. the record's agent and session are the run's;
-    3. a run in a session: the session exists, is not a tombstone, is active;
-    4. no record of the run has the record's event key.
-
-    When it does not hold the full rules decide: replay, or which error.
-    """
-    run, session = target.run, target.session
-    return (
-        run is not None
-        and run.status is RunStatus.RUNNING
-        and (record.agent_id, record.session_id) == (run.agent_id, run.session_id)
-        and (
-            not run.session_id
-            or (isinstance(session, Session) and session.status is SessionStatus.ACTIVE)
-        )
-        and target.existing is None
+    """AppendRunRecord's common case (``fast_paths.APPEND``) for ``record``."""
+    run = target.run
+    found = Found(
+        run,
+        target.session,
+        in_session=bool(run and run.session_id),
+        existing=target.existing,
+        owner=(record.agent_id, record.session_id),
     )
+    return holds(APPEND, found)
 
 
 def startable(
     session: SessionLookup, stored: RunState | None, run: RunStart, purged: bool = False
 ) -> bool:
-    """The common case of StartRootRun (§9.2.1), in which the run and its
-    ``run_started`` record are written with no further question. The one list
-    of the preconditions ``Database.start_if_new`` implements (and that
-    ``tests/core/test_lifecycle_fast_paths.py`` holds it and
-    ``start_root_run``'s full rules to), for a start that passed validation:
-
-    1. the run has no predecessor (a continuation checks it first, §10.2);
-    2. the session exists and is active (so it is no tombstone);
-    3. no run has the run's ID (no retry, no conflict);
-    4. no run tombstone has it (``purged``: retention deleted such a run, §9.10.2).
-    """
-    return (
-        not run.predecessor_run_id
-        and isinstance(session, Session)
-        and session.status is SessionStatus.ACTIVE
-        and stored is None
-        and not purged
-    )
+    """StartRootRun's common case (``fast_paths.START``) for a start that
+    passed validation; a continuation is never tried (its predecessor is
+    checked first, §10.2)."""
+    found = Found(stored, session, in_session=True, purged=purged)
+    return not run.predecessor_run_id and holds(START, found)
 
 
 def endable(target: RecordTarget, ending: RunEnding) -> bool:
-    """The common case of RecordRunTerminal (§9.4.3), in which the terminal
-    record is new and written with the status change, no further question.
-    The one list of the preconditions ``Database.end_if_running`` implements
-    (and that ``tests/core/test_lifecycle_fast_paths.py`` holds it and
-    ``record_run_terminal``'s full rules to), for a command ``run_ending``
-    accepted:
-
-    1. the run exists, is running (not suspended or terminal) and has no
-       terminal key;
-    2. the record's agent and session are the run's;
-    3. the run's labels are the record's, and a canceled record's reason is
-       the run's (the engine's default when the run has none);
-    4. a run in a session: the session exists, is active;
-    5. no record of the run has the record's event key.
-    """
-    run, session, record = target.run, target.session, ending.record
-    return (
-        run is not None
-        and run.status is RunStatus.RUNNING
-        and not run.keys.terminal
-        and (record.agent_id, record.session_id) == (run.agent_id, run.session_id)
-        and dict(run.labels) == dict(ending.labels)
-        and (ending.reasons is None or run.cancellation_reason in ending.reasons)
-        and (
-            not run.session_id
-            or (isinstance(session, Session) and session.status is SessionStatus.ACTIVE)
-        )
-        and target.existing is None
+    """RecordRunTerminal's common case (``fast_paths.END``) for a command
+    ``lifecycle_changes.run_ending`` accepted."""
+    run, record = target.run, ending.record
+    found = Found(
+        run,
+        target.session,
+        in_session=bool(run and run.session_id),
+        existing=target.existing,
+        owner=(record.agent_id, record.session_id),
+        labels=ending.labels,
+        reasons=ending.reasons,
     )
+    return holds(END, found)

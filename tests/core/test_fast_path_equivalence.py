@@ -3,12 +3,12 @@ path (``Database.append_if_writable``) and the core's full rules.
 
 Each case builds one run/session/record state twice, in fresh IDs, straight
 through the port. The fast path runs on one copy, the full rules alone (fast
-path switched off) on the other, and ``appendable`` (the one list of the
-fast path's preconditions) is asked about the state as read. All three must
-agree: the fast path stores exactly when the full rules would store a new
-record, stores the same thing, and writes nothing otherwise. Each case differs
-from the common case in one thing, so each precondition is exercised on its own;
-changing the SQL, the rules or the list alone fails here.
+path switched off) on the other, and ``appendable`` (``fast_paths.APPEND``,
+the one list of the fast path's preconditions) is asked about the state as
+read. All three must agree: the fast path stores exactly when the full rules
+would store a new record, stores the same thing, and writes nothing otherwise.
+Each case differs from the common case in one thing, so each precondition is
+exercised on its own; changing the SQL, the rules or the list alone fails here.
 """
 
 from __future__ import annotations

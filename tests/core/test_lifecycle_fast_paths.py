@@ -5,10 +5,11 @@ database's one-statement fast paths (``Database.start_if_new``,
 As in ``test_fast_path_equivalence``: each case builds one state twice in
 fresh IDs, straight through the port; the command runs with the fast path on
 one copy and with the full rules alone on the other, and ``startable`` /
-``endable`` (the one lists of the fast paths' preconditions) are asked about
-the state as read. All three must agree: the fast path stores exactly when
-the full rules store the common case, stores the same thing, and writes
-nothing otherwise. Each case differs from the common case in one thing.
+``endable`` (``fast_paths.START`` and ``END``, the one lists of the fast
+paths' preconditions) are asked about the state as read. All three must
+agree: the fast path stores exactly when the full rules store the common case,
+stores the same thing, and writes nothing otherwise. Each case differs from
+the common case in one thing.
 """
 
 from __future__ import annotations

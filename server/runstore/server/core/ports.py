@@ -271,12 +271,12 @@ class Database(Protocol):
     async def append_if_writable(self, record: RecordDraft) -> int | None:
         """AppendRunRecord's common case (§9.3) as one atomic write.
 
-        Stores ``record`` and returns its ID exactly when
-        ``appendable`` (``tests/core/preconditions.py``) holds for the state the write
-        finds (the one list of these preconditions); otherwise writes nothing
-        and returns None, also when it lost a race, and the core applies the
-        full rules. A backend may run it without BEGIN and COMMIT, and needs
-        to take the same locks as ``Transaction.record_target(for_update=True)``.
+        Stores ``record`` and returns its ID exactly when every precondition
+        of ``fast_paths.APPEND`` holds for the state the write finds;
+        otherwise writes nothing and returns None, also when it lost a race,
+        and the core applies the full rules. A backend may run it without
+        BEGIN and COMMIT, and needs to take the same locks as
+        ``Transaction.record_target(for_update=True)``.
         """
         ...
 
@@ -285,10 +285,10 @@ class Database(Protocol):
         without predecessor in an active session.
 
         Stores ``run`` (a new running run) and its ``started`` record and
-        returns the record's ID exactly when
-        ``startable`` (``tests/core/preconditions.py``) holds for the state the write
-        finds; otherwise writes nothing and returns None, also when it lost a
-        race, and the core applies the full rules. Takes the session's lock.
+        returns the record's ID exactly when every precondition of
+        ``fast_paths.START`` holds for the state the write finds; otherwise
+        writes nothing and returns None, also when it lost a race, and the
+        core applies the full rules. Takes the session's lock.
         """
         ...
 
@@ -296,7 +296,7 @@ class Database(Protocol):
         """RecordRunTerminal's common case (§9.4.3) as one atomic write.
 
         Stores ``ending.record``, sets the run's terminal status, and returns
-        the record's ID exactly when ``endable`` (``tests/core/preconditions.py``)
+        the record's ID exactly when every precondition of ``fast_paths.END``
         holds for the state the write finds; otherwise writes nothing and
         returns None (also after a lost race), and the core applies the full
         rules. Takes the same locks as ``Transaction.record_target(for_update=True)``.
@@ -307,12 +307,11 @@ class Database(Protocol):
         """AppendRunRecords' common case (§9.3.1) as one atomic write.
 
         ``batch`` is one run's records with one agent and session and distinct
-        keys (``runstore.server.core.batch_rules.one_owner_distinct_keys``). Stores
-        them all with the run's next IDs in order and returns the IDs exactly
-        when ``appendable`` (``tests/core/preconditions.py``) holds for every record
-        in the state the write finds; otherwise writes nothing and returns
-        None, and the core applies the full rules. Locks as
-        ``append_if_writable``.
+        keys (``batch_rules.one_owner_distinct_keys``). Stores them all with
+        the run's next IDs in order and returns the IDs exactly when
+        ``fast_paths.APPEND`` holds for every record in the state the
+        write finds; otherwise writes nothing and returns None, and the core
+        applies the full rules. Locks as ``append_if_writable``.
         """
         ...
 

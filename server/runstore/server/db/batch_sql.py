@@ -4,7 +4,7 @@ of a batch and one multi-row insert, whatever the batch's size.
 A batch's statements depend on how many records it has, so each size is built
 and compiled once per dialect, on first use (at most ``MAX_BATCH_RECORDS``
 sizes). The insert takes explicit IDs and positions: the core holds the run's
-and session's locks (the order of ``runtime_sql._lock_run``), reads the largest
+and session's locks (the order of ``runtime_sql._lock_run``), reads the next
 ID and position once, and numbers the batch's records from there in order.
 """
 
@@ -16,11 +16,8 @@ from sqlalchemy import (
     BigInteger,
     Integer,
     LargeBinary,
-    Select,
     Text,
     bindparam,
-    exists,
-    func,
     insert,
     literal_column,
     null,
@@ -29,16 +26,19 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 
-from runstore.contract.model import RunStatus, SessionStatus
+from runstore.server.core.fast_paths import APPEND
 from runstore.server.core.model import RecordDraft
 from runstore.server.db import row_codecs
 from runstore.server.db.compiled import Compiled, compile_for
-from runstore.server.db.record_writes import INSERTED_RECORD_COLUMNS
+from runstore.server.db.fast_path_sql import run_guard
+from runstore.server.db.record_writes import (
+    INSERTED_RECORD_COLUMNS,
+    inserted_record,
+    next_record_id,
+    next_session_position,
+)
 from runstore.server.db.row_codecs import RECORD_COLUMNS
-from runstore.server.db.schema import records, runs, sessions
-
-_INSERTED = (*(column.name for column in RECORD_COLUMNS), "payload_size", "session_position")
-"""The columns a batch insert sets, in its parameters' order."""
+from runstore.server.db.schema import records, runs
 
 
 def _by_keys(count: int) -> Any:
@@ -48,28 +48,19 @@ def _by_keys(count: int) -> Any:
     )
 
 
-def _last_numbers() -> Any:
-    """The run's largest record ID and the session's largest position (0 when
-    none), through the primary key and the position index."""
-    last_id = (
-        select(func.coalesce(func.max(records.c.record_id), 0))
-        .where(records.c.run_id == bindparam("run_id"))
-        .scalar_subquery()
+def _next_numbers() -> Any:
+    """The run's next record ID and the session's next position, through the
+    primary key and the position index."""
+    return select(
+        next_record_id(records, bindparam("run_id")),
+        next_session_position(records, bindparam("session_id")),
     )
-    last_position = (
-        select(func.coalesce(func.max(records.c.session_position), 0))
-        .where(
-            records.c.session_id == bindparam("session_id"),
-            records.c.session_position.is_not(None),
-        )
-        .scalar_subquery()
-    )
-    return select(last_id, last_position)
 
 
 def _insert(count: int) -> Any:
     rows: list[dict[str, Any]] = [
-        {name: bindparam(f"{name}_{index}") for name in _INSERTED} for index in range(count)
+        {name: bindparam(f"{name}_{index}") for name in INSERTED_RECORD_COLUMNS}
+        for index in range(count)
     ]
     return insert(records).values(rows)
 
@@ -87,8 +78,8 @@ _PER_RECORD_TYPES = {
 
 
 def _batch_row(index: int) -> Any:
-    """One record of a batch as a row of bound values, numbered from 1."""
-    values: list[Any] = [literal_column(str(index + 1), Integer).label("ordinal")]
+    """One record of a batch as a row of bound values, numbered from 0."""
+    values: list[Any] = [literal_column(str(index), Integer).label("ordinal")]
     for name in _PER_RECORD:
         values.append(bindparam(f"{name}_{index}", type_=_PER_RECORD_TYPES[name]).label(name))
     return select(*values)
@@ -97,78 +88,43 @@ def _batch_row(index: int) -> Any:
 def _append_if_writable(count: int, in_session: bool, row_locks: bool) -> Any:
     """``Database.append_records_if_writable`` in one statement, the batch
     form of ``fast_path_sql._append_if_writable``: inserts every record and
-    returns their IDs only when AppendRunRecord's fast-path preconditions hold
-    for each (``appendable`` in ``tests/core/preconditions.py``; each
-    condition below is one of its items, for every key of the batch;
-    ``tests/core/test_batch_equivalence.py`` checks they agree), otherwise
-    inserts nothing and returns no row. The caller has checked that the
-    records have one agent and session and distinct keys
-    (``core.batch_rules.one_owner_distinct_keys``).
+    returns their IDs only when ``fast_paths.APPEND`` holds for each (the same
+    guard, over every key of the batch), numbered in order from the run's next
+    ID and the session's next position; otherwise inserts nothing and returns
+    no row. The caller has checked that the records have one agent and session
+    and distinct keys (``core.batch_rules.one_owner_distinct_keys``).
 
     Locks, snapshot and unique violations as in the single statement: a
     concurrent writer that committed while this one waited collides with it,
     and the caller answers with the full rules.
     """
-    prior = records.alias("prior")
     run_id, session_id = bindparam("run_id", type_=Text), bindparam("session_id", type_=Text)
     keys: list[Any] = [bindparam(f"event_key_{i}", type_=Text) for i in range(count)]
-    conditions = [
-        runs.c.run_id == run_id,
-        runs.c.agent_id == bindparam("agent_id", type_=Text),
-        runs.c.session_id == session_id,
-        runs.c.status == RunStatus.RUNNING.value,
-        ~exists().where(prior.c.run_id == run_id, prior.c.event_key.in_(keys)),
-    ]
-    if in_session:
-        active: Select[Any] = select(literal_column("1")).where(
-            sessions.c.session_id == session_id,
-            sessions.c.status == SessionStatus.ACTIVE.value,
-        )
-        conditions.append(exists(active.with_for_update() if row_locks else active))
-    target = select(runs.c.run_id).where(*conditions)
+    target = select(runs.c.run_id).where(*run_guard(APPEND, keys, in_session, row_locks))
     if row_locks:
         target = target.with_for_update()
     target_rows = target.subquery("target")
     first, *rest = (_batch_row(index) for index in range(count))
     batch_rows = (first.union_all(*rest) if rest else first).subquery("batch")
-    last_ids = records.alias("last_ids")
-    last_id = (
-        select(func.coalesce(func.max(last_ids.c.record_id), 0))
-        .where(last_ids.c.run_id == run_id)
-        .scalar_subquery()
-    )
     position: Any = null()
     if in_session:
-        last_positions = records.alias("last_positions")
         position = (
-            select(func.coalesce(func.max(last_positions.c.session_position), 0))
-            .where(
-                last_positions.c.session_id == session_id,
-                last_positions.c.session_position.is_not(None),
-            )
-            .scalar_subquery()
+            next_session_position(records.alias("last_positions"), session_id)
             + batch_rows.c.ordinal
         )
-    values = [
-        target_rows.c.run_id,
-        last_id + batch_rows.c.ordinal,
-        batch_rows.c.event_key,
-        bindparam("agent_id", type_=Text),
-        session_id,
-        batch_rows.c.turn_id,
-        batch_rows.c.type,
-        batch_rows.c.payload,
-        batch_rows.c.payload_size,
-        batch_rows.c.timestamp_ms,
-        position,
-    ]
+    values = inserted_record(
+        run_id=target_rows.c.run_id,
+        record_id=next_record_id(records.alias("last_ids"), run_id) + batch_rows.c.ordinal,
+        session_position=position,
+        **{name: batch_rows.c[name] for name in _PER_RECORD},
+    )
     source = select(*values).select_from(target_rows.join(batch_rows, true()))
     return (
         insert(records).from_select(INSERTED_RECORD_COLUMNS, source).returning(records.c.record_id)
     )
 
 
-class BatchStatements:
+class RecordBatchStatements:
     """AppendRunRecords' statements for one dialect, compiled per batch size."""
 
     def __init__(self, dialect: Dialect) -> None:
@@ -176,7 +132,7 @@ class BatchStatements:
         self._by_keys: dict[int, Compiled] = {}
         self._inserts: dict[int, Compiled] = {}
         self._fast: dict[tuple[int, bool], Compiled] = {}
-        self.last_numbers = compile_for(_last_numbers(), dialect)
+        self.next_numbers = compile_for(_next_numbers(), dialect)
         """Parameters ``run_id`` and ``session_id`` ("" for a sessionless run)."""
 
     def by_keys(self, run_id: str, event_keys: list[str]) -> tuple[Compiled, dict[str, Any]]:
@@ -190,21 +146,21 @@ class BatchStatements:
         return statement, params
 
     def insert(
-        self, batch: list[RecordDraft], last_id: int, last_position: int
+        self, batch: list[RecordDraft], first_id: int, first_position: int
     ) -> tuple[Compiled, dict[str, Any]]:
-        """Inserts ``batch`` with IDs after ``last_id`` and, for a session's run,
-        positions after ``last_position``, in order."""
+        """Inserts ``batch`` with IDs from ``first_id`` and, for a session's
+        run, positions from ``first_position``, in order."""
         count = len(batch)
         statement = self._inserts.get(count)
         if statement is None:
             statement = self._inserts[count] = compile_for(_insert(count), self._dialect)
         params: dict[str, Any] = {}
-        for index, record in enumerate(batch, start=1):
+        for index, record in enumerate(batch):
             row = row_codecs.record_params(record)
-            row["record_id"] = last_id + index
-            row["session_position"] = last_position + index if record.session_id else None
-            for name in _INSERTED:
-                params[f"{name}_{index - 1}"] = row[name]
+            row["record_id"] = first_id + index
+            row["session_position"] = first_position + index if record.session_id else None
+            for name in INSERTED_RECORD_COLUMNS:
+                params[f"{name}_{index}"] = row[name]
         return statement, params
 
     def append_if_writable(self, batch: list[RecordDraft]) -> tuple[Compiled, dict[str, Any]]:

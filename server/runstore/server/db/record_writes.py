@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Select, Text, bindparam, exists, func, literal_column, select
 
 from runstore.contract.model import SessionStatus
-from runstore.server.db.schema import sessions
+from runstore.server.db.schema import records, sessions
 
 
 def next_record_id(prior: Any, run_id: Any) -> Any:
@@ -46,6 +46,16 @@ INSERTED_RECORD_COLUMNS = (
     "session_position",
 )
 """The columns an ``INSERT ... SELECT`` of a record fills, in its select's order."""
+
+
+def inserted_record(**given: Any) -> list[Any]:
+    """The select list of an ``INSERT ... SELECT`` of a record: the ``given``
+    values, and each other column of ``INSERTED_RECORD_COLUMNS`` bound under
+    its own name, in that order."""
+    return [
+        given[name] if name in given else bindparam(name, type_=records.c[name].type)
+        for name in INSERTED_RECORD_COLUMNS
+    ]
 
 
 def active_session(row_locks: bool) -> Any:

@@ -66,9 +66,9 @@ class SqliteOptions:
     """Reader threads, each with its own connection."""
     busy_timeout_ms: int = 5000
     """How long a connection waits for a lock held by another process."""
-    write_batch: int = 64
+    write_group_limit: int = 64
     """Most write transactions committed together (group commit)."""
-    read_batch: int = 16
+    read_group_limit: int = 16
     """Most reads served by one read transaction."""
     operation_timeout: float = DEFAULTS.db_operation_timeout
     """Seconds one call's database work may take in all (``db.bound``)."""
@@ -156,21 +156,21 @@ _Resolved = list[tuple[asyncio.Future[Any], Any, BaseException | None]]
 
 @dataclass(frozen=True, slots=True)
 class _Synced:
-    """One committed batch waiting for its WAL sync: its callers, its number
+    """One committed group waiting for its WAL sync: its callers, its number
     (``LocalWakeups.begin_commit``) and the wake-up keys it wrote."""
 
     resolved: dict[asyncio.AbstractEventLoop, _Resolved]
-    batch: int
+    commit_number: int
     keys: set[str]
     wakeups: LocalWakeups | None
 
 
 class _WalSyncer(threading.Thread):
-    """Makes committed batches durable with one ``fdatasync`` of the WAL for
-    every batch committed meanwhile, then answers their callers.
+    """Makes committed groups durable with one ``fdatasync`` of the WAL for
+    every group committed meanwhile, then answers their callers.
 
     The writer commits with ``synchronous=NORMAL`` (no fsync inside SQLite) and
-    goes on with the next batch while this thread syncs the previous ones, so
+    goes on with the next group while this thread syncs the previous ones, so
     the fsync no longer stalls the writer. A caller is answered only after a
     sync that began after its commit: its write survives power loss, exactly
     as with ``synchronous=FULL``. (Another caller may read it a moment before
@@ -219,9 +219,9 @@ class _WalSyncer(threading.Thread):
                     log.error("syncing the SQLite WAL failed: %s", exc)
                     error = UnavailableError(f"database sync failed: {exc}")
                 if error is None and groups[0].wakeups is not None:
-                    # Watchers may send these batches' records only now.
+                    # Watchers may send these groups' records only now.
                     groups[0].wakeups.synced_threadsafe(
-                        max(group.batch for group in groups),
+                        max(group.commit_number for group in groups),
                         set().union(*(group.keys for group in groups)),
                     )
                 for group in groups:
@@ -237,11 +237,11 @@ class _WalSyncer(threading.Thread):
 
 
 class _Worker(threading.Thread):
-    """Owns one connection and runs queued transaction functions in batches.
+    """Owns one connection and runs queued transaction functions in groups.
 
     Whatever is queued when the worker wakes runs in one database transaction
-    (``run_batch``), and one commit (one fsync under ``synchronous=FULL``) makes
-    the whole batch durable before any caller is answered (group commit).
+    (``run_group``), and one commit (one fsync under ``synchronous=FULL``) makes
+    the whole group durable before any caller is answered (group commit).
     """
 
     def __init__(
@@ -252,7 +252,7 @@ class _Worker(threading.Thread):
         begin: str,
         statements: Statements,
         *,
-        batch_limit: int,
+        group_limit: int,
         syncer: _WalSyncer | None = None,
         wakeups: LocalWakeups | None = None,
     ) -> None:
@@ -263,11 +263,11 @@ class _Worker(threading.Thread):
         self._jobs = jobs
         self._begin = begin
         self._statements = statements
-        self._batch_limit = batch_limit
+        self._group_limit = group_limit
         self.ready = threading.Event()
         self.startup_error: BaseException | None = None
         self.figures: DbFigures | None = None
-        """Set on the writer: batch sizes are recorded there."""
+        """Set on the writer: group sizes are recorded there."""
 
     def run(self) -> None:
         try:
@@ -280,26 +280,26 @@ class _Worker(threading.Thread):
         tx = _SqliteTransaction(conn, self._statements)
         try:
             while True:
-                batch, stop = self._next_batch()
-                if batch:
-                    self._run_batch(conn, tx, batch)
+                group, stop = self._next_group()
+                if group:
+                    self._run_group(conn, tx, group)
                 if stop:
                     return
         finally:
             conn.close()
 
-    def _next_batch(self) -> tuple[list[_Job], bool]:
+    def _next_group(self) -> tuple[list[_Job], bool]:
         """The next job (waiting for it), plus whatever else is already queued."""
         first = self._jobs.get()
         if first is None:
             return [], True
-        batch = [first] if not first[1].done() else []
-        return batch, self._drain(batch)
+        group = [first] if not first[1].done() else []
+        return group, self._drain(group)
 
-    def _drain(self, batch: list[_Job]) -> bool:
-        """Adds queued jobs to ``batch``; a job whose caller went away (it
+    def _drain(self, group: list[_Job]) -> bool:
+        """Adds queued jobs to ``group``; a job whose caller went away (it
         cancelled, or its bound passed) is dropped unrun."""
-        while len(batch) < self._batch_limit:
+        while len(group) < self._group_limit:
             try:
                 job = self._jobs.get_nowait()
             except queue.Empty:
@@ -307,19 +307,19 @@ class _Worker(threading.Thread):
             if job is None:
                 return True
             if not job[1].done():
-                batch.append(job)
+                group.append(job)
         return False
 
-    def _run_batch(
-        self, conn: sqlite3.Connection, tx: _SqliteTransaction, batch: list[_Job]
+    def _run_group(
+        self, conn: sqlite3.Connection, tx: _SqliteTransaction, group: list[_Job]
     ) -> None:
         number = self._wakeups.begin_commit() if self._wakeups is not None else 0
         if self.figures is not None:
-            self.figures.sqlite_batch(len(batch))
-        outcomes = run_batch(conn, tx, [fn for fn, _, _ in batch], self._begin)
+            self.figures.sqlite_batch(len(group))
+        outcomes = run_group(conn, tx, [fn for fn, _, _ in group], self._begin)
         keys, tx.touched = tx.touched, set()
         loops: dict[asyncio.AbstractEventLoop, _Resolved] = {}
-        for (_, future, loop), (result, error) in zip(batch, outcomes, strict=True):
+        for (_, future, loop), (result, error) in zip(group, outcomes, strict=True):
             loops.setdefault(loop, []).append((future, result, error))
         if self._syncer is not None:
             self._syncer.submit(_Synced(loops, number, keys, self._wakeups))
@@ -333,7 +333,7 @@ class _Worker(threading.Thread):
 _Outcome = tuple[Any, BaseException | None]
 
 
-def run_batch(
+def run_group(
     conn: sqlite3.Connection,
     tx: _SqliteTransaction,
     functions: list[Callable[[Transaction], Coroutine[Any, Any, Any]]],
@@ -342,10 +342,10 @@ def run_batch(
     """Runs ``functions`` one after another in one transaction and commits once.
 
     A function that fails has normally written nothing (the store checks before
-    it writes). If it had written, the transaction is rolled back and the batch
+    it writes). If it had written, the transaction is rolled back and the group
     runs again without it: transaction functions depend only on the database,
     so the others reach the same results. A database failure undoes the whole
-    batch and reaches every caller.
+    group and reaches every caller.
     """
     outcomes: list[_Outcome] = [(None, None)] * len(functions)
     excluded: set[int] = set()
@@ -391,7 +391,7 @@ class SqliteDatabase:
     """``Database`` over one SQLite file."""
 
     figures: DbFigures | None = None
-    """Where batch sizes and WAL syncs are recorded; None when metrics are off."""
+    """Where commit group sizes and WAL syncs are recorded; None when metrics are off."""
 
     def __init__(self, path: Path, options: SqliteOptions = SqliteOptions()) -> None:
         if options.synchronous.upper() not in SYNCHRONOUS_LEVELS:
@@ -467,7 +467,7 @@ class SqliteDatabase:
                 self._writes,
                 "BEGIN IMMEDIATE",
                 self._statements,
-                batch_limit=self.options.write_batch,
+                group_limit=self.options.write_group_limit,
                 syncer=self._syncer,
                 wakeups=self._wakeups,
             )
@@ -480,7 +480,7 @@ class SqliteDatabase:
                     self._reads,
                     "BEGIN",
                     self._statements,
-                    batch_limit=self.options.read_batch,
+                    group_limit=self.options.read_group_limit,
                 )
             )
         self._workers[0].figures = self.figures
@@ -518,7 +518,7 @@ class SqliteDatabase:
         return await self._submit(self._writes, fn)
 
     async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
-        """Two statements in the writer's batch, like any write."""
+        """Two statements in the writer's commit group, like any write."""
 
         async def fn(tx: Transaction) -> int | None:
             assert isinstance(tx, SqlTransaction)
@@ -527,7 +527,7 @@ class SqliteDatabase:
         return await self._submit(self._writes, fn)
 
     async def end_if_running(self, ending: RunEnding) -> int | None:
-        """Two statements in the writer's batch, like any write."""
+        """Two statements in the writer's commit group, like any write."""
 
         async def fn(tx: Transaction) -> int | None:
             assert isinstance(tx, SqlTransaction)

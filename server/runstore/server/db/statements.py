@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Dialect
 
-from runstore.server.db.batch_sql import BatchStatements
+from runstore.server.db.batch_sql import RecordBatchStatements
 from runstore.server.db.compiled import Compiled, compile_for
 from runstore.server.db.fast_path_sql import fast_path_sources
 from runstore.server.db.listings import ListingStatements
@@ -90,7 +90,7 @@ class Statements:
     stale_contexts: Compiled
     listings: ListingStatements
     """ListSessions and ListRuns, compiled per filter shape on first use."""
-    batch: BatchStatements
+    record_batches: RecordBatchStatements
     """AppendRunRecords, compiled per batch size on first use."""
 
     @classmethod
@@ -101,4 +101,8 @@ class Statements:
             **memory_context_sources(dialect),
         }
         compiled = {name: compile_for(stmt, dialect) for name, stmt in sources.items()}
-        return cls(**compiled, listings=ListingStatements(dialect), batch=BatchStatements(dialect))
+        return cls(
+            **compiled,
+            listings=ListingStatements(dialect),
+            record_batches=RecordBatchStatements(dialect),
+        )

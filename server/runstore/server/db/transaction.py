@@ -347,21 +347,21 @@ class SqlTransaction(Transaction):
         return int(row[0])
 
     async def records_by_keys(self, run_id: str, event_keys: Sequence[str]) -> dict[str, RunRecord]:
-        statement, params = self._sql.batch.by_keys(run_id, list(event_keys))
+        statement, params = self._sql.record_batches.by_keys(run_id, list(event_keys))
         rows = await self._all(statement, **params)
         return {found.event_key: found for found in map(row_codecs.record_from_row, rows)}
 
     async def append_records(self, records: Sequence[RecordDraft]) -> list[int]:
-        """One statement for the largest ID and position, one multi-row insert."""
+        """One statement for the next ID and position, one multi-row insert."""
         first = records[0]
-        last_id, last_position = await self._one(
-            self._sql.batch.last_numbers, run_id=first.run_id, session_id=first.session_id
+        first_id, first_position = await self._one(
+            self._sql.record_batches.next_numbers, run_id=first.run_id, session_id=first.session_id
         )
-        statement, params = self._sql.batch.insert(list(records), last_id, last_position)
+        statement, params = self._sql.record_batches.insert(list(records), first_id, first_position)
         await self._run(statement, **params)
         self._touch(first.run_id, first.session_id)
         self.records_appended += len(records)
-        return [last_id + index for index in range(1, len(records) + 1)]
+        return [first_id + index for index in range(len(records))]
 
     async def _all_unless_conflict(self, statement: Compiled, **params: Any) -> list[Any]:
         """``_all``, or no rows when the statement hit a unique constraint."""
@@ -369,7 +369,7 @@ class SqlTransaction(Transaction):
 
     async def append_records_if_writable(self, batch: Sequence[RecordDraft]) -> list[int] | None:
         """The statement behind ``Database.append_records_if_writable`` (not a port method)."""
-        statement, params = self._sql.batch.append_if_writable(list(batch))
+        statement, params = self._sql.record_batches.append_if_writable(list(batch))
         rows = await self._all_unless_conflict(statement, **params)
         if len(rows) != len(batch):
             return None  # nothing was inserted: the conditions hold for all rows or none

@@ -23,7 +23,7 @@ from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
 async def db(tmp_path: Path) -> AsyncIterator[SqliteDatabase]:
     url = f"sqlite:///{tmp_path / 'batch.db'}"
     await migrate.upgrade(url)
-    database = SqliteDatabase(tmp_path / "batch.db", SqliteOptions(write_batch=64))
+    database = SqliteDatabase(tmp_path / "batch.db", SqliteOptions(write_group_limit=64))
     await database.start()
     try:
         yield database
