@@ -114,6 +114,9 @@ def _check_report(report: dict, backend: str) -> None:
     assert retained["sessions_per_second"] > 0 and retained["sessionless_runs_per_second"] > 0
 
 
+# Every workload on fresh servers (one more per idle-watchers arm): longer than
+# the suite's default per-test timeout on a busy machine.
+@pytest.mark.timeout(480)
 def test_bench_runs_on_sqlite(tmp_path: Path) -> None:
     report = _run_bench(tmp_path, "--backend", "sqlite")
     _check_report(report, "sqlite")
@@ -121,6 +124,7 @@ def test_bench_runs_on_sqlite(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.timeout(480)
 def test_bench_runs_on_postgres(tmp_path: Path) -> None:
     url = postgres.require_postgres()
     report = _run_bench(tmp_path, "--backend", "postgres", "--postgres-url", url)
@@ -138,7 +142,12 @@ def test_protections_on_by_default_with_cpu_per_call_and_goals(tmp_path: Path) -
     assert report["settings"]["protections"] == "on"
     append = {r["in_flight"]: r for r in report["results"] if r["workload"] == "append"}
     assert append[2]["server_cpu_ms_per_op"] > 0 and append[2]["db_cpu_ms_per_op"] is None
-    assert {g["goal"] for g in report["goals"]} == {"1", "2", "3", "4", "5"}
+    assert {g["goal"] for g in report["goals"]} == {
+        *(str(number) for number in range(1, 8)),
+        "pages",
+        "watchers",
+        "projection",
+    }
     assert "protections_cost" not in report
 
 
