@@ -107,17 +107,22 @@ def test_a_standbys_refusal_to_write_is_unavailable_on_a_fresh_connection() -> N
 async def test_reconnects_are_paced_one_at_a_time_and_end_with_a_success(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """While the database refuses, attempts double their pause (jittered);
-    the calls in between fail at once without an attempt; after a success
-    nothing is paced."""
+    """While the database refuses, attempts double their pause (jittered); a
+    connect that cannot wait for the pause fails at once without an attempt,
+    and connects that arrive during an attempt share its outcome; after a
+    success nothing is paced."""
     attempts = 0
     up = False
+    release = asyncio.Event()
+    attempted = asyncio.Event()
 
     async def connect(*args: object, **kwargs: object) -> str:
         nonlocal attempts
         attempts += 1
         if not up:
             raise ConnectionRefusedError("down")
+        attempted.set()
+        await release.wait()
         return "connection"
 
     monkeypatch.setattr(asyncpg, "connect", connect)
@@ -127,21 +132,22 @@ async def test_reconnects_are_paced_one_at_a_time_and_end_with_a_success(
     until = loop.time() + 1.0
     while loop.time() < until:  # a caller that retries every millisecond for a second
         with pytest.raises(ConnectionRefusedError):
-            await pacing.connect()
+            await pacing.connect(timeout=0.001)
         calls += 1
         await asyncio.sleep(0.001)
     # Pauses 10, 20, 40, 80, 160, then 200 ms (each at least half that): a
     # handful of attempts, not one per call.
     assert attempts <= 16 < calls / 10, (attempts, calls)
+
     up = True
-    until = loop.time() + 1.0
-    while True:  # the next attempt is due within the longest pause
-        try:
-            assert await pacing.connect() == "connection"
-            break
-        except ConnectionRefusedError:
-            assert loop.time() < until
-            await asyncio.sleep(0.001)
     before = attempts
-    assert await asyncio.gather(*(pacing.connect() for _ in range(5))) == ["connection"] * 5
+    # Callers that may wait: one attempt when the pause ends, the others wait for it.
+    waiting = [asyncio.ensure_future(pacing.connect(timeout=1.0)) for _ in range(5)]
+    await asyncio.wait_for(attempted.wait(), 1.0)
+    assert attempts == before + 1
+    release.set()
+    assert await asyncio.gather(*waiting) == ["connection"] * 5
+    # The four that waited connected on their own once the attempt succeeded.
     assert attempts == before + 5
+    assert await asyncio.gather(*(pacing.connect() for _ in range(3))) == ["connection"] * 3
+    assert attempts == before + 8

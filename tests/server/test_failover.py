@@ -244,6 +244,7 @@ async def pair() -> AsyncIterator[pg_standby.Pair]:
         yield pair
 
 
+@pytest.mark.timeout(600)  # several processes on a loaded machine
 async def test_failover_to_a_synchronous_standby_loses_nothing_acknowledged(
     pair: pg_standby.Pair,
 ) -> None:

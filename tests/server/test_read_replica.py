@@ -65,6 +65,7 @@ async def pair() -> AsyncIterator[pg_standby.Pair]:
         yield pair
 
 
+@pytest.mark.timeout(600)  # several processes on a loaded machine
 async def test_listings_lag_on_the_standby_while_worker_reads_see_every_write(
     pair: pg_standby.Pair,
 ) -> None:

@@ -139,6 +139,7 @@ async def _allow_connections(node: pg_standby.Node, allowed: bool) -> None:
         await conn.close()
 
 
+@pytest.mark.timeout(600)  # several processes on a loaded machine
 async def test_a_database_restart_under_eight_replicas_is_no_reconnect_storm() -> None:
     """The database first refuses every connection to runstore's database
     (``ALLOW_CONNECTIONS false``, every backend ended), is restarted while

@@ -249,9 +249,11 @@ class ConnectPacing:
     While connections open, nothing waits. After a failed attempt the next
     one may start only after a pause that doubles with each failure (from
     ``first_pause`` to ``longest_pause``), half of it random so replicas
-    drift apart, and only one attempt at a time: every other connect fails
-    at once, without touching the database (the caller answers UNAVAILABLE).
-    A success ends the pacing. So one replica makes at most one attempt per
+    drift apart, and only one attempt at a time: a connect waits for the
+    pause (when it ends within the connect's ``timeout``, else it fails at
+    once) or for the attempt under way, and fails if that attempt failed,
+    without touching the database (its caller answers UNAVAILABLE). A
+    success ends the pacing. So one replica makes at most one attempt per
     pause while the database is down, and reaches it again at most
     ``longest_pause`` after it is back."""
 
@@ -260,23 +262,46 @@ class ConnectPacing:
         self.longest_pause = longest_pause
         self._failures = 0
         self._next_attempt = 0.0
-        self._attempting = False
+        self._attempt: asyncio.Future[bool] | None = None
+        """The outcome of the paced attempt under way, if one is."""
 
     async def connect(self, *args: Any, **kwargs: Any) -> Any:
         """``asyncpg.connect``, paced (also the pool's ``connect`` hook)."""
-        paced = self._failures > 0
-        if paced:
-            if self._attempting or asyncio.get_running_loop().time() < self._next_attempt:
-                raise ConnectionRefusedError("the database refused the last connection; pacing")
-            self._attempting = True
+        loop = asyncio.get_running_loop()
+        while self._failures:
+            if self._attempt is not None:
+                if not await asyncio.shield(self._attempt):
+                    raise ConnectionRefusedError("the database refused the paced attempt")
+                break
+            wait = self._next_attempt - loop.time()
+            if wait > 0:
+                timeout = kwargs.get("timeout")
+                if timeout is not None and wait > timeout:
+                    raise ConnectionRefusedError("the database refused the last connection")
+                await asyncio.sleep(wait)
+                continue  # another caller may have begun the attempt meanwhile
+            return await self._attempt_paced(loop, args, kwargs)
+        return await self._connect(args, kwargs)
+
+    async def _attempt_paced(
+        self, loop: asyncio.AbstractEventLoop, args: Any, kwargs: dict[str, Any]
+    ) -> Any:
+        attempt = self._attempt = loop.create_future()
+        succeeded = False
+        try:
+            conn = await self._connect(args, kwargs)
+            succeeded = True
+            return conn
+        finally:
+            self._attempt = None
+            attempt.set_result(succeeded)
+
+    async def _connect(self, args: Any, kwargs: dict[str, Any]) -> Any:
         try:
             conn = await asyncpg.connect(*args, **kwargs)
         except Exception:  # not a cancelled caller: that says nothing of the database
             self._failed()
             raise
-        finally:
-            if paced:
-                self._attempting = False
         self._failures = 0
         return conn
 
