@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
 	$(BIN)/python -m pip install --quiet -e ./client -e ./server --group dev --group docs
+	@# Upgrading from a runstore-server that owned bin/runstore: removing the old
+	@# server deletes the script the new client just installed; put it back.
+	test -x $(BIN)/runstore || $(BIN)/python -m pip install --quiet --no-deps --force-reinstall -e ./client
 	touch $@
 
 $(BUF_STAMP):
