@@ -13,7 +13,7 @@ BUF_STAMP := .tools/.buf-$(BUF_VERSION)
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
 
-.PHONY: install run test test-pg proto proto-image lint fmt migrate bench bench-quick bench-chain check clean
+.PHONY: install chromium screenshots run test test-pg proto proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
 $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
@@ -21,6 +21,9 @@ $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
 	$(BIN)/python -m pip install --quiet -e ./client -e ./server --group dev --group docs
+	@# Upgrading from a runstore-server that owned bin/runstore: removing the old
+	@# server deletes the script the new client just installed; put it back.
+	test -x $(BIN)/runstore || $(BIN)/python -m pip install --quiet --no-deps --force-reinstall -e ./client
 	touch $@
 
 $(BUF_STAMP):
@@ -28,8 +31,27 @@ $(BUF_STAMP):
 	npm install --prefix .tools --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
 	touch $@
 
+# The console's browser tests drive Debian's Chromium (Playwright's own browser
+# download is not used): installed with apt-get when missing and we are root.
+CHROMIUM ?= /usr/bin/chromium
+
+chromium:
+	@if [ ! -x $(CHROMIUM) ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "make install: installing Debian's chromium for the console's browser tests"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		else \
+			echo "make install: no $(CHROMIUM) (apt-get install chromium): the browser tests will skip"; \
+		fi; \
+	fi
+
+## Retake the console's screenshots in docs/console/ (the browser tests take them).
+screenshots: install
+	RUNSTORE_CONSOLE_SCREENSHOTS=docs/console $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/console/test_console_browser.py
+
 # `make run` and `make test` need only the venv; buf (npm) is for `make lint`, `fmt` and `proto-image`.
-install: $(STAMP) $(BUF_STAMP)
+install: $(STAMP) $(BUF_STAMP) chromium
 
 ## Serve on $(LISTEN) with the embedded SQLite database under var/.
 run: $(STAMP)

@@ -184,7 +184,7 @@ async def start_server(
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "runstore.server.cli",
+            "runstore.cli",
             "serve",
             "--listen",
             "127.0.0.1:0",

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runstore.server.auth.principals import hash_token
+from runstore.contract.auth_file import hash_token
 
 MODES = ("on", "off", "both")
 PAIRED_WORKLOAD = "append"

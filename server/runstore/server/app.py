@@ -27,6 +27,12 @@ from runstore.server import tracing
 from runstore.server.auth import Security
 from runstore.server.auth.secrets import redacted
 from runstore.server.config import ServerConfig
+from runstore.server.console.server import (
+    ConsoleListenError,
+    ConsoleServer,
+    check_exposure,
+    start_console,
+)
 from runstore.server.core.context import ContextStore
 from runstore.server.core.memory import MemoryStore
 from runstore.server.core.ports import Database, Wakeups
@@ -95,6 +101,8 @@ class RunningServer:
     watch: RecordWatch
     monitor: HealthMonitor | None = None
     retention: RetentionTask | None = None
+    console: ConsoleServer | None = None
+    """The web console (``--console-listen``), served in the same event loop."""
 
 
 @dataclass(frozen=True)
@@ -334,9 +342,18 @@ async def build_server(
         stores.retention.metrics = telemetry.metrics
         stores.retention.start()
         log.info("retention on: %s", stores.retention.settings)
-    return RunningServer(
+    running = RunningServer(
         server, port, health_servicer, security, stores.watch, monitor, stores.retention
     )
+    if config.console_listen:
+        try:
+            running.console = await start_console(config, stores.runtime, stores.watch, security)
+        except BaseException as exc:
+            await shutdown(running, 0)
+            if isinstance(exc, ConsoleListenError):
+                raise ListenError(str(exc)) from None
+            raise
+    return running
 
 
 def raise_descriptor_limit() -> int:
@@ -385,6 +402,7 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     security = Security.from_config(config)  # refuses before touching the database
+    check_exposure(config, security)
     loop.add_signal_handler(signal.SIGHUP, security.reload)
     telemetry = Telemetry.from_config(config)
     endpoint = None
@@ -405,6 +423,8 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
                 security.describe(),
                 descriptors,
             )
+            if running.console is not None:
+                loop.add_signal_handler(signal.SIGHUP, _reload, security, running.console)
             try:
                 await stop.wait()
             finally:
@@ -415,6 +435,13 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
         if telemetry.tracer_provider is not None:
             tracing.shutdown(telemetry.tracer_provider)
     log.info("runstore stopped")
+
+
+def _reload(security: Security, console: ConsoleServer) -> None:
+    """SIGHUP with the console on: the auth file and TLS files, then the
+    console's certificate."""
+    security.reload()
+    console.reload_tls()
 
 
 async def shutdown(running: RunningServer, grace: float) -> None:
@@ -428,4 +455,6 @@ async def shutdown(running: RunningServer, grace: float) -> None:
         await running.retention.stop(grace)
     await running.health.enter_graceful_shutdown()
     running.watch.close()
+    if running.console is not None:
+        await running.console.stop()
     await running.server.stop(grace)

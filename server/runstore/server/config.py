@@ -294,6 +294,12 @@ class ServerConfig:
         "serve Prometheus metrics at http://HOST:PORT/metrics (off when empty)",
         optional_listen_address,
     )
+    console_listen: str = _setting(
+        "",
+        "serve the read-only web console at http(s)://HOST:PORT/ (off when empty); it uses "
+        "the server's TLS files and principals (reader, host or admin)",
+        optional_listen_address,
+    )
     log_format: str = _setting(
         "text",
         "text, or json: one JSON object per line for everything on stderr",
