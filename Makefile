@@ -13,14 +13,17 @@ BUF_STAMP := .tools/.buf-$(BUF_VERSION)
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
 
-.PHONY: install run test test-pg proto proto-image lint fmt migrate bench bench-quick bench-chain check clean
+.PHONY: install chromium screenshots run test test-pg proto proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
 $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
 	@echo "make install: creating $(VENV) with runstore-client, runstore-server and the dev tools (about a minute the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
-	$(BIN)/python -m pip install --quiet -e ./client -e ./server --group dev
+	$(BIN)/python -m pip install --quiet -e ./client -e ./server --group dev --group docs
+	@# Upgrading from a runstore-server that owned bin/runstore: removing the old
+	@# server deletes the script the new client just installed; put it back.
+	test -x $(BIN)/runstore || $(BIN)/python -m pip install --quiet --no-deps --force-reinstall -e ./client
 	touch $@
 
 $(BUF_STAMP):
@@ -28,8 +31,27 @@ $(BUF_STAMP):
 	npm install --prefix .tools --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
 	touch $@
 
+# The console's browser tests drive Debian's Chromium (Playwright's own browser
+# download is not used): installed with apt-get when missing and we are root.
+CHROMIUM ?= /usr/bin/chromium
+
+chromium:
+	@if [ ! -x $(CHROMIUM) ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "make install: installing Debian's chromium for the console's browser tests"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+		else \
+			echo "make install: no $(CHROMIUM) (apt-get install chromium): the browser tests will skip"; \
+		fi; \
+	fi
+
+## Retake the console's screenshots in docs/console/ (the browser tests take them).
+screenshots: install
+	RUNSTORE_CONSOLE_SCREENSHOTS=docs/console $(BIN)/python -m pytest -q -p no:cacheprovider \
+		tests/console/test_console_browser.py
+
 # `make run` and `make test` need only the venv; buf (npm) is for `make lint`, `fmt` and `proto-image`.
-install: $(STAMP) $(BUF_STAMP)
+install: $(STAMP) $(BUF_STAMP) chromium
 
 ## Serve on $(LISTEN) with the embedded SQLite database under var/.
 run: $(STAMP)
@@ -64,13 +86,35 @@ proto: $(STAMP)
 proto-image: install
 	$(BUF) build --exclude-source-info -o $(PROTO_IMAGE)
 
-lint: install
+lint: install docs
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BUF) lint
 	$(BUF) format -d --exit-code
 	$(BUF) breaking --against $(PROTO_IMAGE)
+
+# `make install` also installs the docs tools (the `docs` group, with the venv) and
+# the Node.js example's packages (examples/node/package.json, pinned) for its test.
+NODE_EXAMPLE_STAMP := examples/node/node_modules/.installed
+$(NODE_EXAMPLE_STAMP): examples/node/package.json
+	@echo "make install: installing the Node.js example's packages into examples/node/node_modules (npm)"
+	npm install --prefix examples/node --no-package-lock --no-save --no-audit --no-fund --loglevel=error
+	touch $@
+install: $(NODE_EXAMPLE_STAMP)
+
+.PHONY: docs docs-serve
+
+## The documentation site from docs/ into the git-ignored site/. --strict, and the
+## validation settings of mkdocs.yml, turn a broken link or anchor, or a page
+## missing from the nav, into a failure (not with --quiet, which hides the warnings
+## that --strict counts).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+## The same site served with live reload on http://127.0.0.1:8000.
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict
 
 fmt: install
 	$(BIN)/ruff check --fix .
@@ -104,4 +148,4 @@ bench-chain: $(STAMP)
 check: lint test
 
 clean:
-	rm -rf $(VENV) .tools var .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tools var site examples/node/node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -52,6 +52,27 @@ thinking, text and two tool calls, ~1 KiB each). Its ``ops_per_s`` counts
 records, comparable with one-record appends; ``calls_per_s`` counts calls."""
 RECORDS_PER_OP = {"append_batch": BATCH_RECORDS}
 
+RUNS_PER_SESSION = 4
+"""Runs of one session appending at once in ``append_shared_session``: each in-flight
+worker owns a run, and every 4 consecutive workers share a session, so appends
+wait on the session's lock and contend for its next position."""
+
+VARIED_SIZES = (200, 1024, 4096, 16 * 1024, 64 * 1024)
+"""Payload sizes of ``append_varied``, cycled per call (200 B to 64 KiB; mean ~17 KiB)."""
+
+COMMITTING_WORKLOADS = frozenset(
+    {"append", "append_batch", "append_shared_session", "append_varied", "start_terminal", "turn"}
+)
+"""Workloads whose PostgreSQL commits per operation are counted: the
+``pg_stat_database.xact_commit`` delta over the timed window. Each backend
+publishes its counts at most once a second while busy (and may hold them for
+10 s once idle), so both reads are taken under load, with as much unpublished
+at the start as at the end: a window of a few seconds is within about ±15 %."""
+
+
+def _varied_payload(size: int) -> bytes:
+    return b'{"data":"' + b"v" * (size - 11) + b'"}'
+
 
 def _now() -> Timestamp:
     ms = time.time_ns() // 1_000_000
@@ -169,9 +190,14 @@ def _check_last_page(page: Any, spec: dict[str, Any]) -> None:
         )
 
 
-async def _make_op(client: Client, workload: str, spec: dict[str, Any]) -> Op:
-    """Sets up one in-flight worker (untimed) and returns its timed operation."""
+async def _make_op(
+    client: Client, workload: str, spec: dict[str, Any], index: int = 0, shared: Any = None
+) -> Op:
+    """Sets up one in-flight worker (untimed) and returns its timed operation;
+    ``index`` is the worker's number and ``shared`` a dict the measurement's
+    workers share (the sessions of ``append_shared_session``)."""
     keys = itertools.count()
+    shared = {} if shared is None else shared
     if workload == "ceiling":
         request = health_pb2.HealthCheckRequest(service="")
         return lambda: client.health.Check(request)
@@ -190,6 +216,39 @@ async def _make_op(client: Client, workload: str, spec: dict[str, Any]) -> Op:
             return client.runtime.AppendRunRecord(request, metadata=metadata)
 
         return append
+    if workload == "append_shared_session":
+        group = index // RUNS_PER_SESSION
+        if group not in shared:
+            shared[group] = await client.session()
+        run = await client.start(shared[group])
+        shared_request = rs.AppendRunRecordRequest(
+            record=_record(run, "", "tool_result_received", PAYLOAD_1K, _now())
+        )
+
+        def append_shared() -> Any:
+            shared_request.record.event_key = f"k{next(keys)}"
+            return client.runtime.AppendRunRecord(shared_request, metadata=client.worker)
+
+        return append_shared
+    if workload == "append_varied":
+        run = await client.start(await client.session())
+        requests = [
+            rs.AppendRunRecordRequest(
+                record=_record(run, "", "tool_result_received", _varied_payload(size), _now())
+            )
+            for size in VARIED_SIZES
+        ]
+        # Workers start at different sizes, so every size is in flight at once.
+        sizes = itertools.cycle(
+            requests[index % len(requests) :] + requests[: index % len(requests)]
+        )
+
+        def append_varied() -> Any:
+            varied = next(sizes)
+            varied.record.event_key = f"k{next(keys)}"
+            return client.runtime.AppendRunRecord(varied, metadata=client.worker)
+
+        return append_varied
     if workload == "append_batch":
         run = await client.start(await client.session())
         # Like "append": one request reused, only its keys change.
@@ -271,6 +330,10 @@ class CpuProbe:
         self._dsn = database_dsn
         self._conn: Any = None
 
+    @property
+    def counts_commits(self) -> bool:
+        return self._dsn is not None and self._dsn != ""
+
     async def open(self) -> None:
         if self._dsn:
             self._conn = await asyncpg.connect(self._dsn)
@@ -278,6 +341,16 @@ class CpuProbe:
     async def close(self) -> None:
         if self._conn is not None:
             await self._conn.close()
+
+    async def commits(self) -> int | None:
+        """Transactions committed in the benchmark's database so far (this probe's
+        own included: one per read, negligible against thousands of calls)."""
+        if self._conn is None:
+            return None
+        value = await self._conn.fetchval(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        )
+        return int(value)
 
     async def read(self) -> tuple[dict[int, float] | None, dict[int, float] | None, float]:
         database = None
@@ -306,11 +379,18 @@ def _cpu_figures(
 
 
 async def measure(
-    client: Client, spec: dict[str, Any], probe: CpuProbe | None = None
+    client: Client | list[Client], spec: dict[str, Any], probe: CpuProbe | None = None
 ) -> dict[str, Any]:
+    """One measurement; with several clients (connections), worker ``i`` calls
+    through client ``i mod n``."""
+    clients = client if isinstance(client, list) else [client]
     workload = spec["workload"]
     concurrency = int(spec["concurrency"])
-    ops = [await _make_op(client, workload, spec) for _ in range(concurrency)]
+    shared: dict[Any, Any] = {}
+    ops = [
+        await _make_op(clients[index % len(clients)], workload, spec, index, shared)
+        for index in range(concurrency)
+    ]
     latencies: list[float] = []
     timing = False
     deadline = 0.0
@@ -328,14 +408,24 @@ async def measure(
     await asyncio.gather(*(worker(op) for op in ops))
     timing = True
     probe = probe or CpuProbe(None, None)
+    count_commits = workload in COMMITTING_WORKLOADS and probe.counts_commits
     cpu_before = await probe.read()
     began = time.perf_counter()
     deadline = began + float(spec["duration"])
-    await asyncio.gather(*(worker(op) for op in ops))
+    timed = asyncio.gather(*(worker(op) for op in ops))
+    commits_before = await probe.commits() if count_commits else None
+    await timed
     elapsed = time.perf_counter() - began
     cpu_after = await probe.read()
+    commits_after = await probe.commits() if count_commits else None
     latencies.sort()
     per_op = RECORDS_PER_OP.get(workload, 1)
+    records = len(latencies) * per_op
+    commits = (
+        {"commits_per_op": (commits_after - commits_before) / records}
+        if commits_before is not None and commits_after is not None and records
+        else {}
+    )
     return {
         **{k: v for k, v in spec.items() if k not in ("run_id", "session_id", "cursor", "request")},
         "ops": len(latencies) * per_op,
@@ -350,25 +440,35 @@ async def measure(
         if latencies
         else None,
         **_cpu_figures(cpu_before, cpu_after, len(latencies) * per_op),
+        **commits,
     }
 
 
 async def main() -> None:
     plan = json.load(sys.stdin)
-    options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
-    if plan.get("tls_ca"):
-        credentials = grpc.ssl_channel_credentials(root_certificates=plan["tls_ca"].encode())
-        channel = grpc.aio.secure_channel(plan["target"], credentials, options=options)
-    else:
-        channel = grpc.aio.insecure_channel(plan["target"], options=options)
+    options: list[tuple[str, Any]] = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+    connections = int(plan.get("channels", 1))
+    if connections > 1:  # a connection each (grpc would share one between channels)
+        options.append(("grpc.use_local_subchannel_pool", 1))
+
+    def open_channel() -> grpc.aio.Channel:
+        if plan.get("tls_ca"):
+            credentials = grpc.ssl_channel_credentials(root_certificates=plan["tls_ca"].encode())
+            return grpc.aio.secure_channel(plan["target"], credentials, options=options)
+        return grpc.aio.insecure_channel(plan["target"], options=options)
+
+    channels = [open_channel() for _ in range(connections)]
     probe = CpuProbe(plan.get("server_pid"), plan.get("database_dsn"))
     await probe.open()
-    async with channel:
-        client = Client(channel, plan.get("tokens"))
-        if client.worker:
-            await client.check_protections()
+    try:
+        clients = [Client(channel, plan.get("tokens")) for channel in channels]
+        if clients[0].worker:
+            await clients[0].check_protections()
         for spec in plan["measurements"]:
-            print(json.dumps(await measure(client, spec, probe)), flush=True)
+            print(json.dumps(await measure(clients, spec, probe)), flush=True)
+    finally:
+        for channel in channels:
+            await channel.close()
     await probe.close()
 
 

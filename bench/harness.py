@@ -53,8 +53,17 @@ HISTORY_PAYLOAD = b'{"history":"' + b"h" * 180 + b'"}'
 _PORT_LINE = re.compile(rb"serving on \S+ \(port (\d+)\)")
 _METRICS_LINE = re.compile(rb"metrics at \S+ \(port (\d+)\)")
 
-WRITE_WORKLOADS = ("append", "append_batch", "start_terminal", "turn")
-"""``append_batch``: AppendRunRecords of 4 × ~1 KiB records; its ops/s are records/s."""
+WRITE_WORKLOADS = (
+    "append",
+    "append_batch",
+    "append_shared_session",
+    "append_varied",
+    "start_terminal",
+    "turn",
+)
+"""``append_batch``: AppendRunRecords of 4 × ~1 KiB records (its ops/s are records/s);
+``append_shared_session``: 4 runs of each session appending at once;
+``append_varied``: records of 200 B to 64 KiB (``bench/driver.py``)."""
 
 
 # --- Databases and seeded histories -------------------------------------------
@@ -175,7 +184,7 @@ async def start_server(
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "runstore.server.cli",
+            "runstore.cli",
             "serve",
             "--listen",
             "127.0.0.1:0",
@@ -254,10 +263,11 @@ async def run_driver(
     *,
     tag: dict[str, Any] | None = None,
     database_url: str = "",
+    channels: int = 1,
 ) -> list[dict[str, Any]]:
     """Runs ``measurements`` in a driver process, printing each figure as it
     comes. With a PostgreSQL ``database_url``, the driver also reads the CPU
-    of that database's backends."""
+    of that database's backends; ``channels``: connections the calls spread over."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -267,7 +277,7 @@ async def run_driver(
         cwd=ROOT,
     )
     assert process.stdin is not None and process.stdout is not None
-    plan: dict[str, Any] = {"measurements": measurements}
+    plan: dict[str, Any] = {"measurements": measurements, "channels": channels}
     if isinstance(target, Server):
         plan |= {"target": target.target, "server_pid": target.pid, **target.protections.plan()}
     else:
@@ -395,10 +405,16 @@ def summarise(backend: str, raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return summary
 
 
-CPU_FIELDS = ("server_cpu_ms_per_op", "db_cpu_ms_per_op", "client_cpu_ms_per_op")
+CPU_FIELDS = (
+    "server_cpu_ms_per_op",
+    "db_cpu_ms_per_op",
+    "client_cpu_ms_per_op",
+    "commits_per_op",
+)
 """CPU-ms per operation of the workload (one RPC, except start_terminal: 2 and
 turn: 12; for append_batch, whose ops are records, per record), read by the
-driver during each timed window (``bench/cpu.py``)."""
+driver during each timed window (``bench/cpu.py``); and on PostgreSQL the
+database's commits per operation (``pg_stat_database.xact_commit``)."""
 
 
 def _figure(value: float | None, spec: str) -> str:
@@ -415,8 +431,8 @@ def render(summary: list[dict[str, Any]], header: str) -> str:
         header,
         "",
         "| backend | workload | in flight | ops/s | p50 ms | p99 ms | × ceiling "
-        "| server CPU ms/op | db CPU ms/op |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| server CPU ms/op | db CPU ms/op | client CPU ms/op | commits/op |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in summary:
         database = row.get("db_cpu_ms_per_op")
@@ -429,7 +445,9 @@ def render(summary: list[dict[str, Any]], header: str) -> str:
             f"| {_figure(row['ops_per_s'], ',.0f')} "
             f"| {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
             f"| {_figure(row['ratio_to_ceiling'], '.2f')} "
-            f"| {_cpu_cell(row.get('server_cpu_ms_per_op'))} | {database_cell} |"
+            f"| {_cpu_cell(row.get('server_cpu_ms_per_op'))} | {database_cell} "
+            f"| {_cpu_cell(row.get('client_cpu_ms_per_op'))} "
+            f"| {_cpu_cell(row.get('commits_per_op'))} |"
         )
     return "\n".join(lines)
 
@@ -681,7 +699,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sqlite-synchronous", default="FULL", help="FULL or NORMAL")
     parser.add_argument(
         "--workloads",
-        default="append,append_batch,start_terminal,turn,list_run,list_session,listings,"
+        default="append,append_batch,append_shared_session,append_varied,start_terminal,turn,"
+        "list_run,list_session,listings,"
         "watch_latency,idle_watchers,retention",
         help="comma-separated workloads (the ceiling is always measured)",
     )
@@ -709,11 +728,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         const=RESULTS / "latest.json",
         default=None,
         metavar="RESULTS_JSON",
-        help="measure nothing: regenerate README.md's benchmark section from a results "
+        help="measure nothing: regenerate the figures of docs/benchmarks.md from a results "
         "file (default bench/results/latest.json)",
     )
     parser.add_argument(
-        "--readme-file", type=Path, default=ROOT / "README.md", help="the README --readme edits"
+        "--readme-file",
+        type=Path,
+        default=readme.PAGE,
+        help="the page --readme edits (default docs/benchmarks.md)",
     )
     for module in dict.fromkeys([*optional_modules(), *server_modules()]):
         if hasattr(module, "add_arguments"):

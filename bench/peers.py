@@ -8,7 +8,10 @@ item per call and one session (thread) per call in flight:
   ``SQLiteSession(session_id, db_path=FILE).add_items([item])``, the library's
   defaults (WAL, SQLite's default ``synchronous=FULL``; each call is one
   transaction in a worker thread of the default executor, under one lock per
-  database file).
+  database file). Compared with runstore's single ``append``. Its variant
+  ``peer:openai-agents-sqlitesession (4 items)`` adds 4 items per call (one
+  model response), compared with runstore's ``append_batch`` of 4 records; its
+  ops/s count items, as ``append_batch``'s count records.
 * ``peer:langgraph-sqlitesaver`` (SQLite): LangGraph's ``SqliteSaver``
   (``from_conn_string(FILE)``: one connection under one lock, WAL, FULL), one
   graph step per call: ``put_writes`` of the item, then ``put`` of the next
@@ -59,8 +62,15 @@ ITEM: dict[str, Any] = {"role": "user", "content": "x" * (1024 - 31)}
 AsyncOp = Callable[[], Awaitable[Any]]
 
 
-def workload_name(peer: str) -> str:
-    return f"peer:{peer}"
+BATCH_ITEMS = 4
+"""Items per ``add_items`` call of the batch variant, as ``append_batch``'s records."""
+
+VARIANTS: dict[str, tuple[int, ...]] = {"openai-agents-sqlitesession": (1, BATCH_ITEMS)}
+"""Items per call measured for each peer (one unless listed)."""
+
+
+def workload_name(peer: str, items: int = 1) -> str:
+    return f"peer:{peer}" + (f" ({items} items)" if items > 1 else "")
 
 
 # --- The peer process --------------------------------------------------------------
@@ -121,14 +131,23 @@ async def run_openai_agents(database: str, specs: list[dict[str, Any]]) -> None:
     from agents.memory import SQLiteSession
 
     for spec in specs:
+        items = [ITEM] * int(spec.get("items", 1))
         sessions = [
             SQLiteSession(f"bench-{uuid.uuid4().hex}", db_path=database)
             for _ in range(int(spec["concurrency"]))
         ]
         ops: list[AsyncOp] = [
-            (lambda session=session: session.add_items([ITEM])) for session in sessions
+            (lambda session=session, items=items: session.add_items(items)) for session in sessions
         ]
-        print(json.dumps(await _measure_async(ops, spec)), flush=True)
+        row = await _measure_async(ops, spec)
+        if len(items) > 1:  # items per second, as append_batch's records per second
+            row |= {
+                "calls_per_s": row["ops_per_s"],
+                "ops": row["ops"] * len(items),
+                "ops_per_s": row["ops_per_s"] * len(items),
+                "records_per_call": len(items),
+            }
+        print(json.dumps(row), flush=True)
         for session in sessions:
             session.close()
 
@@ -220,11 +239,18 @@ def plan(
     ceilings, measurements = [], []
     for concurrency in args.concurrency:
         base = {"concurrency": concurrency, "duration": args.duration, "warmup": args.warmup}
-        pair = f"{pairs}peer{repetition}-{peer}-{concurrency}"
-        ceilings.append({**base, "workload": "ceiling", "pair": pair})
-        measurements.append(
-            {**base, "workload": workload_name(peer), "pair": pair, "repetition": repetition}
-        )
+        for items in VARIANTS.get(peer, (1,)):
+            pair = f"{pairs}peer{repetition}-{workload_name(peer, items)}-{concurrency}"
+            ceilings.append({**base, "workload": "ceiling", "pair": pair})
+            measurements.append(
+                {
+                    **base,
+                    "workload": workload_name(peer, items),
+                    "pair": pair,
+                    "repetition": repetition,
+                    **({"items": items} if items > 1 else {}),
+                }
+            )
     return ceilings, measurements
 
 

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runstore.server.auth.principals import hash_token
+from runstore.contract.auth_file import hash_token
 
 MODES = ("on", "off", "both")
 PAIRED_WORKLOAD = "append"
 PAIRED_IN_FLIGHT = 16
-"""The paired comparison's workload and calls in flight (issue 15, goal 1)."""
+"""The paired comparison's workload and calls in flight (docs/benchmarks.md, goal 1)."""
 PAIRED_MIN_SECONDS = 1.0
 PAIRED_MIN_WARMUP = 0.5
 """Each paired figure's shortest window and warm-up (a fresh server each time)."""

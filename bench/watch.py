@@ -14,8 +14,9 @@
 * ``idle_watchers``: appends per second (16 in flight, the ``append``
   workload) with 100 idle Watch streams open on the same server, each on a
   session nobody writes to, against none; the two alternate (ABBA) over the
-  repetitions, each after a ceiling of its own. ``append (100 idle watchers)``
-  carries ``vs_no_watchers``, the median of the paired ratios (goal ≥ 0.9).
+  repetitions, each on a fresh server of its own after a ceiling of its own.
+  ``append (100 idle watchers)`` carries ``vs_no_watchers``, the median of the
+  paired ratios (goal ≥ 0.9).
 
 The clients run in processes of their own (``python -m bench.watch``, a plan as
 one JSON line on stdin): a latency process (writer and watchers, one clock) and
@@ -395,18 +396,36 @@ async def measure_server(
             if await process.wait() != 0:
                 raise RuntimeError("the watch latency process failed")
     if IDLE in args.workloads:
-        async with holder(server.target, calls, IDLE_WATCHERS) as command:
-            for repetition in range(args.repeat):
-                for watchers in idle_order(repetition):
-                    if watchers:
-                        await command("open")
-                    measured = await harness.run_driver(
-                        server, idle_plan(args, repetition, watchers), tag=tag, database_url=url
-                    )
-                    if watchers:
-                        await command("close")
-                    rows += [relabel(row) for row in measured]
+        for repetition in range(args.repeat):
+            for watchers in idle_order(repetition):
+                rows += await idle_arm(args, url, server, tag, repetition, watchers)
     return rows
+
+
+async def idle_arm(
+    args: argparse.Namespace,
+    url: str,
+    server: Any,
+    tag: dict[str, Any],
+    repetition: int,
+    watchers: int,
+) -> list[dict[str, Any]]:
+    """One arm of the idle-watchers comparison on a fresh server of its own (same
+    protections as ``server``): a server that once had watchers keeps its
+    listener (on PostgreSQL, a LISTEN connection receiving its own NOTIFYs), so
+    an arm without watchers after one with them would not be one."""
+    from bench import harness
+
+    plan = idle_plan(args, repetition, watchers)
+    async with harness.start_server(url, args.sqlite_synchronous, server.protections) as fresh:
+        if not watchers:
+            measured = await harness.run_driver(fresh, plan, tag=tag, database_url=url)
+        else:
+            async with holder(fresh.target, server.protections.plan(), watchers) as command:
+                await command("open")
+                measured = await harness.run_driver(fresh, plan, tag=tag, database_url=url)
+                await command("close")
+    return [relabel(row) for row in measured]
 
 
 def relabel(row: dict[str, Any]) -> dict[str, Any]:

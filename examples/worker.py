@@ -8,7 +8,7 @@ call to a child run, writes the conversation as transcript records, suspends
 the root run with a checkpoint while it waits for the user, continues it in a
 successor run, completes, and rebuilds the transcript from the run log.
 
-Against a server with authentication on (README, "Securing runstore"), each
+Against a server with authentication on (docs/security.md), each
 side proves itself with a token of its own role, over TLS when ``--ca`` names
 the CA that signed the server's certificate:
 

@@ -1,4 +1,4 @@
-"""Hostile peers for the hardening tests: clients that never read, sockets that
+"""Hostile peers for the operating-limit tests: clients that never read, sockets that
 never speak, and the server's memory as the kernel reports it.
 
 Every peer targets a loopback address and is bounded in count and time.

@@ -20,8 +20,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from runstore.contract.auth_file import hash_token
 from runstore.server.app import RunningServer, build_server, create_stores, open_database
-from runstore.server.auth.principals import hash_token
 from runstore.server.config import ServerConfig
 from runstore.server.db.migrate import async_url
 from runstore.server.db.schema import metadata

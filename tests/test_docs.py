@@ -1,18 +1,25 @@
-"""The documentation in docs/ is checked against the code, so it cannot drift.
+"""The documentation site (docs/, built by ``make docs``) and README.md are
+checked against the code, so they cannot drift.
 
 * every JSON example of docs/payloads.md goes through the lifecycle codec;
 * every ErrorInfo reason the code registers has a row in docs/errors.md with
   its gRPC code and permanence;
 * every contract citation (``§9.3``, ``V1``, ``D5``, ``Q12``) in the tracked
   sources names a heading of docs/;
+* every setting of ``runstore serve`` has a row in docs/configuration.md, and
+  every ``--flag`` the pages mention is one that a command really takes;
+* README.md stays short, links the site's pages, and its Python worker runs;
 * nothing tracked points at documents outside the repository.
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
 import re
 import subprocess
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +29,13 @@ from runstore.contract import errors, lifecycle
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+
+
+def pages() -> list[Path]:
+    """Every page of the site."""
+    return sorted(DOCS.rglob("*.md"))
+
 
 # --- payloads.md --------------------------------------------------------------------
 
@@ -194,7 +208,7 @@ def tracked_files(*patterns: str) -> list[Path]:
 
 def doc_anchors() -> set[str]:
     anchors: set[str] = set()
-    for path in DOCS.glob("*.md"):
+    for path in pages():
         anchors.update(_HEADING.findall(path.read_text(encoding="utf-8")))
     return anchors
 
@@ -247,12 +261,31 @@ def test_no_tracked_file_refers_to_documents_outside_the_repository() -> None:
     assert not offenders, "point these at docs/ instead:\n" + "\n".join(offenders)
 
 
+README_MAX_LINES = 300
+
+
+def test_readme_is_short() -> None:
+    """The README introduces; the site explains."""
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail into docs/"
+
+
 def test_readme_links_the_project_documents() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = README.read_text(encoding="utf-8")
     for target in ("docs/contract.md", "docs/payloads.md", "docs/errors.md", "LICENSE"):
         assert f"]({target})" in readme, target
         assert (ROOT / target).is_file(), target
     assert "](CHANGELOG.md)" in readme and (ROOT / "CHANGELOG.md").is_file()
+
+
+def test_readme_links_every_page_of_the_site() -> None:
+    readme = README.read_text(encoding="utf-8")
+    unlinked = [
+        path.relative_to(ROOT).as_posix()
+        for path in pages()
+        if f"]({path.relative_to(ROOT).as_posix()})" not in readme
+    ]
+    assert not unlinked, f"README.md links no page {unlinked}"
 
 
 _LINK = re.compile(r"\]\((?!https?://)([^)#\s]+)?(?:#([^)\s]+))?\)")
@@ -266,13 +299,165 @@ def github_anchor(heading: str) -> str:
 
 def test_relative_links_in_the_docs_resolve() -> None:
     broken = []
-    for source in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+    for source in [README, *pages()]:
         for target, anchor in _LINK.findall(source.read_text(encoding="utf-8")):
             path = (source.parent / target).resolve() if target else source
             if not path.exists():
-                broken.append(f"{source.name}: {target}")
+                broken.append(f"{source.relative_to(ROOT)}: {target}")
             elif anchor and path.suffix == ".md":
                 headings = re.findall(r"^#{1,6}\s+(.+)$", path.read_text(encoding="utf-8"), re.M)
                 if anchor not in {github_anchor(heading) for heading in headings}:
-                    broken.append(f"{source.name}: {target}#{anchor}")
+                    broken.append(f"{source.relative_to(ROOT)}: {target}#{anchor}")
     assert not broken, broken
+
+
+# --- flags ----------------------------------------------------------------------------
+
+
+class _Parsed(Exception):
+    """Raised instead of parsing: the parser a program built is all we want."""
+
+
+def parser_of(main: Callable[..., Any], argv: list[str]) -> argparse.ArgumentParser:
+    """The argparse parser ``main`` builds, caught when it starts parsing, so the
+    check follows the real commands wherever they are defined."""
+    caught: list[argparse.ArgumentParser] = []
+
+    def catch(self: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> Any:
+        caught.append(self)
+        raise _Parsed
+
+    with pytest.MonkeyPatch.context() as patch:
+        # parse_args and parse_intermixed_args both go through parse_known_args.
+        patch.setattr(argparse.ArgumentParser, "parse_known_args", catch)
+        with pytest.raises(_Parsed):
+            main(argv)
+    return caught[0]
+
+
+def options(parser: argparse.ArgumentParser) -> Iterator[str]:
+    """Every long option of ``parser`` and of its subcommands, at any depth."""
+    for action in parser._actions:
+        yield from (name for name in action.option_strings if name.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from options(sub)
+
+
+def runstore_options() -> set[str]:
+    (entry,) = importlib.metadata.entry_points(group="console_scripts", name="runstore")
+    return set(options(parser_of(entry.load(), [])))
+
+
+def bench_options() -> set[str]:
+    from bench import chain, harness, retention
+
+    found: set[str] = set()
+    for main in (harness.main, chain.main, retention.main):
+        found.update(options(parser_of(main, [])))
+    return found
+
+
+# Flags of other programs the pages show (grpcurl's are single-dash): pg_dump's,
+# pg_restore's, protoc's, pip's, npm's, ruff's, mkdocs' and examples/worker.py's.
+OTHER_PROGRAMS = {
+    "--format", "--file", "--no-owner", "--dbname", "--go_out", "--go_opt",
+    "--go-grpc_out", "--go-grpc_opt", "--prefix", "--group", "--check", "--strict", "--ca",
+    "--force-reinstall", "--no-deps", "--to", "--no-access-log",
+}  # fmt: skip
+# A flag a page names as history ("the flag is now --protections").
+RENAMED = {"--chain"}
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9_-]*[a-z0-9](?![\w-])")
+
+
+def code_spans(text: str) -> Iterator[str]:
+    """The text of every code block and inline code span of a page."""
+    for match in _FENCE.finditer(text):
+        yield match["body"]
+    yield from re.findall(r"`([^`\n]+)`", _FENCE.sub("", text))
+
+
+def test_every_flag_in_the_docs_exists() -> None:
+    import dataclasses
+
+    from runstore.server import config
+
+    # serve, migrate and backup join the runstore command through entry points that
+    # build their parsers when called, so their flags come from the settings too.
+    serve = {config.flag_name(spec.name) for spec in dataclasses.fields(config.ServerConfig)}
+    known = runstore_options() | serve | bench_options() | OTHER_PROGRAMS | RENAMED
+    unknown = sorted(
+        f"{path.relative_to(ROOT)}: {flag}"
+        for path in [README, *pages()]
+        for span in code_spans(path.read_text(encoding="utf-8"))
+        for flag in _FLAG.findall(span)
+        if flag not in known and not flag.startswith("--retain-*")
+    )
+    assert not unknown, "flags no command takes:\n" + "\n".join(unknown)
+
+
+def configuration_rows() -> set[str]:
+    """The flags named in the first column of the table in docs/configuration.md."""
+    flags: set[str] = set()
+    for line in (DOCS / "configuration.md").read_text(encoding="utf-8").splitlines():
+        cells = line.strip().strip("|").split("|")
+        if line.startswith("| `--"):
+            flags.update(re.findall(r"`(--[a-z0-9-]+)`", cells[0]))
+    return flags
+
+
+def test_every_setting_of_serve_has_a_row_in_the_configuration_page() -> None:
+    import dataclasses
+
+    from runstore.server import config
+
+    settings = {config.flag_name(spec.name) for spec in dataclasses.fields(config.ServerConfig)}
+    rows = configuration_rows()
+    assert settings - rows == set(), "settings without a row in docs/configuration.md"
+    assert rows - settings - {"--no-access-log"} == set(), "rows that are no setting"
+
+
+def test_the_sqlite_synchronous_help_names_every_level() -> None:
+    import dataclasses
+
+    from runstore.server import config
+
+    (spec,) = [f for f in dataclasses.fields(config.ServerConfig) if f.name == "sqlite_synchronous"]
+    for level in config.SQLITE_SYNCHRONOUS_LEVELS:
+        assert level in spec.metadata["help"], level
+        assert f"`{level}`" in (DOCS / "configuration.md").read_text(encoding="utf-8"), level
+
+
+# --- the README's worker ----------------------------------------------------------------
+
+_WORKER_MARKER = "<!-- docs:readme-worker"
+
+
+def readme_worker() -> str:
+    text = README.read_text(encoding="utf-8")
+    assert text.count(_WORKER_MARKER) == 1, "README.md lost its worker marker"
+    match = _FENCE.search(text, text.index(_WORKER_MARKER))
+    assert match is not None and match["info"].strip() == "python"
+    return match["body"]
+
+
+async def test_the_readme_worker_runs_against_a_server(store: Any) -> None:
+    import asyncio
+
+    script = readme_worker()
+    assert '"127.0.0.1:50051"' in script
+    script = script.replace('"127.0.0.1:50051"', repr(store.target))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        script,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    assert out.decode().splitlines() == [
+        "start: proceed",
+        "appended record 2",
+        "run: completed",
+    ]

@@ -10,7 +10,7 @@ import pytest
 from cryptography import x509
 
 from bench import protections
-from runstore.server.auth.principals import hash_token
+from runstore.contract.auth_file import hash_token
 
 
 def test_on_writes_a_worker_and_a_host_principal_and_turns_everything_on(

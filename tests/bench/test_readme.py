@@ -1,4 +1,4 @@
-"""README.md's generated benchmark section (bench/readme.py)."""
+"""The generated figures of docs/benchmarks.md (bench/readme.py)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,14 @@ def test_the_body_names_the_command_and_the_commit() -> None:
     assert body.endswith("| table |")
 
 
-def test_the_readme_has_the_markers() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_the_benchmark_page_has_the_markers() -> None:
+    assert readme.PAGE == ROOT / "docs" / "benchmarks.md"
+    text = readme.PAGE.read_text()
     assert text.count(readme.BEGIN) == 1 and text.count(readme.END) == 1
+
+
+def test_the_readme_has_no_figures_of_its_own() -> None:
+    """The figures live on one page; the README links it."""
+    text = (ROOT / "README.md").read_text()
+    assert readme.BEGIN not in text and readme.END not in text
+    assert "](docs/benchmarks.md)" in text

@@ -53,6 +53,60 @@ def test_each_peer_measurement_has_a_ceiling_of_its_own() -> None:
     assert {m["repetition"] for m in measured} == {2}
 
 
+def test_the_openai_peer_is_measured_with_one_item_and_with_four() -> None:
+    ceilings, measured = peers.plan(_args("--concurrency", "16"), "openai-agents-sqlitesession", 0)
+    assert [(m["workload"], m.get("items", 1)) for m in measured] == [
+        ("peer:openai-agents-sqlitesession", 1),
+        ("peer:openai-agents-sqlitesession (4 items)", 4),
+    ]
+    assert [c["pair"] for c in ceilings] == [m["pair"] for m in measured]
+    assert len({m["pair"] for m in measured}) == 2
+
+
+class _Recorder:
+    """A stand-in ``bench.driver.Client`` that notes which session each run starts in."""
+
+    def __init__(self) -> None:
+        self.sessions = 0
+        self.runs: list[str] = []
+        self.runtime = self
+        self.worker = ()
+
+    async def session(self) -> str:
+        self.sessions += 1
+        return f"s{self.sessions}"
+
+    async def start(self, session_id: str) -> object:
+        from runstore.v1 import types_pb2 as pb
+
+        self.runs.append(session_id)
+        return pb.RunStart(run_id=f"r{len(self.runs)}", agent_id="a", session_id=session_id)
+
+
+def test_four_runs_share_each_session_in_the_shared_session_workload() -> None:
+    import asyncio
+
+    from bench import driver
+
+    client = _Recorder()
+    shared: dict[object, object] = {}
+
+    async def make() -> None:
+        for index in range(16):
+            await driver._make_op(client, "append_shared_session", {}, index, shared)
+
+    asyncio.run(make())
+    assert client.sessions == 4
+    assert [client.runs.count(f"s{n}") for n in range(1, 5)] == [4, 4, 4, 4]
+
+
+def test_varied_records_span_two_hundred_bytes_to_sixty_four_kibibytes() -> None:
+    from bench import driver
+
+    sizes = [len(driver._varied_payload(size)) for size in driver.VARIED_SIZES]
+    assert min(sizes) == 200 and max(sizes) == 64 * 1024
+
+
 def test_peer_rows_get_their_ratio_from_the_paired_ceiling() -> None:
     raw = [
         {"workload": "ceiling", "pair": "a", "concurrency": 16, "ops_per_s": 1000.0},

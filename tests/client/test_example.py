@@ -1,4 +1,5 @@
-"""The example worker of the README runs against a real server."""
+"""The example worker (examples/worker.py, shown in docs/clients/python.md) runs
+against a real server."""
 
 from __future__ import annotations
 

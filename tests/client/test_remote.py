@@ -58,9 +58,9 @@ from runstore.client.errors import from_rpc_error
 from runstore.contract import errors as contract_errors
 from runstore.server.app import create_stores, open_database
 from runstore.server.config import ServerConfig
+from runstore.server.error_status import to_status
 from runstore.server.servicers.runtime_store import RuntimeStoreServicer
 from runstore.server.servicers.session_admin import SessionAdminServicer
-from runstore.server.status import to_status
 from runstore.v1 import runtime_store_pb2_grpc, session_admin_pb2_grpc
 from tests.support import Store as StubStore
 from tests.support import unique

@@ -1,4 +1,4 @@
-"""Bad input never answers INTERNAL or UNKNOWN (Hardening I), on every backend.
+"""Bad input never answers INTERNAL or UNKNOWN, on every backend.
 
 Unparsable bodies are MALFORMED_REQUEST, ids and keys follow one rule (D8),
 deep JSON is "exceeded max depth", trailers are bounded, every error carries
@@ -16,7 +16,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from runstore.server.app import SERVICE_NAMES
-from runstore.server.status import CUT_MARK, MAX_ECHOED_VALUE_BYTES, MAX_MESSAGE_BYTES
+from runstore.server.error_status import CUT_MARK, MAX_ECHOED_VALUE_BYTES, MAX_MESSAGE_BYTES
 from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import memory_store_pb2 as ms
 from runstore.v1 import runtime_store_pb2 as rs

@@ -9,15 +9,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from runstore.server import cli
+from runstore.cli import program
+from runstore.contract.auth_file import AuthFileError, add_token, hash_token
 from runstore.server.auth import Security, SecurityError, is_loopback
-from runstore.server.auth.principals import (
-    AuthFileError,
-    PrincipalsFile,
-    add_token,
-    hash_token,
-    parse_principals,
-)
+from runstore.server.auth.principals import PrincipalsFile, parse_principals
 from runstore.server.config import ServerConfig
 from runstore.v1 import session_admin_pb2 as sa
 from tests.secured import Entry, bearer, channel_with_token, running_server, write_auth_file
@@ -132,12 +127,12 @@ def test_the_add_token_command_prints_the_token_once(
 ) -> None:
     path = tmp_path / "auth.toml"
     args = ["auth", "add-token", "--auth-file", str(path), "--name", "ops", "--role", "admin"]
-    assert cli.main(args) == 0
+    assert program.main(args) == 0
     out, err = capsys.readouterr()
     token = out.strip()
     assert len(token) >= 40 and token not in err
     assert parse_principals(path.read_text()).by_token(token) is not None
-    assert cli.main(args) == 2
+    assert program.main(args) == 2
     assert "already exists" in capsys.readouterr().err
 
 

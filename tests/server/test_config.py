@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from runstore.server import cli, config
+from runstore.cli import program
+from runstore.server import config
 from runstore.server.config import DEFAULTS, ConfigError, ServerConfig
 from runstore.server.core import context, memory, store
 from runstore.server.db.postgres import PostgresOptions
@@ -136,7 +137,7 @@ def test_every_default_comes_from_server_config() -> None:
 
 
 def test_cli_prints_one_line_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["serve", "--page-limit", "-5"]) == 2
+    assert program.main(["serve", "--page-limit", "-5"]) == 2
     captured = capsys.readouterr()
     assert captured.err == "runstore: --page-limit must be greater than 0, not -5\n"
     assert captured.out == ""

@@ -1,4 +1,4 @@
-"""Crashes under load (Hardening I): nothing acknowledged is ever lost.
+"""Crashes under load: nothing acknowledged is ever lost.
 
 Concurrent writers start runs, append records and suspend or end them through
 a real ``runstore serve`` process, which is killed with SIGKILL at a random

@@ -1,4 +1,4 @@
-"""Database faults under a running server (Hardening I defect 4 and 5, II defect 3).
+"""Database faults under a running server (docs/limits.md, "Database operation bound").
 
 The database refuses connections, a row lock outlasts the operation bound, a
 connection's work is cut off: callers get UNAVAILABLE (reason TRANSIENT) or
@@ -45,7 +45,7 @@ def _create(session_id: str | None = None) -> sa.CreateSessionRequest:
     return sa.CreateSessionRequest(session_id=session_id or unique("s"), created_at=ts(now_ms()))
 
 
-# --- Classification (defect 4) ------------------------------------------------------
+# --- Classification: which database failure becomes which code ------------------------
 
 
 @pytest.mark.parametrize(

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from runstore.cli.jsonlines import record_from_line, record_line
 from runstore.client import RunRecord
 from runstore.server.db import backup
-from runstore.server.export import record_from_line, record_line
 from runstore.v1 import runtime_store_pb2 as rs
-from tests.server.test_admin_cli import _main, runstore
+from tests.cli.test_admin_cli import _main, runstore
 from tests.support import Store, now_ms, serving
 
 PAYLOADS = [

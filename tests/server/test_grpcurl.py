@@ -105,7 +105,7 @@ async def test_a_session_round_trip_and_a_rich_error(store: Store) -> None:
     assert '"reason":"RUN_NOT_FOUND"' in output.replace(" ", "")
 
 
-# --- With TLS and a token: what the README's "Securing runstore" session shows ---
+# --- With TLS and a token: the session docs/security.md shows ----------------------
 
 
 async def _grpcurl_secure(*args: str) -> tuple[int, str]:

@@ -1,4 +1,4 @@
-"""A hung PostgreSQL (Hardening II, defect 3): a private cluster frozen with
+"""A hung PostgreSQL (docs/limits.md, "Database operation bound"): a private cluster frozen with
 SIGSTOP while calls are in flight.
 
 With default settings every call ends within 5 s of its start, UNAVAILABLE

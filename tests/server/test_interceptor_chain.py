@@ -18,8 +18,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from runstore.contract.errors import NotFoundError
-from runstore.server import request_id, tracing
+from runstore.server import call_request_id, tracing
 from runstore.server.config import ServerConfig
+from runstore.server.error_status import abort
 from runstore.server.interceptors import concerns
 from runstore.server.interceptors.handlers import (
     Chain,
@@ -30,7 +31,6 @@ from runstore.server.interceptors.handlers import (
 )
 from runstore.server.interceptors.limits import SMALL_RESPONSE_BYTES, Limits
 from runstore.server.metrics import Metrics
-from runstore.server.status import abort
 
 SERVICE = "test.Chain"
 
@@ -119,14 +119,14 @@ async def test_both_call_shapes_get_the_same_concerns_and_the_same_codes() -> No
             for _ in range(3):
                 call: Any = unary(body.lower())
                 assert (await _outcome(call))[0] == code
-                ids.append(dict(await call.trailing_metadata())[request_id.METADATA_KEY])
+                ids.append(dict(await call.trailing_metadata())[call_request_id.METADATA_KEY])
         assert await _outcome(unary(b"ok")) == (grpc.StatusCode.OK, [b"unary:OK"])
         assert await _outcome(unary(b"broken")) == (grpc.StatusCode.UNKNOWN, [])
         for _ in range(3):
             assert await _outcome(stream(b"ok")) == (grpc.StatusCode.OK, [b"stream:OK", b"end"])
             call = stream(b"missing")
             assert await _outcome(call) == (grpc.StatusCode.NOT_FOUND, [b"stream:MISSING"])
-            ids.append(dict(await call.trailing_metadata())[request_id.METADATA_KEY])
+            ids.append(dict(await call.trailing_metadata())[call_request_id.METADATA_KEY])
         assert await _outcome(stream(b"broken")) == (grpc.StatusCode.UNKNOWN, [b"stream:BROKEN"])
         # An unknown method is not cached and reaches no concern.
         for _ in range(2):

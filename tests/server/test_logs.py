@@ -202,7 +202,10 @@ async def test_server_side_errors_are_logged_under_the_request_id(tmp_path: Path
     assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
     assert error_info(failed.value)["request_id"] == "db-trouble-3"
     caused = [line for line in records.lines if line.get("request_id") == "db-trouble-3"]
-    assert {line["logger"] for line in caused} == {"runstore.server.status", logs.ACCESS_LOGGER}
+    assert {line["logger"] for line in caused} == {
+        "runstore.server.error_status",
+        logs.ACCESS_LOGGER,
+    }
     (warning,) = [line for line in caused if line["level"] == "WARNING"]
     assert "UnavailableError" in warning["message"]
     # Every line runstore logged while the call ran is the call's.
@@ -255,3 +258,96 @@ async def test_the_access_log_names_the_principal_and_never_the_token(tmp_path: 
     assert access["ok-1"]["principal"] == "worker-eu-1"
     assert access["ok-1"]["reason"] == "RUN_NOT_FOUND"
     assert token not in text
+
+
+async def test_a_stalled_log_reader_never_stalls_calls_and_loses_no_line(tmp_path: Path) -> None:
+    """The access log is written by a thread of its own: while nobody reads the
+    server's stderr (its pipe full after a few hundred lines), calls still
+    complete; once it is read again, every line comes out, in order, flushed
+    at SIGTERM. A line written on the event loop would block it at the first
+    full pipe, and every later call with it."""
+    import os
+    import sys
+
+    from tests.processes import _PORT_LINE
+
+    calls = 2000  # ~250 bytes a line: 500 KB, far over a pipe's 64 KiB
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "runstore.server",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--database-url",
+        f"sqlite:///{tmp_path / 'runstore.db'}",
+        "--log-format",
+        "json",
+        "--access-log",
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stderr is not None
+    try:
+        log = bytearray()
+        while (match := _PORT_LINE.search(log)) is None:
+            line = await asyncio.wait_for(process.stderr.readline(), timeout=60)
+            assert line, f"server exited before serving:\n{log.decode()}"
+            log.extend(line)
+        # From here nobody reads stderr until every call has returned.
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{int(match.group(1))}") as channel:
+            runtime = Store(channel).runtime
+
+            async def load_all() -> None:
+                for number in range(calls):
+                    with pytest.raises(grpc.aio.AioRpcError):
+                        await runtime.LoadRun(
+                            rs.LoadRunRequest(run_id="nope"),
+                            metadata=(("x-request-id", f"stalled-{number}"),),
+                        )
+
+            await asyncio.wait_for(load_all(), timeout=120)
+        process.send_signal(signal.SIGTERM)
+        rest = await asyncio.wait_for(process.stderr.read(), timeout=60)
+        assert await asyncio.wait_for(process.wait(), timeout=30) == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    lines = [json.loads(line) for line in (bytes(log) + rest).decode().splitlines()]
+    ids = [
+        entry["request_id"]
+        for entry in lines
+        if entry.get("logger") == logs.ACCESS_LOGGER
+        and str(entry.get("request_id", "")).startswith("stalled-")
+    ]
+    assert ids == [f"stalled-{number}" for number in range(calls)]
+
+
+def test_the_sink_writes_every_line_in_order_and_flush_waits_for_them() -> None:
+    written: list[str] = []
+    sink = logs.BufferedSink(written.append, logging.Formatter("%(message)s"))
+    logger = logging.getLogger("runstore.test.sink")
+    logger.propagate = False
+    logger.addHandler(sink)
+    try:
+        for number in range(5000):
+            logger.warning("line %d", number)
+        sink.flush()
+        assert "".join(written).splitlines() == [f"line {n}" for n in range(5000)]
+        logger.warning("last")
+    finally:
+        logger.removeHandler(sink)
+        sink.close()
+    assert "".join(written).splitlines()[-1] == "last"
+
+
+def test_lines_are_written_whole_in_pipe_sized_writes() -> None:
+    """Writes of at most 4096 bytes (a pipe keeps those whole when several
+    workers share stderr), each of whole lines; a longer line goes alone."""
+    lines = [f"{n:04d}" + "x" * 95 for n in range(100)] + ["y" * 5000, "é" * 3000]
+    chunks = list(logs._chunks(lines))
+    assert "".join(chunks).splitlines() == lines
+    assert all(chunk.endswith("\n") for chunk in chunks)
+    assert all(len(chunk.encode()) <= 4096 for chunk in chunks[:-2])
+    assert chunks[-2:] == ["y" * 5000 + "\n", "é" * 3000 + "\n"]

@@ -101,7 +101,7 @@ async def test_runstore_migrate_command(empty_url: str) -> None:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "runstore.server.cli",
+            "runstore.cli",
             "migrate",
             "--database-url",
             empty_url,

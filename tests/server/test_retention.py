@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from runstore.v1 import session_admin_pb2 as sa
-from tests.server.test_admin_cli import runstore
+from tests.cli.test_admin_cli import runstore
 from tests.support import Store, fails, failure_of, run_start, serving, ts, unique
 
 DAY_MS = 86_400_000

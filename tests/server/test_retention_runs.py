@@ -40,10 +40,10 @@ from runstore.server.metrics import Metrics
 from runstore.server.retention import RetentionSettings, RetentionTask
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
+from tests.cli.test_admin_cli import runstore
 from tests.contract.test_context_store import snapshot as context_snapshot
 from tests.contract.test_context_store import user
 from tests.processes import run_module, serve_process, server_process
-from tests.server.test_admin_cli import runstore
 from tests.server.test_retention import DAY_MS, _iso, ended_session, exists, window
 from tests.support import Run, Store, fails, failure_of, run_start, serving, ts
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 
 from runstore.client import RemoteSessionAdmin, TLSConfig, records
-from runstore.server.auth.principals import hash_token
+from runstore.contract.auth_file import hash_token
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import session_admin_pb2_grpc as sa_grpc
 from tests.certs import Authority
@@ -100,7 +100,7 @@ async def _add_token(auth_file: Path, name: str, role: str) -> str:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "runstore.server.cli",
+        "runstore.cli",
         "auth",
         "add-token",
         "--auth-file",
@@ -152,7 +152,7 @@ async def _serve_exit(*args: str, env: dict[str, str] | None = None) -> tuple[in
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "runstore.server.cli",
+        "runstore.cli",
         "serve",
         *args,
         stderr=asyncio.subprocess.PIPE,

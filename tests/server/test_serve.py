@@ -142,11 +142,15 @@ async def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(tmp_path: 
 
 
 def test_version_is_the_installed_distribution_version() -> None:
-    """``runstore --version`` and ``python -m runstore.server --version`` agree
-    with the installed runstore-server."""
+    """``runstore --version`` and ``python -m runstore.server --version`` name the
+    installed runstore-client (the program) and runstore-server (its commands)."""
     script = Path(sys.executable).with_name("runstore")
+    expected = (
+        f"runstore (runstore-client {metadata.version('runstore-client')}, "
+        f"runstore-server {metadata.version('runstore-server')})"
+    )
     for command in ([str(script)], [sys.executable, "-m", "runstore.server"]):
         done = subprocess.run(
             [*command, "--version"], capture_output=True, text=True, timeout=60, check=True
         )
-        assert done.stdout.strip() == f"runstore {metadata.version('runstore-server')}"
+        assert done.stdout.strip() == expected

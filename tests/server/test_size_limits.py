@@ -1,4 +1,4 @@
-"""Whatever the server accepts, it can send back (Hardening I, defect 2).
+"""Whatever the server accepts, it can send back (docs/limits.md, "Message and page sizes").
 
 A request of exactly ``--max-message-bytes`` is accepted; the record, event or
 snapshot it carried must then come back in a page, and paging must go on past

@@ -2,15 +2,18 @@
 
 Each facade runs its own event loop in a background thread and forwards every
 call to the asyncio client living there, so retries, deadlines and errors
-behave exactly as in ``RemoteStore`` / ``RemoteSessionAdmin``. Safe to call
-from several threads at once.
+behave exactly as in ``RemoteStore`` / ``RemoteSessionAdmin``; an async iterator
+(a Watch stream, ``iter_sessions``) becomes a blocking one. Safe to call from
+several threads at once. Every public method of the asyncio clients has its
+blocking twin here, with the same signature (tests/client/test_sync_facade.py
+fails otherwise).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Collection, Coroutine, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -55,6 +58,24 @@ class _LoopThread:
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def iterate(self, iterator: AsyncIterator[T]) -> Iterator[T]:
+        """``iterator``'s items, each awaited on the loop; closing this iterator
+        (or leaving a ``for`` early) closes ``iterator`` there too."""
+
+        async def next_item() -> T:
+            return await anext(iterator)
+
+        try:
+            while True:
+                try:
+                    yield self.run(next_item())
+                except StopAsyncIteration:
+                    return
+        finally:
+            close = getattr(iterator, "aclose", None)
+            if close is not None and not self.loop.is_closed():
+                self.run(close())
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -149,6 +170,24 @@ class SyncRemoteStore(_Facade):
             )
         )
 
+    def watch_session_run_records(
+        self, session_id: str, cursor: str = "", *, silence_timeout: float | None = None
+    ) -> Iterator[RunRecord]:
+        """``RemoteStore.watch_session_run_records``, blocking on each record."""
+        return self._thread.iterate(
+            self._remote.watch_session_run_records(
+                session_id, cursor, silence_timeout=silence_timeout
+            )
+        )
+
+    def watch_run_records(
+        self, run_id: str, cursor: str = "", *, silence_timeout: float | None = None
+    ) -> Iterator[RunRecord]:
+        """``RemoteStore.watch_run_records``, blocking on each record."""
+        return self._thread.iterate(
+            self._remote.watch_run_records(run_id, cursor, silence_timeout=silence_timeout)
+        )
+
 
 class SyncRemoteSessionAdmin(_Facade):
     """``RemoteSessionAdmin`` with blocking methods; takes the same arguments."""
@@ -223,3 +262,11 @@ class SyncRemoteSessionAdmin(_Facade):
                 page_token=page_token,
             )
         )
+
+    def iter_sessions(self, **filters: Any) -> Iterator[Session]:
+        """Every session ``list_sessions(**filters)`` lists, page after page."""
+        return self._thread.iterate(self._remote.iter_sessions(**filters))
+
+    def iter_runs(self, **filters: Any) -> Iterator[RunMeta]:
+        """Every run ``list_runs(**filters)`` lists, page after page."""
+        return self._thread.iterate(self._remote.iter_runs(**filters))

@@ -160,8 +160,11 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     in a string field). Fix the encoder that built it.
     """
     OVERLOADED: _ErrorReason.ValueType  # 32
-    """RESOURCE_EXHAUSTED; not permanent. The server is at its limit of calls or
-    response bytes in flight. Retry later with exponential backoff and jitter.
+    """RESOURCE_EXHAUSTED; not permanent; metadata "limit". The server is at one
+    of its limits: response bytes in flight for callers that do not read
+    ("max_response_bytes_in_flight", with "budget_bytes"), or open Watch
+    streams ("max_watchers", with "max_watchers"). Nothing was written. Retry
+    later with exponential backoff and jitter.
     """
     UNAUTHENTICATED: _ErrorReason.ValueType  # 33
     """UNAUTHENTICATED; permanent; metadata "method". No credential, or one the
@@ -307,8 +310,11 @@ the method's type (unparsable bytes, a truncated message, invalid UTF-8
 in a string field). Fix the encoder that built it.
 """
 OVERLOADED: ErrorReason.ValueType  # 32
-"""RESOURCE_EXHAUSTED; not permanent. The server is at its limit of calls or
-response bytes in flight. Retry later with exponential backoff and jitter.
+"""RESOURCE_EXHAUSTED; not permanent; metadata "limit". The server is at one
+of its limits: response bytes in flight for callers that do not read
+("max_response_bytes_in_flight", with "budget_bytes"), or open Watch
+streams ("max_watchers", with "max_watchers"). Nothing was written. Retry
+later with exponential backoff and jitter.
 """
 UNAUTHENTICATED: ErrorReason.ValueType  # 33
 """UNAUTHENTICATED; permanent; metadata "method". No credential, or one the

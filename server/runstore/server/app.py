@@ -22,18 +22,23 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from sqlalchemy.engine import make_url
 
 from runstore.server import tracing
 from runstore.server.auth import Security
 from runstore.server.auth.secrets import redacted
 from runstore.server.config import ServerConfig
+from runstore.server.console.server import (
+    ConsoleListenError,
+    ConsoleServer,
+    check_exposure,
+    start_console,
+)
 from runstore.server.core.context import ContextStore
 from runstore.server.core.memory import MemoryStore
 from runstore.server.core.ports import Database, Wakeups
 from runstore.server.core.store import PageLimits, RuntimeStore
 from runstore.server.core.watch import NoWakeups, RecordWatch, WatchSettings
-from runstore.server.db import migrate
+from runstore.server.db import migrate, urls
 from runstore.server.db.measured import measured
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
@@ -96,6 +101,8 @@ class RunningServer:
     watch: RecordWatch
     monitor: HealthMonitor | None = None
     retention: RetentionTask | None = None
+    console: ConsoleServer | None = None
+    """The web console (``--console-listen``), served in the same event loop."""
 
 
 @dataclass(frozen=True)
@@ -121,8 +128,10 @@ async def open_database(
     """Checks the schema (creating it on a new SQLite file) and opens the backend,
     measured and traced as ``telemetry`` asks."""
     await migrate.ensure_schema(config.database_url, migrate=config.migrate)
-    url = make_url(config.database_url)
+    url = urls.parse(config.database_url)
     if url.get_backend_name() == "sqlite":
+        if config.read_database_url:
+            raise migrate.SchemaError("--read-database-url needs a PostgreSQL --database-url")
         if not url.database or url.database == ":memory:":
             raise migrate.SchemaError("SQLite needs a file path: sqlite:///path/to/runstore.db")
         db: SqliteDatabase | PostgresDatabase = SqliteDatabase(
@@ -143,7 +152,9 @@ async def open_database(
                 acquire_timeout=config.pg_acquire_timeout,
                 statement_timeout=config.pg_statement_timeout,
                 operation_timeout=config.db_operation_timeout,
+                reconnect_pause_max=config.pg_reconnect_pause_max,
             ),
+            read_url=config.read_database_url or None,
         )
     else:
         raise migrate.SchemaError(f"unsupported database URL scheme {url.drivername!r}")
@@ -217,15 +228,16 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def server_options(config: ServerConfig) -> list[tuple[str, int]]:
-    """gRPC core settings behind the README's "Operating limits": message sizes,
+def server_options(config: ServerConfig, *, reuse_port: bool = False) -> list[tuple[str, int]]:
+    """gRPC core settings behind docs/limits.md: message sizes,
     the port, and the connection, idle and keepalive policies."""
     return [
         ("grpc.max_receive_message_length", config.max_message_bytes),
         ("grpc.max_send_message_length", max_send_bytes(config)),
         # gRPC turns SO_REUSEPORT on by default: a second server on our port
-        # would start and take half of the calls to another database.
-        ("grpc.so_reuseport", 0),
+        # would start and take half of the calls to another database. Only the
+        # workers of one `serve --workers N` share it (runstore.server.workers).
+        ("grpc.so_reuseport", 1 if reuse_port else 0),
         # A connection that never finishes the HTTP/2 preface holds a descriptor.
         ("grpc.server_handshake_timeout_ms", _ms(config.handshake_timeout)),
         ("grpc.max_connection_idle_ms", _ms(config.max_connection_idle)),
@@ -267,6 +279,8 @@ async def build_server(
     stores: Stores,
     security: Security | None = None,
     telemetry: Telemetry | None = None,
+    *,
+    reuse_port: bool = False,
 ) -> RunningServer:
     """A started server with every service, health and reflection.
 
@@ -279,7 +293,9 @@ async def build_server(
     interceptors = server_interceptors(
         config, security, telemetry.metrics, telemetry.tracer_provider
     )
-    server = grpc.aio.server(options=server_options(config), interceptors=interceptors)
+    server = grpc.aio.server(
+        options=server_options(config, reuse_port=reuse_port), interceptors=interceptors
+    )
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
         RuntimeStoreServicer(stores.runtime, stores.watch), server
     )
@@ -326,9 +342,18 @@ async def build_server(
         stores.retention.metrics = telemetry.metrics
         stores.retention.start()
         log.info("retention on: %s", stores.retention.settings)
-    return RunningServer(
+    running = RunningServer(
         server, port, health_servicer, security, stores.watch, monitor, stores.retention
     )
+    if config.console_listen:
+        try:
+            running.console = await start_console(config, stores.runtime, stores.watch, security)
+        except BaseException as exc:
+            await shutdown(running, 0)
+            if isinstance(exc, ConsoleListenError):
+                raise ListenError(str(exc)) from None
+            raise
+    return running
 
 
 def raise_descriptor_limit() -> int:
@@ -355,15 +380,29 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
-async def serve(config: ServerConfig) -> None:
+def run(config: ServerConfig, *, reuse_port: bool = False) -> None:
+    """``serve`` on the event loop ``config.event_loop`` names (uvloop: less
+    of each call's time in the loop's own Python)."""
+    loop_factory = None
+    if config.event_loop.lower() == "uvloop":
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(serve(config, reuse_port=reuse_port))
+
+
+async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
     """Serves until SIGTERM or SIGINT, then lets in-flight calls finish; SIGHUP
-    re-reads the auth file and the TLS files."""
+    re-reads the auth file and the TLS files. ``reuse_port``: bind with
+    SO_REUSEPORT, as one of the workers of ``serve --workers N``."""
     descriptors = raise_descriptor_limit()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     security = Security.from_config(config)  # refuses before touching the database
+    check_exposure(config, security)
     loop.add_signal_handler(signal.SIGHUP, security.reload)
     telemetry = Telemetry.from_config(config)
     endpoint = None
@@ -372,7 +411,9 @@ async def serve(config: ServerConfig) -> None:
             endpoint = MetricsEndpoint(telemetry.metrics, config.metrics_listen)
             log.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, endpoint.port)
         async with open_database(config, telemetry) as db:
-            running = await build_server(config, create_stores(config, db), security, telemetry)
+            running = await build_server(
+                config, create_stores(config, db), security, telemetry, reuse_port=reuse_port
+            )
             freeze_startup_objects()
             log.info(
                 "runstore serving on %s (port %d), database %s, %s, descriptor limit %d",
@@ -382,6 +423,8 @@ async def serve(config: ServerConfig) -> None:
                 security.describe(),
                 descriptors,
             )
+            if running.console is not None:
+                loop.add_signal_handler(signal.SIGHUP, _reload, security, running.console)
             try:
                 await stop.wait()
             finally:
@@ -392,6 +435,13 @@ async def serve(config: ServerConfig) -> None:
         if telemetry.tracer_provider is not None:
             tracing.shutdown(telemetry.tracer_provider)
     log.info("runstore stopped")
+
+
+def _reload(security: Security, console: ConsoleServer) -> None:
+    """SIGHUP with the console on: the auth file and TLS files, then the
+    console's certificate."""
+    security.reload()
+    console.reload_tls()
 
 
 async def shutdown(running: RunningServer, grace: float) -> None:
@@ -405,4 +455,6 @@ async def shutdown(running: RunningServer, grace: float) -> None:
         await running.retention.stop(grace)
     await running.health.enter_graceful_shutdown()
     running.watch.close()
+    if running.console is not None:
+        await running.console.stop()
     await running.server.stop(grace)

@@ -139,18 +139,46 @@ class ServerConfig:
             "out of it: use RUNSTORE_DATABASE_URL, --database-url-file or PGPASSFILE)"
         },
     )
+    read_database_url: str = field(
+        default="",
+        repr=False,  # may carry a password, like database_url
+        metadata={
+            "help": "PostgreSQL URL (a standby) for the reads that may lag behind the primary: "
+            "the admin listings (ListSessions, ListRuns); empty: the primary serves them too"
+        },
+    )
     migrate: bool = _setting(False, "upgrade the schema to head before serving")
+    workers: int = _setting(
+        1,
+        "server processes on the listen port (PostgreSQL only; SO_REUSEPORT, the parent "
+        "supervises them)",
+        positive,
+    )
+    event_loop: str = _setting(
+        "uvloop",
+        "the event loop: uvloop (measured faster on both backends), or asyncio (the standard one)",
+        one_of("UVLOOP", "ASYNCIO"),
+    )
     sqlite_synchronous: str = _setting(
         "FULL",
-        "SQLite durability: FULL (every commit survives power loss) or NORMAL "
-        "(a power loss may drop the last commits; never corrupts)",
+        "SQLite durability: FULL or EXTRA (every acknowledged commit survives power loss), "
+        "NORMAL (a power loss may drop the last commits; never corrupts) or OFF "
+        "(benchmarks only: a power loss may corrupt the file)",
         one_of(*SQLITE_SYNCHRONOUS_LEVELS),
     )
-    sqlite_readers: int = _setting(2, "SQLite reader threads", positive)
+    sqlite_readers: int = _setting(
+        2, "SQLite reader threads, each with a read-only connection beside the one writer", positive
+    )
     pg_pool_min: int = _setting(2, "PostgreSQL pool: connections kept", non_negative)
     pg_pool_max: int = _setting(16, "PostgreSQL pool: connections at most", positive)
     pg_connect_timeout: float = _setting(
         2.0, "PostgreSQL: seconds to open a connection (within --db-operation-timeout)", positive
+    )
+    pg_reconnect_pause_max: float = _setting(
+        2.0,
+        "PostgreSQL: longest pause between connection attempts while the database refuses "
+        "them (doubling from 50 ms, half of it random; other calls fail UNAVAILABLE meanwhile)",
+        positive,
     )
     pg_acquire_timeout: float = _setting(
         3.0,
@@ -189,7 +217,7 @@ class ServerConfig:
         1000, "Watch streams open at once; beyond, RESOURCE_EXHAUSTED/OVERLOADED", positive
     )
 
-    # --- Hardening: limits, timeouts, connections ---------------------------
+    # --- Operating limits: bytes in flight, timeouts, connections -------------
     max_response_bytes_in_flight: int = _setting(
         64 * 1024 * 1024,
         "bytes of responses produced but not yet delivered to their callers; a response "
@@ -264,6 +292,12 @@ class ServerConfig:
     metrics_listen: str = _setting(
         "",
         "serve Prometheus metrics at http://HOST:PORT/metrics (off when empty)",
+        optional_listen_address,
+    )
+    console_listen: str = _setting(
+        "",
+        "serve the read-only web console at http(s)://HOST:PORT/ (off when empty); it uses "
+        "the server's TLS files and principals (reader, host or admin)",
         optional_listen_address,
     )
     log_format: str = _setting(

@@ -19,13 +19,14 @@ import json
 import logging
 import math
 import os
+import queue
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Final, TextIO
 
-from runstore.server import request_id
+from runstore.server import call_request_id
 
 ACCESS_LOGGER: Final = "runstore.access"
 """The logger of the one line per call."""
@@ -51,7 +52,7 @@ class RequestIdFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
-            record.request_id = request_id.current()
+            record.request_id = call_request_id.current()
         return True
 
 
@@ -170,9 +171,17 @@ class _StderrCapture:
         )
         self._reader.start()
 
+    @property
+    def original(self) -> int:
+        return self._original
+
     def write_line(self, line: str) -> None:
+        self.write(line + "\n")
+
+    def write(self, text: str) -> None:
+        """Whole lines, each ending in a newline, in one write."""
         with self._lock:
-            self.output.write(line + "\n")
+            self.output.write(text)
 
     def _relay(self, read_end: int) -> None:
         with os.fdopen(read_end, "rb") as pipe:
@@ -189,16 +198,119 @@ class _StderrCapture:
         self._reader.join(timeout=2)
 
 
-class _CapturedStream(io.TextIOBase):
-    """What the JSON handler writes to: whole lines, under the capture's lock."""
+class BufferedSink(logging.Handler):
+    """Log records formatted and written by a thread of their own, so a call's
+    access line costs the event loop one queue put instead of JSON encoding
+    and a blocking ``write``.
 
-    def __init__(self, capture: _StderrCapture) -> None:
-        self._capture = capture
+    One queue and one writer keep the lines in the order they were logged;
+    what is queued together goes out in one write. The filters (the request
+    id, read from the logging thread's context) run where the record is made;
+    ``flush`` waits for every queued line, ``close`` (``logging.shutdown``, at
+    exit) writes them all and stops the thread.
+    """
 
-    def write(self, text: str) -> int:
-        for line in text.splitlines():
-            self._capture.write_line(line)
-        return len(text)
+    _BATCH: Final = 256
+    """Lines at most per write."""
+
+    def __init__(self, write: Any, formatter: logging.Formatter) -> None:
+        super().__init__()
+        self.setFormatter(formatter)
+        self._write = write
+        self._queue: queue.SimpleQueue[logging.LogRecord | threading.Event | None] = (
+            queue.SimpleQueue()
+        )
+        self._thread = threading.Thread(target=self._drain, name="runstore-log-writer", daemon=True)
+        self._thread.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._queue.put(record)
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        # Handler.handle takes the handler's lock around emit: a queue needs none.
+        if not self.filter(record):
+            return False
+        self.emit(record)
+        return True
+
+    def flush(self) -> None:
+        """Returns once every line queued before the call is written."""
+        if self._thread.is_alive():
+            written = threading.Event()
+            self._queue.put(written)
+            written.wait()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        super().close()
+
+    def _drain(self) -> None:
+        while True:
+            item = self._queue.get()
+            lines: list[str] = []
+            done: list[threading.Event] = []
+            stop = False
+            while True:
+                if item is None:
+                    stop = True
+                    break
+                if isinstance(item, threading.Event):
+                    done.append(item)
+                else:
+                    line = self._format(item)
+                    if line is not None:
+                        lines.append(line)
+                if len(lines) >= self._BATCH:
+                    break
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            for chunk in _chunks(lines):
+                try:
+                    self._write(chunk)
+                except Exception:
+                    self.handleError(logging.makeLogRecord({"msg": "log write failed"}))
+            for event in done:
+                event.set()
+            if stop:
+                return
+
+    def _format(self, record: logging.LogRecord) -> str | None:
+        try:
+            return self.format(record)
+        except Exception:
+            self.handleError(record)
+            return None
+
+
+_ATOMIC_BYTES: Final = 4096
+"""A pipe takes a write of up to PIPE_BUF (4096 bytes on Linux) whole: the
+workers of ``serve --workers N`` share one stderr, and their lines must not
+interleave mid-line."""
+
+
+def _chunks(lines: list[str]) -> Iterator[str]:
+    """Whole lines, newline-terminated, in writes of at most ``_ATOMIC_BYTES``
+    (a longer line goes alone)."""
+    chunk: list[str] = []
+    size = 0
+    for line in lines:
+        length = (len(line) if line.isascii() else len(line.encode())) + 1
+        if chunk and size + length > _ATOMIC_BYTES:
+            yield "\n".join(chunk) + "\n"
+            chunk, size = [], 0
+        chunk.append(line)
+        size += length
+    if chunk:
+        yield "\n".join(chunk) + "\n"
+
+
+def _stderr_write(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 _capture: _StderrCapture | None = None
@@ -210,13 +322,14 @@ def configure(log_format: str = "text", level: str = "INFO") -> None:
     json_lines = log_format.upper() == "JSON"
     if json_lines and _capture is None:
         _capture = _StderrCapture()
-    stream: Any = _CapturedStream(_capture) if json_lines and _capture else sys.stderr
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
+    write = _capture.write if json_lines and _capture else _stderr_write
+    handler = BufferedSink(write, JsonFormatter() if json_lines else TextFormatter())
     handler.addFilter(RequestIdFilter())
     root = logging.getLogger()
     for existing in list(root.handlers):
         root.removeHandler(existing)
+        if isinstance(existing, BufferedSink):
+            existing.close()
     root.addHandler(handler)
     root.setLevel(level.upper())
     # Neither format shows the thread or the process: not looking them up makes
@@ -227,6 +340,13 @@ def configure(log_format: str = "text", level: str = "INFO") -> None:
     logging.captureWarnings(True)
     if json_lines:
         sys.excepthook = _log_uncaught
+
+
+def original_stderr() -> int | None:
+    """The stderr this process was started with, while JSON logs capture fd 2
+    (None otherwise): what a child process writing its own JSON lines gets,
+    so they are not wrapped a second time."""
+    return _capture.original if _capture is not None else None
 
 
 def _log_uncaught(kind: type[BaseException], value: BaseException, tb: Any) -> None:

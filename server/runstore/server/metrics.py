@@ -174,6 +174,13 @@ class Metrics:
             ("state",),
             registry=self.registry,
         )
+        self.replica_lag = Gauge(
+            "runstore_replica_lag_seconds",
+            "How far the read replica (--read-database-url) is behind: the age of its last "
+            "replayed commit while WAL remains to replay, 0 when caught up, NaN when it does "
+            "not answer.",
+            registry=self.registry,
+        )
         self.records_appended = Counter(
             "runstore_records_appended_total",
             "Run records committed (lifecycle records included; exact retries not).",
@@ -265,6 +272,7 @@ class DbFigures:
         self._runs_purged = metrics.runs_purged
         self._contexts_purged = metrics.contexts_purged
         self._pool = metrics.pg_pool_connections
+        self._replica_lag = metrics.replica_lag
 
     def transaction(self, kind: str, seconds: float) -> None:
         self._transactions[kind].observe(seconds)
@@ -293,6 +301,9 @@ class DbFigures:
             self._runs_purged.inc(runs_purged)
         if contexts_purged:
             self._contexts_purged.inc(contexts_purged)
+
+    def replica_lag(self, seconds: float) -> None:
+        self._replica_lag.set(seconds)
 
     def watch_pool(self, idle: Callable[[], int], in_use: Callable[[], int]) -> None:
         """Pool gauges read at scrape time (nothing is recorded per call)."""

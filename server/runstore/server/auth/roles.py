@@ -4,7 +4,8 @@ The interceptor consults only this table. A method without an entry is denied
 to every principal (deny by default), so a new RPC stays closed until someone
 decides who may call it; a test checks every method of every served service has
 an entry. Health is open to anyone (load balancers carry no credentials);
-reflection needs any valid principal.
+reflection needs any valid principal. The roles themselves are
+``runstore.contract.auth_file.ROLES``.
 """
 
 from __future__ import annotations
@@ -12,16 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-ADMIN: Final = "admin"
-"""Everything, including administration RPCs that later issues add."""
-HOST: Final = "host"
-"""Session administration, conversation state (memory, context) and every read."""
-WORKER: Final = "worker"
-"""Runtime writes and reads, memory and context; never session administration."""
-READER: Final = "reader"
-"""Read-only methods only (Load*, List*, Get*, Watch*)."""
-
-ROLES: Final = frozenset({ADMIN, HOST, WORKER, READER})
+from runstore.contract.auth_file import ADMIN, HOST, READER, ROLES, WORKER
 
 _EVERYONE: Final = ROLES
 _HOST_WORKER: Final = frozenset({ADMIN, HOST, WORKER})

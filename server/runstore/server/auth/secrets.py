@@ -11,10 +11,10 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from runstore.server.config import ServerConfig
+from runstore.server.db import urls
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,8 @@ def resolve_database_url(config: ServerConfig, command_line_url: str | None) -> 
             raise DatabaseURLError(f"--database-url-file {path} is empty")
         config = dataclasses.replace(config, database_url=url)
     try:
-        parsed = make_url(config.database_url)
-    except ArgumentError:
+        parsed = urls.parse(config.database_url)
+    except (ArgumentError, ValueError):
         # SQLAlchemy's own message quotes the whole URL, password included.
         raise DatabaseURLError(
             "the database URL does not parse (it is not shown: it may hold a password); "
@@ -59,6 +59,6 @@ def resolve_database_url(config: ServerConfig, command_line_url: str | None) -> 
 def redacted(url: str) -> str:
     """``url`` fit for a log line or an error message."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
+        return urls.render(urls.parse(url), hide_password=True)
+    except (ArgumentError, ValueError):
         return "<unparsable database URL>"

@@ -41,7 +41,7 @@ def sqlite_path(database_url: str) -> Path:
     if url.get_backend_name() != "sqlite":
         raise BackupError(
             f"backup copies SQLite databases; for {url.get_backend_name()} use pg_dump "
-            "(see the README)"
+            "(see docs/retention.md)"
         )
     if not url.database or url.database == ":memory:":
         raise BackupError("SQLite needs a file path: sqlite:///path/to/runstore.db")

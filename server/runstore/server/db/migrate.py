@@ -20,10 +20,11 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, inspect, text
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from runstore.server.db import urls
 from runstore.server.db.schema import metadata
 
 log = logging.getLogger(__name__)
@@ -41,12 +42,12 @@ class SchemaError(RuntimeError):
 
 def async_url(database_url: str) -> URL:
     """The SQLAlchemy URL with the async driver runstore uses for its dialect."""
-    url = make_url(database_url)
+    url = urls.parse(database_url)
     backend = url.get_backend_name()
     if backend == "sqlite":
         return url.set(drivername="sqlite+aiosqlite")
     if backend in ("postgresql", "postgres"):
-        return url.set(drivername="postgresql+asyncpg")
+        return urls.for_writer(url.set(drivername="postgresql+asyncpg"))
     raise SchemaError(f"unsupported database URL {url.render_as_string(hide_password=True)!r}")
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,6 @@ from typing import Any, Final, TypeVar
 
 import asyncpg
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
-from sqlalchemy.engine import make_url
 
 from runstore.contract.errors import (
     AbortedError,
@@ -40,11 +40,16 @@ from runstore.contract.errors import (
 from runstore.server.config import DEFAULTS
 from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
-from runstore.server.db import bound
+from runstore.server.db import bound, lagging
 from runstore.server.db.compiled import Compiled
 from runstore.server.db.statements import Statements
 from runstore.server.db.transaction import SqlTransaction
-from runstore.server.db.wakeups import CHANNEL, PostgresWakeups
+from runstore.server.db.urls import asyncpg_dsn as asyncpg_dsn  # tests and tools use it here
+from runstore.server.db.wakeups import (
+    LISTENER_APPLICATION,
+    NOTIFIER_APPLICATION,
+    PostgresWakeups,
+)
 from runstore.server.metrics import DbFigures
 
 log = logging.getLogger(__name__)
@@ -79,12 +84,11 @@ class PostgresOptions:
     """Seconds one call's database work may take in all (``db.bound``)."""
     transaction_attempts: int = 8
     """How often a write transaction runs before a race becomes ABORTED."""
-
-
-def asyncpg_dsn(database_url: str) -> str:
-    """A libpq-style DSN for asyncpg from any SQLAlchemy PostgreSQL URL."""
-    url = make_url(database_url).set(drivername="postgresql")
-    return url.render_as_string(hide_password=False)
+    reconnect_pause_max: float = DEFAULTS.pg_reconnect_pause_max
+    """Longest pause between attempts to reach a database that refuses
+    connections (``ConnectPacing``)."""
+    lag_probe_interval: float = 1.0
+    """Seconds between readings of the read replica's lag (with metrics on)."""
 
 
 class _PostgresTransaction(SqlTransaction):
@@ -122,10 +126,6 @@ class _PostgresTransaction(SqlTransaction):
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
         await self._conn.executemany(statement.sql, [statement.args(row) for row in rows])
 
-    async def notify(self, payload: str) -> None:
-        """Watchers' wake-up for other replicas (not a port method)."""
-        await self._conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload)
-
 
 def _refused_before_sending(exc: BaseException) -> bool:
     """Whether the driver refused a statement before writing any of it: a
@@ -137,6 +137,19 @@ def _refused_before_sending(exc: BaseException) -> bool:
     if isinstance(exc, asyncpg.InternalClientError):
         return "cannot switch to state" in str(exc)
     return isinstance(exc, asyncpg.InterfaceError)
+
+
+_REAPED: Final = frozenset({"57P01", "57P05", "08003"})
+"""The server ended the connection: admin_shutdown (``pg_terminate_backend``,
+a pooler), idle_session_timeout, or a connection closed mid-operation."""
+
+
+def _reaped(exc: BaseException) -> bool:
+    """Whether a fast path's one statement met a connection the server had
+    ended. Whatever became of the statement, the full rules that run next, on
+    a fresh connection, answer as the command's exact retry would: the record
+    once, under one ID."""
+    return isinstance(exc, asyncpg.PostgresError) and exc.sqlstate in _REAPED
 
 
 def _is_retryable(exc: BaseException) -> bool:
@@ -154,6 +167,9 @@ _UNAVAILABLE_CLASSES: Final = frozenset(
 )
 _DATA_EXCEPTION_CLASS: Final = "22"
 _BROKEN_CONNECTION_CLASSES: Final = frozenset({"08", "57", "58"})
+_ON_A_STANDBY: Final = "25006"
+"""read_only_sql_transaction: the connection reached a standby (a primary
+demoted, or a URL without ``target_session_attrs``); nothing was written."""
 
 
 def _sqlstate_class(exc: BaseException) -> str:
@@ -171,6 +187,7 @@ def _connection_survives(exc: BaseException) -> bool:
     return (
         isinstance(exc, asyncpg.PostgresError)
         and _sqlstate_class(exc) not in _BROKEN_CONNECTION_CLASSES
+        and exc.sqlstate != _ON_A_STANDBY
     )
 
 
@@ -185,7 +202,7 @@ def _translate(exc: BaseException) -> BaseException:
     if _is_retryable(exc):
         return AbortedError("transaction lost a race too often; retry")
     sqlstate_class = _sqlstate_class(exc)
-    if sqlstate_class in _UNAVAILABLE_CLASSES:
+    if sqlstate_class in _UNAVAILABLE_CLASSES or getattr(exc, "sqlstate", None) == _ON_A_STANDBY:
         log.warning("postgres unavailable: %s: %s", getattr(exc, "sqlstate", ""), exc)
         return UnavailableError("database unavailable; retry")
     if sqlstate_class == _DATA_EXCEPTION_CLASS:
@@ -217,6 +234,83 @@ async def _reset(conn: asyncpg.Connection) -> None:
 
 _READ_ONLY_SNAPSHOT: Final = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
+_REPLICA_LAG: Final = """
+SELECT CASE
+    WHEN NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
+    ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0)
+END::float8
+"""
+
+
+class ConnectPacing:
+    """Paces new connections to a database that refuses them, so a restart
+    seen by many replicas is not met by a storm of reconnects.
+
+    While connections open, nothing waits. After a failed attempt the next
+    one may start only after a pause that doubles with each failure (from
+    ``first_pause`` to ``longest_pause``), half of it random so replicas
+    drift apart, and only one attempt at a time: a connect waits for the
+    pause (when it ends within the connect's ``timeout``, else it fails at
+    once) or for the attempt under way, and fails if that attempt failed,
+    without touching the database (its caller answers UNAVAILABLE). A
+    success ends the pacing. So one replica makes at most one attempt per
+    pause while the database is down, and reaches it again at most
+    ``longest_pause`` after it is back."""
+
+    def __init__(self, first_pause: float = 0.05, longest_pause: float = 2.0) -> None:
+        self.first_pause = first_pause
+        self.longest_pause = longest_pause
+        self._failures = 0
+        self._next_attempt = 0.0
+        self._attempt: asyncio.Future[bool] | None = None
+        """The outcome of the paced attempt under way, if one is."""
+
+    async def connect(self, *args: Any, **kwargs: Any) -> Any:
+        """``asyncpg.connect``, paced (also the pool's ``connect`` hook)."""
+        loop = asyncio.get_running_loop()
+        while self._failures:
+            if self._attempt is not None:
+                if not await asyncio.shield(self._attempt):
+                    raise ConnectionRefusedError("the database refused the paced attempt")
+                break
+            wait = self._next_attempt - loop.time()
+            if wait > 0:
+                timeout = kwargs.get("timeout")
+                if timeout is not None and wait > timeout:
+                    raise ConnectionRefusedError("the database refused the last connection")
+                await asyncio.sleep(wait)
+                continue  # another caller may have begun the attempt meanwhile
+            return await self._attempt_paced(loop, args, kwargs)
+        return await self._connect(args, kwargs)
+
+    async def _attempt_paced(
+        self, loop: asyncio.AbstractEventLoop, args: Any, kwargs: dict[str, Any]
+    ) -> Any:
+        attempt = self._attempt = loop.create_future()
+        succeeded = False
+        try:
+            conn = await self._connect(args, kwargs)
+            succeeded = True
+            return conn
+        finally:
+            self._attempt = None
+            attempt.set_result(succeeded)
+
+    async def _connect(self, args: Any, kwargs: dict[str, Any]) -> Any:
+        try:
+            conn = await asyncpg.connect(*args, **kwargs)
+        except Exception:  # not a cancelled caller: that says nothing of the database
+            self._failed()
+            raise
+        self._failures = 0
+        return conn
+
+    def _failed(self) -> None:
+        self._failures += 1
+        pause = min(self.longest_pause, self.first_pause * 2.0 ** min(self._failures, 30))
+        pause = pause / 2 + random.uniform(0, pause / 2)
+        self._next_attempt = asyncio.get_running_loop().time() + pause
+
 
 RETENTION_LOCK_KEY: Final = 0x72657461696E6564  # "retained"
 """The advisory lock key of retention passes (migrations use another)."""
@@ -237,11 +331,25 @@ class PostgresDatabase:
     figures: DbFigures | None = None
     """Where retries and the pool's connections are recorded; None when metrics are off."""
 
-    def __init__(self, database_url: str, options: PostgresOptions = PostgresOptions()) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        options: PostgresOptions = PostgresOptions(),
+        *,
+        read_url: str | None = None,
+    ) -> None:
         self.options = options
         self._dsn = asyncpg_dsn(database_url)
+        self._read_dsn = asyncpg_dsn(read_url, writer=False) if read_url else None
+        """Where reads inside ``lagging.lagging_reads()`` go (a standby), if
+        anywhere but the primary."""
+        self._read_pool: asyncpg.Pool | None = None
+        self._lag_probe: asyncio.Task[None] | None = None
         self._statements = Statements.compile(asyncpg_dialect.dialect())  # type: ignore[no-untyped-call]
         self._pool: asyncpg.Pool | None = None
+        self._pacing = ConnectPacing(longest_pause=options.reconnect_pause_max)
+        """Every connection to the primary opens through it: the pool's, the
+        health probe's, LISTEN's and the retention lock's."""
         self._probe: asyncpg.Connection | None = None
         self._wakeups: PostgresWakeups | None = None
 
@@ -260,29 +368,22 @@ class PostgresDatabase:
         return self._wakeups
 
     async def _listen_connection(self) -> asyncpg.Connection:
-        return await asyncpg.connect(
+        return await self._pacing.connect(
             self._dsn,
             timeout=self.options.connect_timeout,
-            server_settings={"application_name": "runstore-watch"},
+            server_settings={"application_name": LISTENER_APPLICATION},
         )
 
-    async def _notify(self, payload: str) -> None:
-        """One NOTIFY on its own pooled connection: after the commit, never
-        inside a write transaction (that would serialise every writer).
-        Bounded like every operation, so a frozen server cannot keep a
-        pooled connection busy with it."""
-
-        async def send(tx: Transaction) -> None:
-            assert isinstance(tx, _PostgresTransaction)
-            await tx.notify(payload)
-
-        until = bound.deadline(self.options.operation_timeout)
-        for _ in range(self.options.pool_max):
-            try:
-                return await self._on_connection(send, None, until)
-            except _StaleConnection:  # nothing was sent: try the next connection
-                continue
-        await self._on_connection(send, None, until)
+    async def _notify_connection(self) -> asyncpg.Connection:
+        """The wake-ups' NOTIFY connection: one per replica, outside the calls' pool."""
+        return await self._pacing.connect(
+            self._dsn,
+            timeout=self.options.connect_timeout,
+            server_settings={
+                "application_name": NOTIFIER_APPLICATION,
+                "statement_timeout": str(int(self.options.statement_timeout * 1000)),
+            },
+        )
 
     @contextlib.asynccontextmanager
     async def retention_lock(self) -> AsyncIterator[bool]:
@@ -291,7 +392,7 @@ class PostgresDatabase:
         whole pass (the pass's transactions use the pool). Another replica's
         pass is not waited for: True or False at once. The lock ends with the
         connection, so a replica that dies mid-pass frees it."""
-        conn = await asyncpg.connect(
+        conn = await self._pacing.connect(
             self._dsn,
             timeout=self.options.connect_timeout,
             server_settings={"application_name": "runstore-retention"},
@@ -313,21 +414,47 @@ class PostgresDatabase:
         options = self.options
         self._pool = await asyncpg.create_pool(
             self._dsn,
+            connect=self._pacing.connect,
             min_size=min(options.pool_min, options.pool_max),
             max_size=options.pool_max,
             timeout=min(options.connect_timeout, options.operation_timeout),
             server_settings=self._server_settings(),
             reset=_reset,
         )
-        self._wakeups = PostgresWakeups(self._listen_connection, self._notify)
+        self._wakeups = PostgresWakeups(
+            self._listen_connection,
+            self._notify_connection,
+            timeout=options.operation_timeout,
+        )
         self._wakeups.start()
         if self.figures is not None:
             pool = self._pool
             self.figures.watch_pool(
                 pool.get_idle_size, lambda: pool.get_size() - pool.get_idle_size()
             )
+        if self._read_dsn is not None:
+            # Connects on first use: a standby that is down does not stop the server.
+            self._read_pool = await asyncpg.create_pool(
+                self._read_dsn,
+                connect=ConnectPacing(longest_pause=options.reconnect_pause_max).connect,
+                min_size=0,
+                max_size=options.pool_max,
+                timeout=min(options.connect_timeout, options.operation_timeout),
+                server_settings={**self._server_settings(), "application_name": "runstore-read"},
+                reset=_reset,
+            )
+            if self.figures is not None:
+                self._lag_probe = asyncio.ensure_future(self._probe_lag(self.figures))
 
     async def close(self) -> None:
+        if self._lag_probe is not None:
+            self._lag_probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lag_probe
+            self._lag_probe = None
+        if self._read_pool is not None:
+            read_pool, self._read_pool = self._read_pool, None
+            read_pool.terminate()
         if self._probe is not None:
             self._probe.terminate()
             self._probe = None
@@ -354,7 +481,7 @@ class PostgresDatabase:
         try:
             if self._probe is None or self._probe.is_closed():
                 self._probe = None
-                probe = await asyncpg.connect(
+                probe = await self._pacing.connect(
                     self._dsn, timeout=within, server_settings=self._server_settings()
                 )
                 if self._pool is None:  # closed while connecting: nothing may stay open
@@ -397,11 +524,16 @@ class PostgresDatabase:
             raise _unavailable(exc) from exc
 
     async def _on_connection(
-        self, fn: Callable[[Transaction], Coroutine[Any, Any, T]], begin: str | None, until: float
+        self,
+        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
+        begin: str | None,
+        until: float,
+        pool: asyncpg.Pool | None = None,
     ) -> T:
-        """One operation on one pooled connection, inside ``begin`` ... COMMIT
-        (or a single statement when ``begin`` is None), over before ``until``."""
-        pool = self._require_pool()
+        """One operation on one pooled connection (of the primary's pool unless
+        ``pool`` says otherwise), inside ``begin`` ... COMMIT (or a single
+        statement when ``begin`` is None), over before ``until``."""
+        pool = pool or self._require_pool()
         conn = await self._acquire(pool, until)
         expired = False
 
@@ -483,12 +615,50 @@ class PostgresDatabase:
         )
 
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
+        if self._read_pool is not None and lagging.tolerated():
+            return await self._read_lagging(fn, self._read_pool)
         return await self._transaction(
             fn, _READ_ONLY_SNAPSHOT, bound.deadline(self.options.operation_timeout)
         )
 
+    async def _read_lagging(
+        self, fn: Callable[[Transaction], Coroutine[Any, Any, T]], read_pool: asyncpg.Pool
+    ) -> T:
+        """A read inside ``lagging_reads()``: on the read replica; on the
+        primary when the replica cannot be reached within the bound's time."""
+        until = bound.deadline(self.options.operation_timeout)
+        try:
+            return await self._transaction(fn, _READ_ONLY_SNAPSHOT, until, read_pool)
+        except UnavailableError:
+            if asyncio.get_running_loop().time() >= until:
+                raise
+            log.warning("the read replica is unavailable; reading from the primary")
+            return await self._transaction(fn, _READ_ONLY_SNAPSHOT, until)
+
+    async def _probe_lag(self, figures: DbFigures) -> None:
+        """Reads the replica's lag every ``lag_probe_interval`` seconds: how
+        old the last replayed commit is while WAL remains to replay, 0 when
+        it has replayed all it received (or is a primary), NaN when it does
+        not answer."""
+        while self._read_pool is not None:
+            try:
+                lag = await self._read_pool.fetchval(
+                    _REPLICA_LAG, timeout=self.options.operation_timeout
+                )
+                figures.replica_lag(float(lag))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("cannot read the replica's lag: %s", exc)
+                figures.replica_lag(math.nan)
+            await asyncio.sleep(self.options.lag_probe_interval)
+
     async def _transaction(
-        self, fn: Callable[[Transaction], Coroutine[Any, Any, T]], begin: str, until: float
+        self,
+        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
+        begin: str,
+        until: float,
+        pool: asyncpg.Pool | None = None,
     ) -> T:
         """Runs ``fn`` in a transaction, again after a lost race (a bounded
         number of times) or on a fresh connection when the one it got was
@@ -498,7 +668,7 @@ class PostgresDatabase:
         attempt = 1
         while True:
             try:
-                return await self._on_connection(fn, begin, until)
+                return await self._on_connection(fn, begin, until, pool)
             except _StaleConnection as exc:
                 stale += 1
                 if stale > self.options.pool_max:
@@ -547,7 +717,7 @@ async def _single_statement(
     try:
         result = await fn(tx)
     except Exception as exc:
-        if _refused_before_sending(exc):
+        if _refused_before_sending(exc) or _reaped(exc):
             raise _StaleConnection() from exc
         raise
     on_commit(tx)

@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
+import random
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -21,6 +23,21 @@ log = logging.getLogger(__name__)
 
 CHANNEL: Final = "runstore_records"
 """The PostgreSQL notification channel every replica listens on."""
+
+LISTENERS_CHANNEL: Final = "runstore_listeners"
+"""Where a replica says it has begun to LISTEN, so the others notify at once
+instead of after their next look at who listens."""
+
+LISTENER_APPLICATION: Final = "runstore-watch"
+"""``application_name`` of a replica's LISTEN connection: how the others count listeners."""
+
+NOTIFIER_APPLICATION: Final = "runstore-notify"
+"""``application_name`` of a replica's NOTIFY connection (not the calls' pool)."""
+
+_LISTENERS_QUERY: Final = (
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+    "AND application_name = $1 AND pid <> $2"
+)
 
 _PAYLOAD_BYTES: Final = 7000
 """Keys per NOTIFY are cut below PostgreSQL's 8000-byte payload limit."""
@@ -116,25 +133,49 @@ class LocalWakeups:
 class PostgresWakeups:
     """``LocalWakeups`` for this replica plus one LISTEN connection that fans
     other replicas' notifications out to it, and a sender that NOTIFYs after
-    commits, coalesced: keys pile up while one notification is being sent."""
+    commits for the other replicas, at little cost to the database:
+
+    * coalesced: keys pile up while one notification is on its way, and one
+      leaves at most every ``notify_interval`` seconds (a few milliseconds:
+      the added cross-replica latency);
+    * only while another replica listens: the sender looks at who listens
+      (``pg_stat_activity``) at most every ``listeners_seconds`` while there
+      is something to send, and a replica that begins to listen says so on
+      ``LISTENERS_CHANNEL``, so the others start notifying at once;
+    * on a connection of its own (``notify_connect``), never one of the
+      calls' pool, in one transaction per notification.
+    """
 
     def __init__(
         self,
         connect: Callable[[], Any],
-        notify: Callable[[str], Any],
+        notify_connect: Callable[[], Any],
         *,
         reconnect_seconds: float = 1.0,
+        notify_interval: float = 0.005,
+        listeners_seconds: float = 1.0,
+        timeout: float = 10.0,
     ) -> None:
         self.local = LocalWakeups()
         self._connect = connect
-        self._notify = notify
+        self._notify_connect = notify_connect
         self._reconnect_seconds = reconnect_seconds
+        self._notify_interval = notify_interval
+        self._listeners_seconds = listeners_seconds
+        self._timeout = timeout
         self._origin = uuid.uuid4().hex
         """Names this replica in its notifications, so it skips its own."""
         self._pending: set[str] = set()
         self._has_pending = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._listener: asyncio.Task[None] | None = None
+        self._listener_pid = 0
+        """The backend of this replica's LISTEN connection (not counted as another's)."""
+        self._notifier: Any = None
+        self._others_listen = False
+        self._listeners_checked = -math.inf
+        self.notifications = 0
+        """Notifications sent (tests read it)."""
         self.listening = asyncio.Event()
         """Set while the LISTEN connection is up (tests wait for it)."""
 
@@ -156,6 +197,7 @@ class PostgresWakeups:
                 await task
         self._tasks = []
         self._listener = None
+        await self._drop_notifier()
 
     # Wakeups port: this replica's watchers.
     def subscribe(self, key: str) -> contextlib.AbstractContextManager[asyncio.Event]:
@@ -178,29 +220,103 @@ class PostgresWakeups:
         self._has_pending.set()
 
     async def _send_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_sent = -math.inf
         while True:
             await self._has_pending.wait()
+            wait = last_sent + self._notify_interval - loop.time()
+            if wait > 0:  # only right after a notification: an idle replica sends at once
+                await asyncio.sleep(wait)
             self._has_pending.clear()
             keys, self._pending = self._pending, set()
-            for payload in _payloads(self._origin, keys):
-                try:
+            try:
+                if not await self._anyone_listening():
+                    continue  # nobody to wake; a replica that starts listening re-reads
+                for payload in _payloads(self._origin, keys):
                     await self._notify(payload)
-                except Exception as exc:  # the poll interval covers a lost wake-up
-                    log.warning("NOTIFY failed (watchers fall back to polling): %s", exc)
+                    self.notifications += 1
+            except Exception as exc:  # the poll interval covers a lost wake-up
+                log.warning("NOTIFY failed (watchers fall back to polling): %s", exc)
+                await self._drop_notifier()
+            last_sent = loop.time()
+
+    async def _notifier_connection(self) -> Any:
+        if self._notifier is None or self._notifier.is_closed():
+            conn = await asyncio.wait_for(self._notify_connect(), self._timeout)
+            try:
+                await asyncio.wait_for(
+                    conn.add_listener(LISTENERS_CHANNEL, self._listener_announced), self._timeout
+                )
+            except BaseException:
+                conn.terminate()
+                raise
+            self._notifier = conn
+        return self._notifier
+
+    async def _drop_notifier(self) -> None:
+        conn, self._notifier = self._notifier, None
+        if conn is not None:
+            try:
+                await asyncio.wait_for(conn.close(), 1)
+            except Exception:
+                conn.terminate()
+
+    async def _anyone_listening(self) -> bool:
+        """Whether another replica LISTENs: looked up at most every
+        ``listeners_seconds``, and true at once when one says it has begun."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._listeners_checked >= self._listeners_seconds:
+            conn = await self._notifier_connection()
+            count = await asyncio.wait_for(
+                conn.fetchval(_LISTENERS_QUERY, LISTENER_APPLICATION, self._listener_pid),
+                self._timeout,
+            )
+            self._others_listen = bool(count)
+            self._listeners_checked = loop.time()
+        return self._others_listen
+
+    def _listener_announced(self, _conn: Any, _pid: int, _channel: str, origin: str) -> None:
+        if origin != self._origin:
+            self._others_listen = True
+            self._listeners_checked = asyncio.get_running_loop().time()
+
+    async def _notify(self, payload: str) -> None:
+        """One NOTIFY, in a transaction of its own on the notifier connection:
+        after the commit, never inside a write transaction (that would
+        serialise every writer), bounded so a frozen server cannot hold it."""
+        conn = await self._notifier_connection()
+        await asyncio.wait_for(
+            conn.execute("SELECT pg_notify($1, $2)", CHANNEL, payload), self._timeout
+        )
 
     async def _listen_forever(self) -> None:
+        """Keeps one LISTEN connection, reconnecting (to whichever host is the
+        primary then) after a jittered, growing pause. Notifications sent
+        while it was down are lost, so every watcher looks again once it
+        listens: a stream continues from its cursor without waiting for
+        its next poll."""
+        failures = 0
         while True:
             try:
                 conn = await self._connect()
             except Exception as exc:
                 log.warning("cannot LISTEN for watch wake-ups (polling meanwhile): %s", exc)
-                await asyncio.sleep(self._reconnect_seconds)
+                failures += 1
+                await asyncio.sleep(self._pause(failures))
                 continue
             lost = asyncio.Event()
             try:
                 conn.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await conn.add_listener(CHANNEL, self._received)
+                self._listener_pid = conn.get_server_pid()
+                # The others notify once they know: say so, then re-read once
+                # they surely do, for records committed before they knew.
+                await conn.execute("SELECT pg_notify($1, $2)", LISTENERS_CHANNEL, self._origin)
                 self.listening.set()
+                failures = 0
+                asyncio.get_running_loop().call_later(
+                    max(0.05, 4 * self._notify_interval), self.local.wake_all
+                )
                 await lost.wait()
                 log.warning("the LISTEN connection closed; reconnecting")
             except Exception as exc:
@@ -209,7 +325,14 @@ class PostgresWakeups:
                 self.listening.clear()
                 with contextlib.suppress(Exception):
                     await conn.close(timeout=1)
-            await asyncio.sleep(self._reconnect_seconds)
+            failures += 1
+            await asyncio.sleep(self._pause(failures))
+
+    def _pause(self, failures: int) -> float:
+        """Half the doubled pause plus a random half, up to ``reconnect_seconds``:
+        replicas that lost the database together do not reconnect together."""
+        ceiling = min(self._reconnect_seconds, 0.05 * 2.0**failures)
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     def _received(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         try:

@@ -35,14 +35,17 @@ def concerns(
     """The concerns of the chain, outermost first."""
     security = security or Security()
     chain: list[Concern] = []
-    # 1. Request ids: taken from x-request-id or generated (Hardening I).
+    # 1. Request ids: taken from x-request-id or generated, first, so that every
+    #    later concern (and its log lines) knows the call's id.
     chain.append(RequestIds())
 
-    # 2. Access log and metrics (Operations).
+    # 2. Access log and metrics: outside authentication and the limits, so that
+    #    refused calls are counted and logged too (docs/observability.md).
     if metrics is not None or config.access_log_on:
         chain.append(CallObserver(metrics, access_log=config.access_log_on))
 
-    # 3. Authentication and roles (Security).
+    # 3. Authentication and roles (docs/security.md): decided before any limit
+    #    or the store sees the request.
     chain.append(
         Authentication(
             security.principals,
@@ -50,14 +53,16 @@ def concerns(
         )
     )
 
-    # 4. Limits on calls and response bytes in flight (Hardening II). It
-    #    serialises unary responses: from here outward a response is its bytes.
+    # 4. The budget of response bytes in flight (docs/limits.md). It serialises
+    #    unary responses: from here outward a response is its bytes.
     chain.append(Limits(config.max_response_bytes_in_flight))
 
-    # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST (Hardening I).
+    # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST, so no
+    #    handler ever sees a message that did not parse.
     chain.append(RequestParsing())
 
-    # 6. Database operation bound: marks when each call started (Hardening II).
+    # 6. Database operation bound: marks when each call started, innermost, so
+    #    the bound counts from the call reaching the store (docs/limits.md).
     chain.append(DatabaseBound())
     return chain
 

@@ -22,12 +22,12 @@ from typing import Any, TypeAlias
 import grpc
 
 from runstore.contract.errors import PermissionDeniedError, RunstoreError, UnauthenticatedError
-from runstore.server import principal as current_principal
+from runstore.server import call_principal
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, Principals, PrincipalsFile
+from runstore.server.error_status import to_status
 from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
 from runstore.server.interceptors.parsing import parsed_request
-from runstore.server.status import to_status
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class Authentication:
             return
         principal = principals.by_token(token) if token is not None else None
         if principal is not None:
-            current_principal.set_current(principal.name)  # for the access log
+            call_principal.set_current(principal.name)  # for the access log
         refusal = _refusal(method, principal, token is not None)
         if refusal is not None:
             if principal is not None and method in roles.AUDITED_METHODS:
@@ -258,7 +258,7 @@ async def _settle(method: str, decision: _Decision, context: Context) -> Princip
     if isinstance(decision, _ByCertificate):
         principal = decision.principals.by_certificate(certificate_identities(context))
         if principal is not None:
-            current_principal.set_current(principal.name)
+            call_principal.set_current(principal.name)
         refusal = _refusal(method, principal, token_sent=False)
         if refusal is None:
             assert principal is not None

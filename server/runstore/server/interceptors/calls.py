@@ -25,7 +25,7 @@ from typing import Any
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
-from runstore.server import principal, request_id
+from runstore.server import call_principal, call_request_id
 from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
 from runstore.server.logs import ACCESS_LOGGER
 from runstore.server.metrics import GO_CODE_NAMES, MethodFigures, Metrics, grpc_type
@@ -133,9 +133,9 @@ class CallObserver:
                 "code": go_code,
                 "reason": reason or None,
                 "duration_ms": round(seconds * 1000, 3),
-                "principal": principal.current() or None,
+                "principal": call_principal.current() or None,
                 "peer": peer,
-                "request_id": request_id.current() or None,
+                "request_id": call_request_id.current() or None,
             }
             # Logger.info without its search of the stack for the caller's
             # file and line, which no access-log format shows.

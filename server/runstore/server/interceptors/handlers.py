@@ -7,8 +7,8 @@ method's handler once (``Concern.wrap``); per call it only reads what it needs
 from the call's metadata (``Concern.admit``) into context variables its
 wrapper reads back. ``Chain`` is the single grpc interceptor that composes the
 concerns per method and caches the result, so a call costs one interceptor
-hop and a dict lookup instead of a handler rebuilt by every concern (the
-README's "The interceptor chain's own cost" has the figures).
+hop and a dict lookup instead of a handler rebuilt by every concern (docs/benchmarks.md,
+"The interceptor chain's own cost", has the figures).
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from typing import Any, cast
 import grpc
 
 from runstore.contract.errors import OverloadedError
+from runstore.server.error_status import abort
 from runstore.server.interceptors.handlers import Context, Handler, Unary, wrapped
-from runstore.server.status import abort
 
 SMALL_RESPONSE_BYTES = 64 * 1024
 """Responses this small are never refused for the byte budget."""

@@ -16,8 +16,8 @@ from typing import Any
 import grpc
 
 from runstore.contract.errors import MalformedRequestError
+from runstore.server.error_status import abort
 from runstore.server.interceptors.handlers import Context, Handler, prepared
-from runstore.server.status import abort
 
 _PARSED: ContextVar[Any] = ContextVar("runstore_parsed_request", default=None)
 

@@ -1,6 +1,6 @@
 """Slot 1: every call gets a request id, from ``x-request-id`` or generated.
 
-The id is set for the whole call (``runstore.server.request_id``): later
+The id is set for the whole call (``runstore.server.call_request_id``): later
 concerns, logs and every ErrorInfo (``request_id``) use it, and it goes
 back to the caller in the trailing metadata ``x-request-id``.
 """
@@ -12,12 +12,12 @@ from typing import Any
 
 import grpc
 
-from runstore.server import request_id
+from runstore.server import call_request_id
 from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
 
 
 def _tagged(context: Context) -> None:
-    context.set_trailing_metadata(((request_id.METADATA_KEY, request_id.current()),))
+    context.set_trailing_metadata(((call_request_id.METADATA_KEY, call_request_id.current()),))
 
 
 def _unary(behaviour: Unary) -> Unary:
@@ -39,7 +39,7 @@ def _stream(behaviour: Streaming) -> Streaming:
 
 class RequestIds:
     def admit(self, details: grpc.HandlerCallDetails) -> None:
-        request_id.set_current(request_id.from_metadata(details.invocation_metadata))
+        call_request_id.set_current(call_request_id.from_metadata(details.invocation_metadata))
 
     def wrap(self, method: str, handler: Handler) -> Handler:
         return wrapped(handler, unary=_unary, stream=_stream)

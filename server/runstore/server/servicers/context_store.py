@@ -8,7 +8,7 @@ import grpc
 
 from runstore.server import convert
 from runstore.server.core.context import ContextStore
-from runstore.server.status import maps_errors
+from runstore.server.error_status import maps_errors
 from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import context_store_pb2_grpc as ctx_grpc
 

@@ -9,7 +9,7 @@ import grpc
 from runstore.server import convert
 from runstore.server.core.memory import MemoryStore
 from runstore.server.core.model import MemoryEvent
-from runstore.server.status import maps_errors
+from runstore.server.error_status import maps_errors
 from runstore.v1 import memory_store_pb2 as ms
 from runstore.v1 import memory_store_pb2_grpc as ms_grpc
 

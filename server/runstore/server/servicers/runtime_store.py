@@ -12,7 +12,7 @@ from runstore.contract.model import RunRepairResult
 from runstore.server import convert
 from runstore.server.core.store import RuntimeStore
 from runstore.server.core.watch import NoWakeups, RecordWatch, WatchBatch
-from runstore.server.status import maps_errors, maps_stream_errors
+from runstore.server.error_status import maps_errors, maps_stream_errors
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
 from runstore.v1 import types_pb2 as pb

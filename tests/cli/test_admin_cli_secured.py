@@ -21,8 +21,8 @@ from runstore.server.config import ServerConfig
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
 from tests.certs import Authority
+from tests.cli.test_admin_cli import runstore
 from tests.secured import Entry, running_server, write_auth_file
-from tests.server.test_admin_cli import runstore
 from tests.support import Store, unique
 
 ENTRIES = {

@@ -1,6 +1,6 @@
 """The operator's commands against a live server, in both output formats.
 
-Most commands run ``runstore.server.cli.main`` in a thread of the test process
+Most commands run ``runstore.cli.program.main`` in a thread of the test process
 (the server is a real one on a real port, reached over gRPC), with its own
 stdin, stdout and stderr; a few run the installed entry point as a process to
 check what an operator's shell sees: the exit code and no traceback.
@@ -26,7 +26,7 @@ from unittest import mock
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from runstore.server import cli
+from runstore.cli import program
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
@@ -51,7 +51,7 @@ def _main(argv: list[str], stdin: str) -> Result:
         mock.patch.object(sys, "stdin", io.StringIO(stdin)),
     ):
         try:
-            code = cli.main(argv)
+            code = program.main(argv)
         except SystemExit as exit_:  # argparse
             code = exit_.code if isinstance(exit_.code, int) else 2
     return Result(code, out.getvalue(), err.getvalue())
@@ -379,7 +379,7 @@ def test_the_entry_point_against_no_server_and_a_usage_error() -> None:
     """What a shell sees: exit codes, one line on stderr, never a traceback."""
     target = f"127.0.0.1:{_free_port()}"
     down = subprocess.run(
-        [sys.executable, "-m", "runstore.server.cli", "sessions", "list", "--target", target],
+        [sys.executable, "-m", "runstore.cli", "sessions", "list", "--target", target],
         capture_output=True,
         text=True,
         timeout=60,
@@ -388,7 +388,7 @@ def test_the_entry_point_against_no_server_and_a_usage_error() -> None:
     assert down.stderr.startswith("runstore: UNAVAILABLE:")
     assert "Traceback" not in down.stderr
     usage = subprocess.run(
-        [sys.executable, "-m", "runstore.server.cli", "runs", "show"],
+        [sys.executable, "-m", "runstore.cli", "runs", "show"],
         capture_output=True,
         text=True,
         timeout=60,

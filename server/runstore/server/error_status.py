@@ -28,7 +28,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from runstore.contract.errors import ERROR_DOMAIN, ContractError, InternalError, RunstoreError
-from runstore.server import request_id
+from runstore.server import call_request_id
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def to_status(error: RunstoreError) -> grpc.Status:
     metadata = {
         key: bounded(value, MAX_ECHOED_VALUE_BYTES) for key, value in error.metadata().items()
     }
-    current = request_id.current()
+    current = call_request_id.current()
     if current:
         metadata["request_id"] = current
     info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=metadata)
@@ -78,7 +78,7 @@ def to_status(error: RunstoreError) -> grpc.Status:
     message = status_pb2.Status(code=code.value[0], message=public_message(error), details=[detail])
     status = rpc_status.to_status(message)
     if current:
-        trailing = (*status.trailing_metadata, (request_id.METADATA_KEY, current))
+        trailing = (*status.trailing_metadata, (call_request_id.METADATA_KEY, current))
         status = _Status(status.code, status.details, trailing)
     return status
 
@@ -103,12 +103,12 @@ async def _as_status(name: str, context: grpc.aio.ServicerContext[Any, Any]) -> 
         yield
     except RunstoreError as error:
         if not isinstance(error, ContractError):
-            log.warning("%s failed (request %s): %r", name, request_id.current(), error)
+            log.warning("%s failed (request %s): %r", name, call_request_id.current(), error)
         await abort(context, error)
     except (asyncio.CancelledError, grpc.aio.AbortError):
         raise
     except Exception:
-        log.exception("%s failed unexpectedly (request %s)", name, request_id.current())
+        log.exception("%s failed unexpectedly (request %s)", name, call_request_id.current())
         await abort(context, InternalError())
 
 

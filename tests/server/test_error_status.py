@@ -7,8 +7,8 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from runstore.contract import errors
-from runstore.server import request_id
-from runstore.server.status import (
+from runstore.server import call_request_id
+from runstore.server.error_status import (
     CUT_MARK,
     MAX_ECHOED_VALUE_BYTES,
     MAX_MESSAGE_BYTES,
@@ -55,7 +55,7 @@ EXPECTED = {
     # Access (authentication and roles): permanent, never retried.
     "UNAUTHENTICATED": ("UNAUTHENTICATED", True),
     "PERMISSION_DENIED": ("PERMISSION_DENIED", True),
-    # An operating limit of the server (README "Operating limits"): retry later.
+    # An operating limit of the server (docs/limits.md): retry later.
     "OVERLOADED": ("RESOURCE_EXHAUSTED", False),
     # Client-side only: a status outside the table (no ErrorInfo from runstore).
     "RPC_ERROR": ("UNKNOWN", False),
@@ -160,7 +160,7 @@ async def test_failures_that_are_not_contract_errors_leak_nothing(
         async def Method(self, request: object, context: object) -> object:
             raise raised
 
-    request_id.set_current("req-7")
+    call_request_id.set_current("req-7")
     context = _AbortingContext()
     with pytest.raises(grpc.aio.AbortError):
         await Servicer().Method(object(), context)  # type: ignore[arg-type]

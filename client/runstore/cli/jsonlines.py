@@ -1,4 +1,4 @@
-"""``runstore export``: run records as JSON Lines, one object per record.
+"""Run records as JSON Lines, one object per record: what ``runstore export`` writes.
 
 A line carries the record's fields and exactly one of ``payload`` (the payload
 as JSON) or ``payload_base64``. ``payload`` is used only when the stored bytes

@@ -1,0 +1,43 @@
+"""``runstore health``: the server's gRPC health status (exit 0 only when SERVING)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Final
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from runstore.cli import remote
+from runstore.cli.output import Output
+from runstore.cli.plugins import Command
+from runstore.cli.remote import Clients
+
+
+async def health(args: argparse.Namespace, clients: Clients, out: Output) -> int:
+    stub: Any = health_pb2_grpc.HealthStub(clients.channel)
+    try:
+        response = await stub.Check(
+            health_pb2.HealthCheckRequest(service=args.service), timeout=clients.timeout
+        )
+    except grpc.aio.AioRpcError as error:
+        print(f"runstore: {error.code().name}: {error.details()}", file=sys.stderr)
+        return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    if out.as_json:
+        out.json({"service": args.service, "status": status})
+    else:
+        out.console.print(status)
+    return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    remote.connection_options(parser)
+    parser.set_defaults(handler=health)
+    parser.add_argument("--service", default="", help="a service name (default: the server)")
+
+
+COMMAND: Final = Command(
+    help="the server's gRPC health status", add_arguments=add_arguments, run=remote.run
+)

@@ -1,0 +1,142 @@
+"""Where a command's results go: human tables (``rich``), or one JSON object per
+line with ``--json``; and the rows of sessions, runs and records in those tables."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final, TextIO
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from runstore.client import RunRecord
+
+PREVIEW_CHARS: Final = 60
+
+
+def iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def short_time(moment: datetime | None) -> str:
+    if moment is None:
+        return "-"
+    return (
+        moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    )
+
+
+def jsonable(value: Any) -> Any:
+    """A client model value as JSON: times RFC 3339 UTC, bytes base64, enums by value."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def preview(payload: bytes, width: int = PREVIEW_CHARS) -> str:
+    """The start of a payload on one line: text as it is, other bytes in hex."""
+    try:
+        text = payload.decode()
+    except UnicodeDecodeError:
+        shown = payload[: width // 2].hex()
+        return f"0x{shown}…" if len(payload) > width // 2 else f"0x{shown}"
+    flat = "".join(char if char.isprintable() else " " for char in text)
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+class Output:
+    """Where a command's results go: rich tables, or JSON lines with ``--json``."""
+
+    def __init__(self, as_json: bool, out: TextIO) -> None:
+        self.as_json = as_json
+        self._out = out
+        # Not a terminal: never wrap or cut IDs to 80 columns.
+        width = None if out.isatty() else 250
+        self.console = Console(file=out, width=width, highlight=False, soft_wrap=False)
+
+    def json(self, value: Any) -> None:
+        self._out.write(json.dumps(jsonable(value), ensure_ascii=False) + "\n")
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def lines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self._out.write(line + "\n")
+        self._out.flush()
+
+    def table(
+        self, title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]
+    ) -> None:
+        table = Table(
+            title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False, show_edge=False
+        )
+        for header in headers:
+            table.add_column(header, overflow="fold")
+        for row in rows:
+            table.add_row(*("-" if cell in (None, "") else str(cell) for cell in row))
+        self.console.print(table)
+
+    def fields(self, pairs: Sequence[tuple[str, Any]]) -> None:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold")
+        table.add_column(overflow="fold")
+        for name, value in pairs:
+            table.add_row(name, "-" if value in (None, "") else str(value))
+        self.console.print(table)
+
+
+SESSION_HEADERS: Final = ("SESSION", "STATUS", "CREATED", "ENDED")
+RUN_HEADERS: Final = ("RUN", "AGENT", "SESSION", "STATUS", "STARTED", "PARENT")
+RECORD_HEADERS: Final = ("ID", "TYPE", "TIMESTAMP", "RUN", "TURN", "EVENT KEY", "BYTES", "PAYLOAD")
+
+
+def session_row(session: Any) -> list[Any]:
+    return [
+        session.id,
+        session.status.value,
+        short_time(session.created_at),
+        short_time(session.ended_at),
+    ]
+
+
+def run_row(run: Any) -> list[Any]:
+    return [
+        run.run_id,
+        run.agent_id,
+        run.session_id,
+        run.status.value,
+        short_time(run.started_at),
+        run.parent_run_id,
+    ]
+
+
+def record_row(record: RunRecord) -> list[Any]:
+    return [
+        record.id,
+        record.type,
+        short_time(record.timestamp),
+        record.run_id,
+        record.turn_id,
+        record.event_key,
+        len(record.payload),
+        preview(record.payload),
+    ]

@@ -1,0 +1,69 @@
+"""What every console handler shares (``Console``) and how it renders a page:
+one Jinja2 environment that escapes every value of every template."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+import anyio
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from runstore.server.auth.tls import TLSFiles
+from runstore.server.console import render
+from runstore.server.console.access import Access
+from runstore.server.console.reads import run_kind
+from runstore.server.core.store import RuntimeStore
+from runstore.server.core.watch import RecordWatch
+
+
+@dataclass
+class Console:
+    """What the console's handlers share."""
+
+    store: RuntimeStore
+    watch: RecordWatch
+    access: Access
+    secure: bool
+    """Served over TLS: the sign-in cookie is Secure."""
+    tls_files: TLSFiles | None = None
+    """The certificate and key it serves (re-read on SIGHUP)."""
+    allowed_hosts: Sequence[str] | None = None
+    """Host headers served (None: any). An open console on loopback serves only
+    loopback names: a page of another site whose name was rebound to 127.0.0.1
+    (DNS rebinding) gets 400, not the data."""
+    templates: jinja2.Environment = field(default_factory=lambda: _environment())
+    shutdown: anyio.Event | None = None
+    """Set when the server stops: live streams end (created in the serving loop)."""
+
+    def page(
+        self, request: Request, name: str, http_status: int = 200, **context: Any
+    ) -> HTMLResponse:
+        principal = request.scope.get("runstore_principal")
+        html = self.templates.get_template(name).render(
+            principal=principal,
+            auth_required=self.access.required,
+            **context,
+        )
+        return HTMLResponse(html, http_status, headers={"cache-control": "no-store"})
+
+
+def _environment() -> jinja2.Environment:
+    """One environment that escapes every value of every template (not by file name)."""
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("runstore.server.console", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    environment.globals.update(timestamp=render.timestamp, kind=run_kind, url=url)
+    return environment
+
+
+def url(path: str, **params: Any) -> str:
+    """``path`` with the non-empty ``params`` as its query string (values escaped)."""
+    kept = {key: value for key, value in params.items() if value not in ("", None, 0, False)}
+    return f"{path}?{urlencode(kept)}" if kept else path

@@ -1,0 +1,602 @@
+"""The console over plain HTTP: access on every route, sign-in, escaping, CSP,
+paging from the tail, live streams and shutdown. A real socket every time (an
+in-process ASGI transport buffers server-sent events whole)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from runstore.server.app import ListenError, build_server, create_stores, open_database, shutdown
+from runstore.server.auth import SecurityError
+from runstore.server.config import ServerConfig
+from runstore.server.console import reads, views
+from runstore.server.console.server import check_exposure
+from runstore.v1 import runtime_store_pb2 as rs
+from tests.certs import Authority
+from tests.console.support import (
+    ConsoleUnderTest,
+    console_server,
+    seed,
+    seed_long_run,
+)
+from tests.secured import write_auth_file
+from tests.support import unique
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+@pytest.fixture(scope="module")
+async def console(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ConsoleUnderTest]:
+    async with console_server(tmp_path_factory.mktemp("console")) as under:
+        await seed(under)
+        yield under
+
+
+def _screens(under: ConsoleUnderTest) -> list[tuple[str, dict[str, str]]]:
+    seeded = under.seeded
+    assert seeded.root is not None
+    return [
+        ("/sessions", {}),
+        ("/sessions", {"q": seeded.session_id[:10]}),
+        ("/session", {"id": seeded.session_id}),
+        ("/runs", {}),
+        ("/run", {"id": seeded.root.id}),
+        ("/run", {"id": seeded.root.id, "view": "transcript"}),
+        ("/run/events", {"id": seeded.root.id, "after": "0"}),
+        ("/session/events", {"id": seeded.session_id, "after": "0"}),
+    ]
+
+
+async def test_no_request_without_a_principal_gets_data(console: ConsoleUnderTest) -> None:
+    """Every screen and stream refuses a request with no credential, a wrong
+    token, a malformed header, or a worker's token (workers may not read
+    sessions over gRPC either), and never shows the seeded IDs."""
+    assert console.seeded.root is not None
+    secrets_ = (console.seeded.session_id, console.seeded.root.id)
+    refusals = [
+        ({}, 401),
+        ({"authorization": "Bearer not-a-token"}, 401),
+        ({"authorization": f"Basic {console.tokens['reader']}"}, 401),
+        ({"cookie": "runstore_console=forged"}, 401),
+        (console.bearer("worker"), 403),
+    ]
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        for path, params in _screens(console):
+            for headers, status in refusals:
+                response = await http.get(path, params=params, headers=headers)
+                assert response.status_code == status, (path, headers)
+                assert not any(secret in response.text for secret in secrets_), path
+            for role in ("reader", "host", "admin"):
+                if path.endswith("/events"):
+                    continue  # streams are read below
+                response = await http.get(path, params=params, headers=console.bearer(role))
+                assert response.status_code == 200, (path, role)
+
+
+async def test_a_page_without_a_principal_sends_a_browser_to_sign_in(
+    console: ConsoleUnderTest,
+) -> None:
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        response = await http.get(
+            "/session", params={"id": console.seeded.session_id}, headers={"accept": "text/html"}
+        )
+    assert response.status_code == 303
+    location = response.headers["location"]
+    assert location.startswith("/login?next=%2Fsession%3Fid%3D")
+    assert console.seeded.session_id not in response.text
+
+
+async def test_health_and_static_assets_are_open(console: ConsoleUnderTest) -> None:
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        assert (await http.get("/healthz")).text == "ok"
+        script = await http.get("/static/console.js")
+        style = await http.get("/static/console.css")
+    assert script.status_code == 200 and "EventSource" in script.text
+    assert "innerHTML" not in script.text
+    assert style.status_code == 200 and style.headers["content-type"].startswith("text/css")
+
+
+async def test_every_response_carries_the_content_security_policy(
+    console: ConsoleUnderTest,
+) -> None:
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        responses = [
+            await http.get(path, params=params, headers=console.bearer())
+            for path, params in _screens(console)
+            if not path.endswith("/events")
+        ]
+        responses += [await http.get("/login"), await http.get("/sessions"), await http.get("/x")]
+    for response in responses:
+        assert response.headers["content-security-policy"] == CSP
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["x-frame-options"] == "DENY"
+
+
+async def test_pages_have_no_inline_script_or_style(console: ConsoleUnderTest) -> None:
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        for path, params in _screens(console):
+            if path.endswith("/events"):
+                continue
+            html = (await http.get(path, params=params, headers=console.bearer())).text
+            assert re.findall(r"<script[^>]*>", html) == ['<script src="/static/console.js" defer>']
+            assert "<style" not in html and " style=" not in html
+            tags = re.findall(r"<[a-z][^>]*>", html)
+            assert not [tag for tag in tags if re.search(r"\son[a-z]+=", tag)], path
+
+
+async def test_hostile_payloads_are_text(console: ConsoleUnderTest) -> None:
+    """A payload holding a script tag or an attribute-breaking image shows escaped."""
+    seeded = console.seeded
+    assert seeded.root is not None and seeded.transcript_run is not None
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        run = (await http.get("/run", params={"id": seeded.root.id}, headers=console.bearer())).text
+        session = (
+            await http.get("/session", params={"id": seeded.session_id}, headers=console.bearer())
+        ).text
+        transcript = (
+            await http.get(
+                "/run",
+                params={"id": seeded.transcript_run.id, "view": "transcript"},
+                headers=console.bearer(),
+            )
+        ).text
+    for html in (run, session):
+        assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in html
+        assert "<script>window" not in html
+        assert "<img" not in html
+    assert "&lt;img src=x onerror=window.__xss=3&gt;" in transcript
+    assert "<img" not in transcript
+
+
+async def test_the_run_page_shows_its_lifecycle(console: ConsoleUnderTest) -> None:
+    seeded = console.seeded
+    assert seeded.suspended and seeded.successor and seeded.canceled and seeded.child
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        suspended = (await http.get("/run", params={"id": seeded.suspended.id})).text
+        successor = (await http.get("/run", params={"id": seeded.successor.id})).text
+        canceled = (await http.get("/run", params={"id": seeded.canceled.id})).text
+        assert seeded.root is not None
+        root = (await http.get("/run", params={"id": seeded.root.id})).text
+    assert "checkpoint-1" in suspended and "approval" in suspended
+    assert f'href="/run?id={seeded.successor.id}"' in suspended  # successor
+    assert f'href="/run?id={seeded.suspended.id}"' in successor  # predecessor
+    assert "user_requested" in canceled and "cancel-by-operator" in canceled
+    assert f'href="/run?id={seeded.child.id}"' in root  # children
+
+
+async def test_the_transcript_pairs_each_tool_call_with_its_result(
+    console: ConsoleUnderTest,
+) -> None:
+    assert console.seeded.transcript_run is not None
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        html = (
+            await http.get(
+                "/run",
+                params={"id": console.seeded.transcript_run.id, "view": "transcript"},
+                headers=console.bearer(),
+            )
+        ).text
+    call = html[html.index('<div class="tool-call">') :]
+    call = call[: call.index("</article>")]
+    assert "weather.lookup" in call and "tool-call-1" in call
+    assert "&#34;sky&#34;: &#34;clear&#34;" in call  # the result, inside the call's block
+    assert "Clear skies in Paris." in html
+
+
+async def test_a_large_payload_starts_collapsed(console: ConsoleUnderTest) -> None:
+    assert console.seeded.root is not None
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        html = (
+            await http.get("/run", params={"id": console.seeded.root.id}, headers=console.bearer())
+        ).text
+    big = html[html.index('data-position="4"') :]
+    big = big[: big.index("</li>")]
+    assert '<details class="payload"><summary>payload (' in big
+    small = html[html.index('data-position="2"') :]
+    assert '<pre class="payload">' in small[: small.index("</li>")]
+
+
+async def test_the_session_page_shows_its_runs_as_a_tree(console: ConsoleUnderTest) -> None:
+    seeded = console.seeded
+    assert seeded.root is not None and seeded.child is not None
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        html = (
+            await http.get("/session", params={"id": seeded.session_id}, headers=console.bearer())
+        ).text
+    root_item = html[html.index(f'<li><a href="/run?id={seeded.root.id}"') :]
+    nested = root_item[: root_item.index("</ul>")]
+    assert f'href="/run?id={seeded.child.id}"' in nested
+    assert '<span class="kind">child</span>' in nested
+
+
+# --- Listings ----------------------------------------------------------------------------
+
+
+async def test_sessions_are_filtered_paged_and_searched(
+    console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prefix = unique("find")
+    ids = [await console.store.session(f"{prefix}-{n}") for n in range(3)]
+    await console.store.end(ids[1])
+    monkeypatch.setattr(views, "LIST_PAGE_SIZE", 2)
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        found = (await http.get("/sessions", params={"q": prefix})).text
+        assert all(f">{i}</a>" in found for i in ids)
+        exact = (await http.get("/sessions", params={"q": ids[2]})).text
+        assert "(exact match)" in exact
+        ended = (await http.get("/sessions", params={"status": "ended"})).text
+        assert f">{ids[1]}</a>" in ended and f">{ids[0]}</a>" not in ended
+        walked: list[str] = []
+        params: dict[str, str] = {}
+        for _ in range(100):
+            page = await http.get("/sessions", params=params)
+            walked += re.findall(r'<a href="/session\?id=([^"]+)">', page.text)
+            token = re.search(r'class="next" href="[^"]*page_token=([^"&]+)', page.text)
+            if token is None:
+                break
+            params = {"page_token": httpx.QueryParams(f"t={token.group(1)}")["t"]}
+        assert set(ids) <= set(walked) and len(walked) == len(set(walked))
+        later = (await http.get("/sessions", params={"created_after": "2999-01-01T00:00"})).text
+        assert "no sessions" in later
+        bad = await http.get("/sessions", params={"created_after": "yesterday"})
+        assert bad.status_code == 400 and "created_after" in bad.text
+
+
+async def test_runs_are_filtered_by_agent_status_and_sessionless(
+    console: ConsoleUnderTest,
+) -> None:
+    seeded = console.seeded
+    assert seeded.one_shot and seeded.suspended and seeded.root
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        by_agent = (await http.get("/runs", params={"agent": "waiter"})).text
+        suspended = (await http.get("/runs", params={"status": "suspended"})).text
+        sessionless = (await http.get("/runs", params={"sessionless": "1"})).text
+    assert seeded.suspended.id in by_agent and seeded.root.id not in by_agent
+    assert seeded.suspended.id in suspended and seeded.root.id not in suspended
+    assert seeded.one_shot.id in sessionless and seeded.root.id not in sessionless
+    assert "<td>one-shot</td>" in sessionless
+
+
+# --- Paging from the tail ----------------------------------------------------------------
+
+
+def _positions(html: str) -> list[int]:
+    return [int(p) for p in re.findall(r'<li class="record" data-position="(\d+)"', html)]
+
+
+async def test_records_open_at_the_tail_and_page_back(console: ConsoleUnderTest) -> None:
+    run = await console.store.root(agent_id="pager")
+    seed_long_run(console.database, run, 120)  # with its start record: 121 records
+    seen: list[int] = []
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        html = (await http.get("/run", params={"id": run.id})).text
+        assert "data-live=" in html  # the tail follows new records
+        while True:
+            page = _positions(html)
+            assert page == sorted(page, reverse=True)
+            seen += page
+            older = re.search(r'class="older" href="/run\?id=[^"]*before=(\d+)"', html)
+            if older is None:
+                break
+            html = (await http.get("/run", params={"id": run.id, "before": older[1]})).text
+            assert "data-live=" not in html
+    assert seen == list(range(121, 0, -1))
+    assert _positions(html)[-1] == 1
+
+
+async def test_a_page_reads_at_most_one_page_of_records(
+    console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """However long the run, a request reads one page of records plus the
+    one-record probes that find the tail."""
+    run = await console.store.root(agent_id="long")
+    seed_long_run(console.database, run, 100_000)
+    store = console.running.console.console.store  # type: ignore[union-attr]
+    counted: list[int] = []
+    original = store.list_run_records
+
+    async def counting(run_id: str, cursor: str, limit: int) -> Any:
+        page = await original(run_id, cursor, limit)
+        counted.append(len(page.events))
+        return page
+
+    monkeypatch.setattr(store, "list_run_records", counting)
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        html = (await http.get("/run", params={"id": run.id})).text
+    assert _positions(html)[0] == 100_001
+    assert len(_positions(html)) == reads.RECORDS_PER_PAGE
+    probes = sorted(n for n in counted if n <= 1)
+    assert sorted(counted) == [*probes, reads.RECORDS_PER_PAGE]  # one page, the rest probes
+    assert len(probes) <= reads.PROBES * 12
+
+
+# --- Sign-in -----------------------------------------------------------------------------
+
+
+async def test_sign_in_sets_a_strict_http_only_cookie_and_never_shows_the_token(
+    console: ConsoleUnderTest, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = console.tokens["reader"]
+    origin = {"origin": console.base}
+    caplog.set_level(logging.DEBUG)
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        form = await http.get("/login")
+        assert 'name="token"' in form.text and 'method="post"' in form.text
+        wrong = await http.post("/login", data={"token": "nope"}, headers=origin)
+        assert wrong.status_code == 401 and "set-cookie" not in wrong.headers
+        signed = await http.post("/login", data={"token": token, "next": "/runs"}, headers=origin)
+        assert signed.status_code == 303 and signed.headers["location"] == "/runs"
+        cookie = signed.headers["set-cookie"]
+        assert cookie.startswith("runstore_console=")
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+        assert "Secure" not in cookie  # plain HTTP here; the TLS test checks Secure
+        value = cookie.split(";")[0].split("=", 1)[1]
+        assert token not in cookie and value != token
+        page = await http.get("/sessions", headers={"cookie": f"runstore_console={value}"})
+        assert page.status_code == 200 and "reader (reader)" in page.text
+        assert token not in page.text
+        out = await http.post("/logout", headers={"cookie": f"runstore_console={value}", **origin})
+        assert out.status_code == 303
+        after = await http.get("/sessions", headers={"cookie": f"runstore_console={value}"})
+        assert after.status_code == 401
+    assert all(token not in record.getMessage() for record in caplog.records)
+
+
+async def test_sign_in_from_another_origin_is_refused(console: ConsoleUnderTest) -> None:
+    token = console.tokens["reader"]
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        for headers in ({}, {"origin": "http://evil.example"}, {"referer": "http://evil/x"}):
+            response = await http.post("/login", data={"token": token}, headers=headers)
+            assert response.status_code == 403 and "set-cookie" not in response.headers
+        via_referer = await http.post(
+            "/login", data={"token": token}, headers={"referer": f"{console.base}/login"}
+        )
+        assert via_referer.status_code == 303
+
+
+async def test_sign_in_only_redirects_within_the_console(console: ConsoleUnderTest) -> None:
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        for target in ("https://evil.example/", "//evil.example/", "/\\evil"):
+            response = await http.post(
+                "/login",
+                data={"token": console.tokens["reader"], "next": target},
+                headers={"origin": console.base},
+            )
+            assert response.headers["location"] == "/sessions"
+
+
+async def test_a_removed_principal_is_signed_out(tmp_path: Path) -> None:
+    async with (
+        console_server(tmp_path) as under,
+        httpx.AsyncClient(base_url=under.base, timeout=30) as http,
+    ):
+        signed = await http.post(
+            "/login", data={"token": under.tokens["reader"]}, headers={"origin": under.base}
+        )
+        cookie = {"cookie": f"runstore_console={signed.cookies['runstore_console']}"}
+        http.cookies.clear()
+        assert (await http.get("/sessions", headers=cookie)).status_code == 200
+        write_auth_file(tmp_path / "auth.toml", {})
+        under.running.security.reload()
+        assert (await http.get("/sessions", headers=cookie)).status_code == 401
+
+
+async def test_with_authentication_off_the_console_is_open(tmp_path: Path) -> None:
+    async with console_server(tmp_path, auth=False) as under:
+        session_id = await under.store.session()
+        async with httpx.AsyncClient(base_url=under.base, timeout=30) as http:
+            response = await http.get("/sessions")
+        assert response.status_code == 200 and session_id in response.text
+        assert "authentication off" in response.text
+        async with httpx.AsyncClient(base_url=under.base, timeout=30) as http:
+            localhost = await http.get("/sessions", headers={"host": "localhost"})
+            rebound = await http.get("/sessions", headers={"host": "evil.example:8080"})
+        assert localhost.status_code == 200
+        assert rebound.status_code == 400 and session_id not in rebound.text
+        assert rebound.headers["content-security-policy"] == CSP
+
+
+async def test_over_tls_the_console_uses_the_server_certificate(tmp_path: Path) -> None:
+    async with console_server(tmp_path, tls=Authority()) as under:
+        async with httpx.AsyncClient(
+            base_url=under.base,
+            timeout=30,
+            verify=ssl.create_default_context(cafile=str(tmp_path / "ca.crt")),
+        ) as http:
+            assert (await http.get("/healthz")).text == "ok"
+            signed = await http.post(
+                "/login", data={"token": under.tokens["reader"]}, headers={"origin": under.base}
+            )
+        assert signed.status_code == 303
+        assert "Secure" in signed.headers["set-cookie"]
+
+
+async def test_sighup_reloads_the_console_certificate(tmp_path: Path) -> None:
+    async with console_server(tmp_path, tls=Authority()) as under:
+        assert under.running.console is not None
+        fresh = Authority("another CA")
+        fresh.server().write(tmp_path, "server")  # over the files the server was started with
+        trusting_fresh = ssl.create_default_context(cadata=fresh.pem.decode())
+        async with httpx.AsyncClient(
+            base_url=under.base, timeout=30, verify=trusting_fresh
+        ) as http:
+            with pytest.raises(httpx.ConnectError):
+                await http.get("/healthz")
+            assert under.running.console.reload_tls()
+            assert (await http.get("/healthz")).text == "ok"
+
+
+# --- Live --------------------------------------------------------------------------------
+
+
+async def _next_event(lines: AsyncIterator[str]) -> dict[str, str]:
+    """The next ``record`` event's fields (pings and other events skipped)."""
+    event: dict[str, str] = {}
+    async for line in lines:
+        if not line:
+            if event.get("event") == "record":
+                return event
+            event = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(":")
+            event[name] = value.lstrip()
+    raise AssertionError("the stream ended")
+
+
+async def test_a_run_stream_sends_new_records_and_resumes_after_a_reconnect(
+    console: ConsoleUnderTest,
+) -> None:
+    run = await console.store.root(agent_id="live")
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        async with http.stream(
+            "GET", "/run/events", params={"id": run.id, "after": "1"}, headers=console.bearer()
+        ) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            assert stream.headers["content-security-policy"] == CSP
+            lines = stream.aiter_lines()
+            await console.store.runtime.AppendRunRecord(
+                rs.AppendRunRecordRequest(record=run.record("live-1", payload=b'{"n":1}'))
+            )
+            first = await asyncio.wait_for(_next_event(lines), 20)
+        assert first["id"] == "2" and json.loads(first["data"])["event_key"] == "live-1"
+        for n in (2, 3):
+            await console.store.runtime.AppendRunRecord(
+                rs.AppendRunRecordRequest(record=run.record(f"live-{n}", payload=b"{}"))
+            )
+        async with http.stream(
+            "GET",
+            "/run/events",
+            params={"id": run.id, "after": "1"},
+            headers={**console.bearer(), "last-event-id": "3"},
+        ) as stream:
+            resumed = await asyncio.wait_for(_next_event(stream.aiter_lines()), 20)
+    assert resumed["id"] == "4" and json.loads(resumed["data"])["event_key"] == "live-3"
+
+
+async def test_a_session_stream_counts_session_positions(console: ConsoleUnderTest) -> None:
+    run = await console.store.root(agent_id="live-session")
+    session_id = run.start.session_id
+    async with (
+        httpx.AsyncClient(base_url=console.base, timeout=30) as http,
+        http.stream(
+            "GET",
+            "/session/events",
+            params={"id": session_id, "after": "0"},
+            headers=console.bearer(),
+        ) as stream,
+    ):
+        lines = stream.aiter_lines()
+        started = await asyncio.wait_for(_next_event(lines), 20)
+        await console.store.runtime.AppendRunRecord(
+            rs.AppendRunRecordRequest(record=run.record("s-1", payload=b'"<b>x</b>"'))
+        )
+        appended = await asyncio.wait_for(_next_event(lines), 20)
+    assert started["id"] == "1" and appended["id"] == "2"
+    assert json.loads(appended["data"])["payload"]["text"] == '"<b>x</b>"'
+
+
+async def test_shutdown_ends_open_streams(tmp_path: Path) -> None:
+    async with console_server(tmp_path) as under:
+        run = await under.store.root(agent_id="stopping")
+        async with (
+            httpx.AsyncClient(base_url=under.base, timeout=30) as http,
+            http.stream(
+                "GET", "/run/events", params={"id": run.id, "after": "1"}, headers=under.bearer()
+            ) as stream,
+        ):
+            lines = stream.aiter_lines()
+            reader = asyncio.ensure_future(_drain(lines))
+            await asyncio.wait_for(shutdown(under.running, 1), 20)
+            await asyncio.wait_for(reader, 20)
+        under.running.console = None  # stopped already
+
+
+async def _drain(lines: AsyncIterator[str]) -> None:
+    try:
+        async for _ in lines:
+            pass
+    except httpx.RemoteProtocolError:
+        pass
+
+
+# --- Start-up ----------------------------------------------------------------------------
+
+
+def test_a_console_off_loopback_needs_tls_and_an_auth_file() -> None:
+    from runstore.server.auth import Security
+
+    config = ServerConfig(console_listen="0.0.0.0:8080")
+    with pytest.raises(SecurityError, match=r"console on 0\.0\.0\.0:8080.*--tls-cert"):
+        check_exposure(config, Security())
+    check_exposure(ServerConfig(console_listen="0.0.0.0:8080", insecure=True), Security())
+    check_exposure(ServerConfig(console_listen="127.0.0.1:8080"), Security())
+
+
+async def test_a_busy_console_port_is_a_listen_error(tmp_path: Path) -> None:
+    async with console_server(tmp_path) as under:
+        assert under.running.console is not None
+        config = ServerConfig(
+            listen="127.0.0.1:0",
+            console_listen=f"127.0.0.1:{under.running.console.port}",
+            database_url=f"sqlite:///{tmp_path / 'other.db'}",
+            migrate=True,
+        )
+        async with open_database(config) as db:
+            with pytest.raises(ListenError, match=r"cannot serve the console on .*in use"):
+                await build_server(config, create_stores(config, db))
+
+
+def test_the_console_is_off_by_default_and_takes_host_and_port() -> None:
+    from runstore.server import config
+
+    def load(*flags: str) -> ServerConfig:
+        import argparse
+
+        parser = argparse.ArgumentParser()
+        config.add_arguments(parser)
+        return config.load(parser.parse_args(list(flags)), env={})
+
+    assert load().console_listen == ""
+    assert load("--console-listen", "127.0.0.1:8080").console_listen == "127.0.0.1:8080"
+    with pytest.raises(config.ConfigError, match="--console-listen"):
+        load("--console-listen", "unix:/tmp/console.sock")
+
+
+@pytest.mark.parametrize("count", [*range(0, 70), 127, 128, 129, 1000, 4097, 100_001, 999_999])
+async def test_the_tail_search_finds_the_last_position(count: int) -> None:
+    """``reads._tail`` over a list of ``count`` records, read as the store reads."""
+    from runstore.server.core.model import Page
+
+    calls: list[int] = []
+
+    async def read(cursor: str, limit: int) -> Page:
+        after = int(cursor or 0)
+        calls.append(after)
+        events = [object()] * max(0, min(limit, count - after))
+        return Page(events)  # type: ignore[arg-type]
+
+    assert await reads._tail(read) == count
+    assert len(calls) <= 8 * 12
