@@ -19,6 +19,7 @@ from typing import Any, Final, Protocol
 from runstore.contract.auth_file import (
     AuthFileError,
     Principal,
+    hash_token,
     parse_auth_file,
     read_auth_file,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "Principal",
     "Principals",
     "PrincipalsFile",
+    "hash_token",
     "load_principals",
     "parse_principals",
 ]
