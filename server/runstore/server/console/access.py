@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from runstore.server.auth import roles
-from runstore.server.auth.principals import ANONYMOUS, Principal, PrincipalsFile, hash_token
+from runstore.server.auth.principals import ANONYMOUS, Principal, PrincipalsFile
 
 COOKIE: Final = "runstore_console"
 """The sign-in cookie's name: a random ID, HttpOnly, SameSite=Strict (Secure under TLS)."""
@@ -122,9 +122,7 @@ class Access:
         if principal is None:
             return None
         sign_in_id = secrets.token_urlsafe(32)
-        self._sign_ins[sign_in_id] = SignIn(
-            bytes.fromhex(hash_token(token)), self._clock() + SIGN_IN_SECONDS
-        )
+        self._sign_ins[sign_in_id] = SignIn(principal.token_digest, self._clock() + SIGN_IN_SECONDS)
         while len(self._sign_ins) > MAX_SIGN_INS:
             self._sign_ins.popitem(last=False)
         return sign_in_id, principal
