@@ -190,11 +190,17 @@ class PostgresWakeups:
             self._tasks.append(self._listener)
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
+        """Cancels the sender and the listener until they end: on Python 3.11
+        ``asyncio.wait_for`` can swallow a cancellation that arrives as its
+        inner call completes, and the task would then wait for work forever."""
+        pending = {task for task in self._tasks if not task.done()}
+        while pending:
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=0.1)
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+                task.result()
         self._tasks = []
         self._listener = None
         await self._drop_notifier()
