@@ -18,10 +18,11 @@ from contextlib import AsyncExitStack
 
 import asyncpg
 import grpc
+import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runstore.server.app import Telemetry, build_server, create_stores, open_database
+from runstore.server.app import Telemetry, build_server, create_stores, open_database, shutdown
 from runstore.server.config import ServerConfig
 from runstore.server.db import migrate
 from runstore.server.metrics import Metrics
@@ -164,3 +165,72 @@ async def test_a_worker_read_is_never_sent_to_the_standby(pair: pg_standby.Pair)
             sa.ListRunsBySessionRequest(session_id=run.start.session_id)
         )
         assert [r.run_id for r in runs.runs] == [run.id]
+
+
+@pytest.mark.timeout(600)
+async def test_export_and_console_pages_read_the_standby_and_live_pages_the_primary(
+    pair: pg_standby.Pair,
+) -> None:
+    """With the replay paused, ``runstore export`` (which sends
+    ``x-runstore-read-lag: tolerated``) and a console page miss the newest
+    record, which the standby has not replayed; the same listing without the
+    header, as a worker sends it, has it. Once the replay resumes, both do."""
+    from tests.cli.test_admin_cli import runstore
+
+    config = ServerConfig(
+        listen="127.0.0.1:0",
+        database_url=pair.primary.url("reads"),
+        read_database_url=pair.standby_url(),
+        console_listen="127.0.0.1:0",
+    )
+    async with AsyncExitStack() as stack:
+        db = await stack.enter_async_context(open_database(config))
+        running = await build_server(config, create_stores(config, db))
+        stack.push_async_callback(shutdown, running, 0)
+        assert running.console is not None
+        target = f"127.0.0.1:{running.port}"
+        channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
+        store = Store(channel, target=target)
+        http = await stack.enter_async_context(
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{running.console.port}", timeout=30)
+        )
+
+        run = await store.root()
+        await store.runtime.AppendRunRecord(
+            rs.AppendRunRecordRequest(record=run.record("replicated"))
+        )
+        before = [r.id for r in await store.records(run.id)]
+
+        async def exported() -> list[str] | None:
+            """The export's record IDs; None while the standby lacks the run."""
+            result = await runstore(store, "export", "--run", run.id)
+            if result.code != 0 and "RUN_NOT_FOUND" in result.err:
+                return None
+            assert result.code == 0, result.err
+            return [line["id"] for line in result.lines()]
+
+        async def replicated() -> bool:
+            return await exported() == before
+
+        await _until("the standby has the first record", replicated)
+
+        standby = await asyncpg.connect(pair.standby_url())
+        stack.push_async_callback(standby.close)
+        await standby.execute("SELECT pg_wal_replay_pause()")
+        newest = await store.runtime.AppendRunRecord(
+            rs.AppendRunRecordRequest(record=run.record("unreplicated"))
+        )
+
+        assert [r.id for r in await store.records(run.id)] == [*before, newest.id]
+        assert await exported() == before
+        page = await http.get("/run", params={"id": run.id})
+        assert page.status_code == 200, page.text
+        assert "key replicated" in page.text and "key unreplicated" not in page.text
+
+        await standby.execute("SELECT pg_wal_replay_resume()")
+
+        async def caught_up() -> bool:
+            return await exported() == [*before, newest.id]
+
+        await _until("the export has the newest record", caught_up)
+        assert "key unreplicated" in (await http.get("/run", params={"id": run.id})).text

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -98,6 +99,11 @@ def _gone(pid: int) -> bool:
 
 def _established(pid: int, port: int) -> int:
     """Connections to ``port`` the process ``pid`` holds (its sockets in /proc/net/tcp)."""
+    return _sockets(pid, port, state="01")
+
+
+def _sockets(pid: int, port: int, state: str) -> int:
+    """The process's sockets on local ``port`` in the kernel's TCP ``state``."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         with contextlib.suppress(OSError):
@@ -109,9 +115,14 @@ def _established(pid: int, port: int) -> int:
         for line in Path(table).read_text().splitlines()[1:]:
             fields = line.split()
             local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            if local_port == port and fields[3] == "01" and fields[9] in inodes:
+            if local_port == port and fields[3] == state and fields[9] in inodes:
                 count += 1
     return count
+
+
+def _listening(pid: int, port: int) -> int:
+    """Listening sockets on ``port`` that the process ``pid`` holds."""
+    return _sockets(pid, port, state="0A")
 
 
 def test_sqlite_refuses_more_than_one_worker_in_one_line(tmp_path: Path) -> None:
@@ -216,3 +227,20 @@ async def test_a_worker_that_dies_takes_the_set_down_non_zero() -> None:
                     break
                 await asyncio.sleep(0.05)
             assert _gone(second)
+
+
+@pytest.mark.postgres
+async def test_the_console_is_served_once_by_the_first_worker() -> None:
+    """With ``--console-listen``, a second worker binding the same console port
+    would die of it and take the set down; the first worker alone serves it."""
+    console_port = _free_port()
+    async with postgres.fresh_database("runstore_workers") as url:
+        code, _, stderr = await run_module("runstore.server", "migrate", "--database-url", url)
+        assert code == 0, stderr
+        async with workers(url, 2, "--console-listen", f"127.0.0.1:{console_port}") as served:
+            async with httpx.AsyncClient(timeout=30) as http:
+                answer = await http.get(f"http://127.0.0.1:{console_port}/healthz")
+            assert answer.status_code == 200 and answer.text == "ok"
+            held = [_listening(pid, console_port) for pid in served.pids()]
+            assert sorted(held) == [0, 1], held
+            assert served.process.returncode is None, served.log.decode()

@@ -15,12 +15,14 @@ from runstore.cli.remote import Clients
 
 
 async def export(args: argparse.Namespace, clients: Clients, out: Output) -> int:
-    """Streams every record, page by page."""
+    """Streams every record, page by page; with ``--read-database-url`` on the
+    server, from its standby (an export need not see the last moment's commits)."""
 
     async def fetch(cursor: str) -> Any:
+        store = clients.lagging_store
         if args.run:
-            return await clients.store.list_run_records(args.run, cursor, RECORDS_PAGE)
-        return await clients.store.list_session_run_records(args.session, cursor, RECORDS_PAGE)
+            return await store.list_run_records(args.run, cursor, RECORDS_PAGE)
+        return await store.list_session_run_records(args.session, cursor, RECORDS_PAGE)
 
     cursor = ""
     while True:

@@ -29,6 +29,7 @@ from runstore.client import (
     open_channel,
 )
 from runstore.contract.errors import RunstoreError
+from runstore.contract.metadata import READ_LAG_METADATA
 from runstore.contract.model import ListPage
 
 DEFAULT_TARGET: Final = "127.0.0.1:50051"
@@ -149,6 +150,8 @@ class Clients:
         self.store = RemoteStore(**options)
         self.follower = RemoteStore(**{**options, "retry": FOLLOW_RETRY})
         """For ``--follow``: reconnects (resuming its cursor) for up to a minute."""
+        self.lagging_store = RemoteStore(**{**options, "metadata": READ_LAG_METADATA})
+        """For ``export``: its listings may be served by a standby (docs/failover.md)."""
         self.timeout: float = args.timeout
 
     async def close(self) -> None:

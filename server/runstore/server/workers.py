@@ -104,7 +104,9 @@ def _without_workers_flag(argv: Sequence[str]) -> list[str]:
 
 def worker_argv(config: ServerConfig, argv: Sequence[str], port: int, number: int) -> list[str]:
     """A worker's command line: the parent's, on the reserved port; a fixed
-    metrics port becomes one per worker (port + number)."""
+    metrics port becomes one per worker (port + number); the console is served
+    by the first worker alone (its port is not shared, and one console reads
+    every worker's commits through the database and its wake-ups)."""
     host, _ = _host_port(config.listen)
     listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     extra = ["--listen", listen]
@@ -112,6 +114,8 @@ def worker_argv(config: ServerConfig, argv: Sequence[str], port: int, number: in
         metrics_host, metrics_port = _host_port(config.metrics_listen)
         if metrics_port:
             extra += ["--metrics-listen", f"{metrics_host}:{metrics_port + number}"]
+    if config.console_listen and number > 0:
+        extra += ["--console-listen", ""]
     return [sys.executable, "-m", "runstore.server", *_without_workers_flag(argv), *extra]
 
 

@@ -31,6 +31,7 @@ from runstore.contract.errors import (
 from runstore.server.auth.principals import Principal
 from runstore.server.console import access, live, views
 from runstore.server.console.pages import Console, url
+from runstore.server.db.lagging import lagging_reads
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +108,15 @@ def principal_of(console: Console, request: Request) -> Principal:
 Handler = Callable[[Console, Request], Awaitable[Response]]
 
 
-def screen(console: Console, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    """``handler`` behind the access check and the store's errors as pages."""
+def screen(
+    console: Console, handler: Handler, *, may_lag: bool = True
+) -> Callable[[Request], Awaitable[Response]]:
+    """``handler`` behind the access check and the store's errors as pages.
+
+    A page's reads ``may_lag``: with ``--read-database-url`` the standby serves
+    them (a page is a look, not a worker's read). The live streams do not: a
+    wake-up for a commit the standby has not replayed would find nothing.
+    """
 
     async def endpoint(request: Request) -> Response:
         try:
@@ -122,7 +130,10 @@ def screen(console: Console, handler: Handler) -> Callable[[Request], Awaitable[
                 request, "refused.html", refused.status, reason=refused.reason, title="Refused"
             )
         try:
-            return await handler(console, request)
+            if not may_lag:
+                return await handler(console, request)
+            with lagging_reads():
+                return await handler(console, request)
         except NotFoundError as exc:
             return _error(console, request, 404, exc)
         except InvalidArgumentError as exc:
@@ -244,10 +255,10 @@ def create_app(console: Console) -> Starlette:
         *login_endpoints(console),
         Route("/sessions", guarded(views.sessions)),
         Route("/session", guarded(views.session)),
-        Route("/session/events", guarded(live.session_events)),
+        Route("/session/events", screen(console, live.session_events, may_lag=False)),
         Route("/runs", guarded(views.runs)),
         Route("/run", guarded(views.run)),
-        Route("/run/events", guarded(live.run_events)),
+        Route("/run/events", screen(console, live.run_events, may_lag=False)),
         Mount(
             "/static",
             StaticFiles(packages=[("runstore.server.console", "static")]),

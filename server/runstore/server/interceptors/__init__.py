@@ -25,6 +25,7 @@ from runstore.server.interceptors.db_bound import DatabaseBound
 from runstore.server.interceptors.handlers import Chain, Concern
 from runstore.server.interceptors.limits import Limits
 from runstore.server.interceptors.parsing import RequestParsing
+from runstore.server.interceptors.read_lag import ReadLag
 from runstore.server.interceptors.request_ids import RequestIds
 from runstore.server.metrics import Metrics
 
@@ -64,6 +65,11 @@ def concerns(
     # 6. Database operation bound: marks when each call started, innermost, so
     #    the bound counts from the call reaching the store (docs/limits.md).
     chain.append(DatabaseBound())
+
+    # 7. Record listings the caller lets lag go to the standby of
+    #    --read-database-url, when there is one (docs/failover.md).
+    if config.read_database_url:
+        chain.append(ReadLag())
     return chain
 
 
