@@ -1,17 +1,15 @@
 """What the console's screens read, through the store core the gRPC servicers call.
 
-Record lists open at their tail: the store pages forwards from a cursor (the
-number of records already read), and record IDs (and session positions) are
-dense, so the page just before position ``before`` is the forward page that
-starts ``page`` records earlier. Finding the tail itself takes a search of
-one-record reads, eight at a time (for 100,000 records: 64 reads in 8
-rounds), so no request reads more than one page of records, however long the
-history is.
+Record lists open at their tail: the store tells the newest record's position
+(``run_tail``, ``session_tail``: one index lookup), the store pages forwards
+from a cursor (the number of records already read), and record IDs (and
+session positions) are dense, so the page just before position ``before`` is
+the forward page that starts ``page`` records earlier. No request reads more
+than one page of records, however long the history is.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -21,13 +19,10 @@ from runstore.server.console.render import json_object
 from runstore.server.core.model import Page, RunRecord, RunState
 from runstore.server.core.store import RuntimeStore
 
-PROBES = 8
-"""One-record reads in flight at once while looking for the tail."""
-
 RECORDS_PER_PAGE = 50
 """Records one screen shows: a page a browser renders at once, whatever the history."""
 
-Probe = Callable[[str, int], Awaitable[Page]]
+Forward = Callable[[str, int], Awaitable[Page]]
 """Reads at most ``limit`` records after a cursor (the store's forward page)."""
 
 
@@ -61,44 +56,8 @@ def _cursor(after: int) -> str:
     return str(after) if after > 0 else ""
 
 
-async def _tail(read: Probe) -> int:
-    """The position of the last record (0: none), from one-record reads:
-    ``read(after, 1)`` is empty exactly when no record follows ``after``. Each
-    round reads ``PROBES`` positions at once (the database serves them on
-    several connections): first growing by a factor of 2 per probe until one
-    is past the end, then narrowing the gap between the last position found
-    and the first missing one ``PROBES + 1``-fold."""
-
-    async def exists(position: int) -> bool:
-        return bool((await read(_cursor(position - 1), 1)).events)
-
-    async def probe(positions: list[int]) -> list[bool]:
-        return list(await asyncio.gather(*(exists(position) for position in positions)))
-
-    if not await exists(1):
-        return 0
-    known, missing = 1, 0
-    while not missing:
-        ahead = [known << shift for shift in range(1, PROBES + 1)]
-        for position, found in zip(ahead, await probe(ahead), strict=True):
-            if not found:
-                missing = position
-                break
-            known = position
-    while missing - known > 1:
-        step = max(1, (missing - known) // (PROBES + 1))
-        between = list(range(known + step, missing, step))[:PROBES]
-        for position, found in zip(between, await probe(between), strict=True):
-            if not found:
-                missing = position
-                break
-            known = position
-    return known
-
-
-async def _slice(read: Probe, before: int) -> RecordSlice:
+async def _slice(read: Forward, tail: int, before: int) -> RecordSlice:
     """The page of records just before position ``before`` (0: the tail)."""
-    tail = await _tail(read)
     end = tail if before <= 0 or before > tail + 1 else before - 1
     start = max(0, end - RECORDS_PER_PAGE)
     if end <= start:
@@ -116,7 +75,7 @@ async def run_records(store: RuntimeStore, run_id: str, before: int) -> RecordSl
     async def read(cursor: str, limit: int) -> Page:
         return await store.list_run_records(run_id, cursor, limit)
 
-    return await _slice(read, before)
+    return await _slice(read, await store.run_tail(run_id), before)
 
 
 async def session_records(store: RuntimeStore, session_id: str, before: int) -> RecordSlice:
@@ -125,7 +84,7 @@ async def session_records(store: RuntimeStore, session_id: str, before: int) -> 
     async def read(cursor: str, limit: int) -> Page:
         return await store.list_session_run_records(session_id, cursor, limit)
 
-    return await _slice(read, before)
+    return await _slice(read, await store.session_tail(session_id), before)
 
 
 @dataclass(frozen=True, slots=True)

@@ -95,6 +95,14 @@ class Transaction(Protocol):
         """The run's records under any of ``event_keys`` (distinct), by key."""
         ...
 
+    async def run_tail(self, run_id: str) -> int:
+        """The ID of the run's newest record (IDs are dense: its record count)."""
+        ...
+
+    async def session_tail(self, session_id: str) -> int:
+        """The session position of its newest record (0: none)."""
+        ...
+
     async def run_records(
         self, run_id: str, after: int, limit: int, max_bytes: int
     ) -> list[RunRecord]:

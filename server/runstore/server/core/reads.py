@@ -71,6 +71,29 @@ class Reads(Section):
 
         return await self._db.read(tx_fn)
 
+    async def run_tail(self, run_id: str) -> int:
+        """The ID of the run's newest record (0: none). Not a contract read: a
+        reader (the console) opens a long history at its tail with it, then
+        pages back from there with ``list_run_records``."""
+        input_rules.check_ids(run_id=run_id)
+
+        async def tx_fn(tx: Transaction) -> int:
+            if await tx.run(run_id) is None:
+                raise RunNotFoundError(run_id=run_id)
+            return await tx.run_tail(run_id)
+
+        return await self._db.read(tx_fn)
+
+    async def session_tail(self, session_id: str) -> int:
+        """The session position of its newest record (0: none); as ``run_tail``."""
+        input_rules.check_ids(session_id=session_id)
+
+        async def tx_fn(tx: Transaction) -> int:
+            existing_session(await tx.session(session_id), session_id)
+            return await tx.session_tail(session_id)
+
+        return await self._db.read(tx_fn)
+
     async def list_run_transcript_records(
         self, run_id: str, through_record_id: str, after_record_id: str, limit: int
     ) -> Page:

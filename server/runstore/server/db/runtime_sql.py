@@ -221,6 +221,16 @@ def runtime_sources() -> dict[str, ClauseElement]:
             records.c.run_id == bindparam("run_id"),
             records.c.record_id == bindparam("record_id"),
         ),
+        # The newest record's ID and session position (0: none), through the
+        # same index lookups the appends use: what a reader opening a long
+        # history at its tail needs first.
+        "run_tail": select(
+            next_record_id(records.alias("prior"), bindparam("run_id")) - literal_column("1")
+        ),
+        "session_tail": select(
+            next_session_position(records.alias("prior"), bindparam("session_id"))
+            - literal_column("1")
+        ),
         "run_records": _record_page(
             records.c.run_id == bindparam("run_id"),
             records.c.record_id > bindparam("after"),

@@ -30,6 +30,8 @@ class Statements:
     run_for_update: Compiled
     record_by_key: Compiled
     record_by_id: Compiled
+    run_tail: Compiled
+    session_tail: Compiled
     run_records: Compiled
     session_records: Compiled
     transcript_records: Compiled

@@ -157,6 +157,14 @@ class SqlTransaction(Transaction):
         row = await self._one(self._sql.record_by_id, run_id=run_id, record_id=record_id)
         return row_codecs.record_from_row(row) if row is not None else None
 
+    async def run_tail(self, run_id: str) -> int:
+        row = await self._one(self._sql.run_tail, run_id=run_id)
+        return int(row[0])
+
+    async def session_tail(self, session_id: str) -> int:
+        row = await self._one(self._sql.session_tail, session_id=session_id)
+        return int(row[0])
+
     async def run_records(
         self, run_id: str, after: int, limit: int, max_bytes: int
     ) -> list[RunRecord]:
