@@ -289,3 +289,45 @@ async def test_a_role_that_may_no_longer_call_the_method_ends_its_open_streams(
             assert running.security.principals.reload()
             got = await _ended_with(demoted, sent)
             assert got == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED", WATCH_RUN)
+
+
+async def test_a_reload_before_the_stream_listens_still_ends_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The token is removed and the file reloaded after the Watch call was
+    admitted but before its stream registered for reloads (the reload is made
+    to land exactly there): the stream must still end, not outlive its token."""
+    host, worker, reader = Entry("host"), Entry("worker"), Entry("reader")
+    auth_file = write_auth_file(
+        tmp_path / "auth.toml", {"host": host, "worker": worker, "reader": reader}
+    )
+    config = ServerConfig(
+        listen="127.0.0.1:0",
+        database_url=f"sqlite:///{tmp_path / 'runstore.db'}",
+        auth_file=str(auth_file),
+    )
+    async with (
+        running_server(config) as running,
+        grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel,
+    ):
+        run = await _run_with_record(channel, host, worker)
+        principals = running.security.principals
+        assert principals is not None
+        listen = principals.listen
+        reloaded = asyncio.Event()
+        sent = 0.0
+
+        def reload_then_listen(listener: Any) -> None:
+            nonlocal sent
+            write_auth_file(auth_file, {"host": host, "worker": worker})
+            sent = time.monotonic()
+            assert principals.reload()
+            reloaded.set()
+            listen(listener)
+
+        monkeypatch.setattr(principals, "listen", reload_then_listen)
+        async with watching(channel, run.id, reader.token) as stream:
+            await asyncio.wait_for(reloaded.wait(), 30)
+            got = await _ended_with(stream, sent)
+        assert got == (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED", WATCH_RUN)
+        assert stream.keys == []

@@ -150,6 +150,9 @@ class Authentication:
                     decision = await _settle(method, decision, context)
                 standing = _Standing(method, decision, context, certificates=certificates)
                 principals_file.listen(standing.reloaded)
+                # A reload between this call's admission and ``listen`` told no
+                # one: judge the stream once against the set installed now.
+                standing.judge(principals_file.current)
                 responses = inner(request, context)
                 try:
                     while standing.refusal is None:
@@ -211,9 +214,10 @@ class _Standing:
 
     def reloaded(self, principals: Principals) -> None:
         """A reload installed ``principals`` (called in the reloading thread)."""
-        self._loop.call_soon_threadsafe(self._judge, principals)
+        self._loop.call_soon_threadsafe(self.judge, principals)
 
-    def _judge(self, principals: Principals) -> None:
+    def judge(self, principals: Principals) -> None:
+        """Sets ``refusal`` (and wakes the stream) once ``principals`` refuse it."""
         if self.refusal is not None:
             return
         if self._token is not None:
