@@ -92,8 +92,10 @@ def quiet_grpc_core() -> None:
     """gRPC's C core logs each failed TLS handshake on stderr at INFO level; a
     client command says what failed in its own one line, so the core keeps to
     errors unless ``GRPC_VERBOSITY`` asks otherwise. Takes effect only before
-    grpc is first imported, which the built-in commands do after this."""
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    grpc is first imported, which the built-in commands do after this (a caller
+    that imported grpc already, such as a test calling ``main``, is left alone)."""
+    if "grpc" not in sys.modules:
+        os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 
 def version(entry_points: Iterable[EntryPoint]) -> str:
