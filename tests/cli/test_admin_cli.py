@@ -27,6 +27,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from runstore.cli import program
+from runstore.cli.jsonlines import record_from_line
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
@@ -106,7 +107,7 @@ async def test_sessions_list_in_both_formats_with_filters_and_pages(store: Store
     rows = as_json.lines()
     assert [row["id"] for row in rows] == ids
     assert rows[1]["status"] == "ended" and rows[1]["ended_at"] is not None
-    assert rows[0]["created_at"] == iso(base).replace("Z", ".000000Z")
+    assert rows[0]["created_at"] == iso(base).replace("Z", ".000Z")
 
     human = await runstore(store, "sessions", "list", *window)
     assert human.code == 0
@@ -177,7 +178,7 @@ async def test_end_asks_first_and_does_nothing_unless_confirmed(store: Store) ->
         store, "sessions", "end", other, "--yes", "--at", "2026-12-01T10:00:00Z"
     )
     assert unasked.code == 0 and "[y/N]" not in unasked.err
-    assert "ended" in unasked.out and "2026-12-01 10:00:00.000Z" in unasked.out
+    assert "ended" in unasked.out and "2026-12-01T10:00:00.000Z" in unasked.out
 
 
 async def test_purge_asks_first_reports_refusals_and_purges(store: Store) -> None:
@@ -251,8 +252,9 @@ async def test_runs_show_has_metadata_then_records_with_a_payload_preview(store:
     shown = (await runstore(store, "runs", "show", run.id, "--json")).lines()
     assert len(shown) == 1
     assert shown[0]["run_id"] == run.id and shown[0]["session_id"] == session_id
-    payloads = [base64.b64decode(r["payload"]) for r in shown[0]["records"]]
+    payloads = [record_from_line(json.dumps(r)).payload for r in shown[0]["records"]]
     assert payloads[1:] == [long_text, binary, b"a\nb"]
+    assert shown[0]["records"][1]["payload"] == {"answer": "x" * 200}  # JSON, as export has it
     missing = await runstore(store, "runs", "show", unique("nope"), "--json")
     assert missing.code == 1 and missing.err.startswith("runstore: RUN_NOT_FOUND:")
 
@@ -334,6 +336,8 @@ async def test_health_in_both_formats(store: Store) -> None:
     ]
     unknown = await runstore(store, "health", "--service", "no.such.Service")
     assert unknown.code == 1 and unknown.err.startswith("runstore: NOT_FOUND")
+    assert "the server has no service named 'no.such.Service'" in unknown.err
+    assert len(unknown.err.splitlines()) == 1
 
 
 # --- usage and connections -------------------------------------------------------
@@ -394,3 +398,56 @@ def test_the_entry_point_against_no_server_and_a_usage_error() -> None:
         timeout=60,
     )
     assert usage.returncode == 2 and "usage: runstore runs show" in usage.stderr
+
+
+# --- one output shape ------------------------------------------------------------
+
+
+async def test_records_list_json_has_the_payload_as_export_has_it(store: Store) -> None:
+    run = await started(store, session_id="", agent_id="a")
+    await store.runtime.AppendRunRecord(
+        rs.AppendRunRecordRequest(record=run.record("json", payload=b'{"answer":42}'))
+    )
+    await store.runtime.AppendRunRecord(
+        rs.AppendRunRecordRequest(record=run.record("bytes", payload=b"\xff\x00"))
+    )
+    listed = await runstore(store, "records", "list", "--run", run.id, "--json")
+    exported = await runstore(store, "export", "--run", run.id)
+    assert listed.code == exported.code == 0, listed.err + exported.err
+    assert listed.lines() == exported.lines()
+    assert listed.lines()[1]["payload"] == {"answer": 42}
+    assert listed.lines()[2]["payload_base64"] == base64.b64encode(b"\xff\x00").decode()
+
+
+def _columns(header: str, names: list[str]) -> list[int]:
+    return [header.index(name) for name in names]
+
+
+async def test_follow_rows_line_up_with_the_header_and_times_read_one_way(store: Store) -> None:
+    run = await started(store, session_id="", agent_id="a")
+    await store.runtime.AppendRunRecord(rs.AppendRunRecordRequest(record=run.record("before")))
+    following = asyncio.ensure_future(
+        runstore(store, "records", "tail", "--run", run.id, "-n", "100", "--follow")
+    )
+    for key in ("live-turnless", "live-a-much-longer-event-key-than-any-before"):
+        await store.runtime.AppendRunRecord(rs.AppendRunRecordRequest(record=run.record(key)))
+    await store.runtime.RecordRunTerminal(run.terminal_request())
+    result = await asyncio.wait_for(following, 60)
+    assert result.code == 0, result.err
+    header, _rule, *rows = result.out.splitlines()
+    assert all(row.strip() for row in rows), result.out  # no blank line for an empty turn
+    assert len(rows) == 5
+    names = ["ID", "TYPE", "TIMESTAMP", "RUN", "TURN", "EVENT KEY"]
+    starts = _columns(header, names)
+    for row in rows:
+        # Each cell begins where its header does (the event key may push BYTES out).
+        for start in starts:
+            assert row[start] != " " and (start == 0 or row[start - 1] == " "), (row, header)
+        turn = row[starts[4] :].split()[0]
+        assert turn == "-"
+    timestamp = rows[0][starts[2] :].split()[0]
+    assert datetime.fromisoformat(timestamp).tzinfo is not None and timestamp.endswith("Z")
+    assert len(timestamp) == len("2026-12-01T10:00:00.000Z")
+    shown = await runstore(store, "runs", "show", run.id)
+    started_line = next(line for line in shown.out.splitlines() if line.startswith("started"))
+    assert started_line.split()[1] == timestamp  # show and the tables write times alike

@@ -13,6 +13,7 @@ import pytest
 
 from runstore.client import (
     ContextSnapshot,
+    InvalidTokenError,
     PermissionDeniedError,
     RemoteContextStore,
     RemoteMemoryStore,
@@ -23,6 +24,7 @@ from runstore.client import (
     TLSConfig,
     UnauthenticatedError,
     memory,
+    read_token_file,
     records,
 )
 from runstore.client.errors import from_rpc_error
@@ -174,3 +176,50 @@ def test_a_refusal_without_error_info_is_still_its_class(
         grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), "proxy said no")
     )
     assert type(rebuilt) is cls
+
+
+# --- tokens as they come from files and variables --------------------------------
+
+
+async def test_a_token_read_from_a_file_with_its_newline_works(
+    served: Served, tmp_path: Path
+) -> None:
+    """``open("host.token").read()`` keeps the newline; the client strips it."""
+    token_file = tmp_path / "host.token"
+    token_file.write_text(f"  {served.entries['host'].token}\n")
+    async with RemoteSessionAdmin(served.target, token=token_file.read_text()) as admin:
+        assert (await admin.create_session(unique("newline"), records.now())).id
+    async with RemoteSessionAdmin(served.target, token=read_token_file(token_file)) as admin:
+        assert (await admin.create_session(unique("file"), records.now())).id
+    async with RemoteSessionAdmin(
+        served.target, token=lambda: served.entries["host"].token + "\r\n"
+    ) as rotating:
+        assert (await rotating.create_session(unique("rotating"), records.now())).id
+
+
+@pytest.mark.parametrize(
+    ("token", "says"),
+    [("", "token is empty"), (" \n", "token is empty"), ("ab\x00cd", "control or non-ASCII")],
+    ids=["empty", "whitespace", "control-character"],
+)
+async def test_an_unusable_token_is_refused_before_any_call(
+    served: Served, token: str, says: str
+) -> None:
+    with pytest.raises(InvalidTokenError, match=says):
+        RemoteSessionAdmin(served.target, token=token)
+    with pytest.raises(ValueError, match=says):  # InvalidTokenError is a ValueError
+        SyncRemoteSessionAdmin(served.target, token=token)
+    retries: list[object] = []
+    async with RemoteSessionAdmin(
+        served.target, token=lambda: token, on_retry=lambda *a: retries.append(a)
+    ) as rotating:
+        with pytest.raises(InvalidTokenError, match=says):
+            await rotating.load_session("x")
+    assert retries == []
+
+
+def test_an_empty_token_file_is_refused(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.token"
+    empty.write_text("\n")
+    with pytest.raises(InvalidTokenError, match=f"token file {empty} is empty"):
+        read_token_file(empty)

@@ -13,6 +13,9 @@ from runstore.cli import remote
 from runstore.cli.output import Output
 from runstore.cli.plugins import Command
 from runstore.cli.remote import Clients
+from runstore.client import from_rpc_error
+
+EXAMPLE_SERVICE: Final = "runstore.v1.RuntimeStore"
 
 
 async def health(args: argparse.Namespace, clients: Clients, out: Output) -> int:
@@ -22,6 +25,15 @@ async def health(args: argparse.Namespace, clients: Clients, out: Output) -> int
             health_pb2.HealthCheckRequest(service=args.service), timeout=clients.timeout
         )
     except grpc.aio.AioRpcError as error:
+        if error.code() == grpc.StatusCode.NOT_FOUND:
+            print(
+                f"runstore: NOT_FOUND: the server has no service named {args.service!r} "
+                f"(give '' for the server as a whole, or a full name such as {EXAMPLE_SERVICE})",
+                file=sys.stderr,
+            )
+            return 1
+        if error.code() == grpc.StatusCode.UNAVAILABLE:
+            raise from_rpc_error(error) from error  # remote.run may find a TLS mistake
         print(f"runstore: {error.code().name}: {error.details()}", file=sys.stderr)
         return 1
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)

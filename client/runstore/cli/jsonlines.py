@@ -42,8 +42,8 @@ def rfc3339_millis(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def record_line(record: RunRecord) -> str:
-    """One record as one JSON line (no trailing newline)."""
+def record_object(record: RunRecord) -> dict[str, Any]:
+    """One record as the JSON object of its line; ``--json`` listings print the same."""
     line: dict[str, Any] = {
         "id": record.id,
         "event_key": record.event_key,
@@ -59,7 +59,12 @@ def record_line(record: RunRecord) -> str:
         line["payload"] = value
     else:
         line["payload_base64"] = base64.b64encode(record.payload).decode()
-    text = json.dumps(line, separators=_SEPARATORS, ensure_ascii=False)
+    return line
+
+
+def record_line(record: RunRecord) -> str:
+    """One record as one JSON line (no trailing newline)."""
+    text = json.dumps(record_object(record), separators=_SEPARATORS, ensure_ascii=False)
     # Line and paragraph separators are legal in JSON strings but end a line for
     # many readers (``str.splitlines``, JavaScript): escape them, nothing else.
     return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")

@@ -8,34 +8,37 @@ import dataclasses
 import enum
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, TextIO
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from runstore.cli.jsonlines import record_object, rfc3339_millis
 from runstore.client import RunRecord
 
 PREVIEW_CHARS: Final = 60
 
 
 def iso(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    """The one way the CLI writes a time, in tables, ``show`` and JSON alike:
+    RFC 3339 in UTC with milliseconds (``2026-12-01T10:00:00.123Z``), as
+    ``runstore export`` does."""
+    return None if moment is None else rfc3339_millis(moment)
 
 
 def short_time(moment: datetime | None) -> str:
-    if moment is None:
-        return "-"
-    return (
-        moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
-    )
+    """``iso`` for a table cell: ``-`` for no time."""
+    return "-" if moment is None else rfc3339_millis(moment)
 
 
 def jsonable(value: Any) -> Any:
-    """A client model value as JSON: times RFC 3339 UTC, bytes base64, enums by value."""
+    """A client model value as JSON: times RFC 3339 UTC, bytes base64, enums by
+    value, and a record as ``runstore export`` writes it (``payload`` as JSON
+    when it is JSON, else ``payload_base64``)."""
+    if isinstance(value, RunRecord):
+        return record_object(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, datetime):
@@ -62,6 +65,14 @@ def preview(payload: bytes, width: int = PREVIEW_CHARS) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
+class _Console(Console):
+    """rich's console, but a closed stdout raises ``BrokenPipeError`` (which the
+    program turns into a quiet exit) instead of rich's own ``SystemExit(1)``."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 class Output:
     """Where a command's results go: rich tables, or JSON lines with ``--json``."""
 
@@ -70,7 +81,7 @@ class Output:
         self._out = out
         # Not a terminal: never wrap or cut IDs to 80 columns.
         width = None if out.isatty() else 250
-        self.console = Console(file=out, width=width, highlight=False, soft_wrap=False)
+        self.console: Console = _Console(file=out, width=width, highlight=False, soft_wrap=False)
 
     def json(self, value: Any) -> None:
         self._out.write(json.dumps(jsonable(value), ensure_ascii=False) + "\n")
@@ -102,6 +113,47 @@ class Output:
         for name, value in pairs:
             table.add_row(name, "-" if value in (None, "") else str(value))
         self.console.print(table)
+
+
+class StreamedTable:
+    """A table printed a row at a time (``records tail --follow``): columns as
+    wide as the header and the rows known when it starts, widened when a later
+    row needs it; empty cells are ``-`` as in ``Output.table``."""
+
+    GAP: Final = "  "
+
+    def __init__(self, output: Output, headers: Sequence[str], rows: Iterable[Sequence[Any]]):
+        self._output = output
+        self.headers = list(headers)
+        self.widths = [len(header) for header in self.headers]
+        self._pending = [self._cells(row) for row in rows]
+        for cells in self._pending:
+            self._widen(cells)
+
+    @staticmethod
+    def _cells(row: Sequence[Any]) -> list[str]:
+        return ["-" if cell in (None, "") else str(cell) for cell in row]
+
+    def _widen(self, cells: Sequence[str]) -> None:
+        self.widths = [
+            max(width, len(cell)) for width, cell in zip(self.widths, cells, strict=True)
+        ]
+
+    def _line(self, cells: Sequence[str]) -> str:
+        padded = [cell.ljust(width) for cell, width in zip(cells[:-1], self.widths, strict=False)]
+        return self.GAP.join([*padded, cells[-1]]).rstrip()
+
+    def start(self) -> None:
+        """The header, a rule, and the rows given at the start."""
+        rule = self.GAP.join("─" * width for width in self.widths)
+        self._output.lines([self._line(self.headers), rule])
+        self._output.lines(self._line(cells) for cells in self._pending)
+        self._pending = []
+
+    def row(self, row: Sequence[Any]) -> None:
+        cells = self._cells(row)
+        self._widen(cells)
+        self._output.lines([self._line(cells)])
 
 
 SESSION_HEADERS: Final = ("SESSION", "STATUS", "CREATED", "ENDED")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
@@ -86,6 +88,16 @@ def parser(commands: Mapping[str, Command], version: str) -> argparse.ArgumentPa
     return program
 
 
+def quiet_grpc_core() -> None:
+    """gRPC's C core logs each failed TLS handshake on stderr at INFO level; a
+    client command says what failed in its own one line, so the core keeps to
+    errors unless ``GRPC_VERBOSITY`` asks otherwise. Takes effect only before
+    grpc is first imported, which the built-in commands do after this (a caller
+    that imported grpc already, such as a test calling ``main``, is left alone)."""
+    if "grpc" not in sys.modules:
+        os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+
 def version(entry_points: Iterable[EntryPoint]) -> str:
     """``runstore (runstore-client X, <each distribution that adds commands> Y)``."""
     owners = {f"{ep.dist.name} {ep.dist.version}" for ep in entry_points if ep.dist is not None}
@@ -101,6 +113,7 @@ def main(
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments and arguments[0] in BUILTIN_NAMES:
         # A built-in command: nothing another distribution adds is needed (or imported).
+        quiet_grpc_core()
         found: list[EntryPoint] = []
         commands = builtin_commands()
     else:
@@ -117,3 +130,23 @@ def main(
         return commands[args.command].run(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return closed_pipe()
+
+
+CLOSED_PIPE_EXIT: Final = 128 + signal.SIGPIPE
+"""What a shell reports for a program that a closed pipe ended (141)."""
+
+
+def closed_pipe() -> int:
+    """The reader of stdout went away (``runstore export ... | head -1``): stop
+    quietly, as ``cat`` would. Output still buffered goes to /dev/null, so
+    Python's own flush at exit cannot fail with a second traceback."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (an embedding caller's stream)
+        return CLOSED_PIPE_EXIT
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, descriptor)
+    os.close(devnull)
+    return CLOSED_PIPE_EXIT

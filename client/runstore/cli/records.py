@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from runstore.cli import remote
-from runstore.cli.output import RECORD_HEADERS, Output, record_row
+from runstore.cli.output import RECORD_HEADERS, Output, StreamedTable, record_row
 from runstore.cli.plugins import Command
 from runstore.cli.remote import Clients, UsageError
 from runstore.client import RunRecord
@@ -64,9 +64,12 @@ async def records_tail(args: argparse.Namespace, clients: Clients, out: Output) 
         cursor = page.next_cursor
         if not cursor:
             break
+    table = StreamedTable(out, RECORD_HEADERS, (record_row(r) for r in last))
     if out.as_json:
         for record in last:
             out.json(record)
+    elif args.follow:
+        table.start()  # the rows that follow line up with this header
     elif last:
         out.table(None, RECORD_HEADERS, (record_row(r) for r in last))
     if not args.follow:
@@ -81,7 +84,7 @@ async def records_tail(args: argparse.Namespace, clients: Clients, out: Output) 
         if out.as_json:
             out.json(record)
         else:
-            out.console.print("  ".join(str(cell) for cell in record_row(record)))
+            table.row(record_row(record))
         out.flush()
     return 0
 

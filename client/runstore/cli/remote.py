@@ -15,6 +15,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -22,13 +23,20 @@ from typing import Any, Final, TextIO
 from runstore.cli.output import Output
 from runstore.client import (
     NO_RETRY,
+    InvalidTokenError,
     RemoteSessionAdmin,
     RemoteStore,
     RetryPolicy,
     TLSConfig,
+    TLSHandshakeError,
+    TLSProblem,
+    clean_token,
+    handshake,
     open_channel,
+    read_token_file,
 )
-from runstore.contract.errors import RunstoreError
+from runstore.contract.durations import parse_duration
+from runstore.contract.errors import RunstoreError, UnavailableError
 from runstore.contract.metadata import READ_LAG_METADATA
 from runstore.contract.model import ListPage
 
@@ -55,7 +63,8 @@ def timestamp(text: str) -> datetime:
 
 
 def connection_options(parser: argparse.ArgumentParser) -> None:
-    """Options every command takes after its name (``runstore sessions list --json``)."""
+    """Options every command takes after its name (``runstore sessions list --json``);
+    ``connection_settings`` checks them once parsed."""
     group = parser.add_argument_group("connection and output")
     group.add_argument(
         "--target",
@@ -63,18 +72,15 @@ def connection_options(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("RUNSTORE_TARGET", DEFAULT_TARGET),
         help=f"server HOST:PORT (env RUNSTORE_TARGET; default {DEFAULT_TARGET})",
     )
-    group.add_argument(
-        "--tls-ca", type=Path, metavar="PATH", help="CA certificate (PEM) that signed the server's"
-    )
-    group.add_argument(
-        "--tls-cert", type=Path, metavar="PATH", help="client certificate (PEM) for mTLS"
-    )
-    group.add_argument(
-        "--tls-key", type=Path, metavar="PATH", help="private key (PEM) of --tls-cert"
-    )
+    for flag, variable, what in TLS_OPTIONS:
+        group.add_argument(
+            flag,
+            metavar="PATH",
+            default=os.environ.get(variable) or None,
+            help=f"{what} ({variable})",
+        )
     group.add_argument(
         "--token-file",
-        type=Path,
         metavar="PATH",
         help="file holding the bearer token (or env RUNSTORE_TOKEN)",
     )
@@ -83,8 +89,23 @@ def connection_options(parser: argparse.ArgumentParser) -> None:
         metavar="TOKEN",
         help="bearer token on the command line (visible to other users: avoid)",
     )
-    group.add_argument("--timeout", type=float, default=10.0, help="seconds per call (10)")
+    group.add_argument(
+        "--timeout",
+        metavar="DURATION",
+        default=DEFAULT_TIMEOUT,
+        help=f"per call: 10s, 500ms, 2m or seconds (default {DEFAULT_TIMEOUT})",
+    )
     group.add_argument("--json", action="store_true", help="one JSON object per line")
+
+
+TLS_OPTIONS: Final = (
+    ("--tls-ca", "RUNSTORE_TLS_CA", "CA certificate (PEM) that signed the server's"),
+    ("--tls-cert", "RUNSTORE_TLS_CERT", "client certificate (PEM) for mTLS"),
+    ("--tls-key", "RUNSTORE_TLS_KEY", "private key (PEM) of --tls-cert"),
+)
+"""Each TLS flag, the variable it defaults to, and its help."""
+
+DEFAULT_TIMEOUT: Final = "10s"
 
 
 def page_options(parser: argparse.ArgumentParser) -> None:
@@ -93,58 +114,121 @@ def page_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true", help="follow every page to the end")
 
 
+def checked_target(text: str) -> str:
+    """``HOST:PORT`` (``[v6]:PORT`` too) with a port in 1-65535, or a ``unix:`` path;
+    raises ``UsageError`` rather than let gRPC pick a port or retry a typo."""
+    if text.startswith("unix:"):
+        return text
+    host, separator, port = text.rpartition(":")
+    if not separator or not host or host in ("[]",):
+        raise UsageError(f"--target must be HOST:PORT (e.g. {DEFAULT_TARGET}), not {text!r}")
+    if host.startswith("[") != host.endswith("]") or (":" in host and not host.startswith("[")):
+        raise UsageError(f"--target: write an IPv6 host in brackets ([::1]:50051), not {text!r}")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise UsageError(f"--target: the port must be 1-65535, not {port!r} (in {text!r})")
+    return text
+
+
+def checked_timeout(text: str) -> float:
+    try:
+        seconds = parse_duration(str(text))
+    except ValueError as exc:
+        raise UsageError(f"--timeout {exc}") from None
+    if seconds <= 0:
+        raise UsageError(f"--timeout must be more than zero, not {text!r}")
+    return seconds
+
+
 def _token(args: argparse.Namespace, warn: TextIO) -> str | None:
+    """The bearer token of ``--token``, ``--token-file`` or ``RUNSTORE_TOKEN``,
+    without surrounding whitespace; an unusable one is a usage error."""
     if args.token is not None and args.token_file is not None:
         raise UsageError("give --token or --token-file, not both")
-    if args.token is not None:
-        print(
-            "runstore: warning: --token is visible to other users of this machine "
-            "(ps, /proc); prefer --token-file or RUNSTORE_TOKEN",
-            file=warn,
-        )
-        return str(args.token)
-    if args.token_file is not None:
-        try:
-            return str(args.token_file.read_text().strip())
-        except OSError as exc:
-            raise UsageError(f"cannot read --token-file: {exc.strerror}: {exc.filename}") from None
-    return os.environ.get("RUNSTORE_TOKEN") or None
+    try:
+        if args.token is not None:
+            print(
+                "runstore: warning: --token is visible to other users of this machine "
+                "(ps, /proc); prefer --token-file or RUNSTORE_TOKEN",
+                file=warn,
+            )
+            return clean_token(str(args.token), "--token")
+        if args.token_file is not None:
+            try:
+                return read_token_file(args.token_file)
+            except OSError as exc:
+                raise UsageError(
+                    f"cannot read --token-file {args.token_file}: {exc.strerror or exc}"
+                ) from None
+        from_environment = os.environ.get("RUNSTORE_TOKEN")
+        if not from_environment:
+            return None
+        return clean_token(from_environment, "RUNSTORE_TOKEN")
+    except InvalidTokenError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _pem_file(flag: str, path: str) -> bytes:
+    """The PEM file ``path`` that ``flag`` names; read now, so a missing or
+    non-PEM one is a usage error rather than a failed handshake."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {flag} {path}: {exc.strerror or exc}") from None
+    if b"-----BEGIN" not in data:
+        raise UsageError(f"{flag} {path} is not a PEM file (no -----BEGIN line)")
+    return data
 
 
 def _tls(args: argparse.Namespace) -> TLSConfig | None:
-    """TLS when a CA or a client certificate is given; files are read here, so a
-    missing one is a usage error rather than a failed call."""
+    """TLS when a CA or a client certificate is given (flags or RUNSTORE_TLS_*)."""
     if args.tls_ca is None and args.tls_cert is None and args.tls_key is None:
         return None
-    try:
-        pem = {
-            name: path.read_bytes() if path is not None else None
-            for name, path in (("ca", args.tls_ca), ("cert", args.tls_cert), ("key", args.tls_key))
-        }
-        return TLSConfig(**pem)
-    except OSError as exc:
-        raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
-    except ValueError:
-        raise UsageError("--tls-cert and --tls-key go together") from None
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise UsageError("--tls-cert and --tls-key go together")
+    return TLSConfig(
+        ca=_pem_file("--tls-ca", args.tls_ca) if args.tls_ca is not None else None,
+        cert=_pem_file("--tls-cert", args.tls_cert) if args.tls_cert is not None else None,
+        key=_pem_file("--tls-key", args.tls_key) if args.tls_key is not None else None,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSettings:
+    """The connection options, checked: what ``Clients`` opens a channel with."""
+
+    target: str
+    timeout: float
+    tls: TLSConfig | None
+    token: str | None
+
+
+def connection_settings(args: argparse.Namespace, warn: TextIO) -> ConnectionSettings:
+    """Checks the options as ``serve`` checks its own; raises ``UsageError``."""
+    return ConnectionSettings(
+        target=checked_target(args.target),
+        timeout=checked_timeout(args.timeout),
+        tls=_tls(args),
+        token=_token(args, warn),
+    )
 
 
 class Clients:
     """One channel to the server and the typed clients over it."""
 
-    def __init__(self, args: argparse.Namespace, warn: TextIO) -> None:
-        token = _token(args, warn)
-        tls = _tls(args)
+    def __init__(self, settings: ConnectionSettings) -> None:
+        tls = settings.tls
+        self.settings = settings
         self.channel = open_channel(
-            args.target,
+            settings.target,
             credentials=tls.credentials() if tls is not None else None,
             keepalive=None,
             options=tls.channel_options() if tls is not None else (),
         )
         options: dict[str, Any] = {
             "channel": self.channel,
-            "timeout": args.timeout,
+            "timeout": settings.timeout,
             "retry": NO_RETRY,
-            "token": token,
+            "token": settings.token,
         }
         self.admin = RemoteSessionAdmin(**options)
         self.store = RemoteStore(**options)
@@ -152,10 +236,42 @@ class Clients:
         """For ``--follow``: reconnects (resuming its cursor) for up to a minute."""
         self.lagging_store = RemoteStore(**{**options, "metadata": READ_LAG_METADATA})
         """For ``export``: its listings may be served by a standby (docs/failover.md)."""
-        self.timeout: float = args.timeout
+        self.timeout: float = settings.timeout
 
     async def close(self) -> None:
         await self.channel.close()
+
+    async def tls_problem(self, error: UnavailableError) -> TLSProblem | None:
+        """The TLS mistake behind a failed connection, if one is (the channel
+        is shared, so the clients cannot tell on their own)."""
+        tls = self.settings.tls
+        return await asyncio.to_thread(
+            handshake.diagnose,
+            error.message,
+            self.settings.target,
+            uses_tls=tls is not None,
+            has_ca=tls is not None and tls.ca is not None,
+            cert=tls.cert if tls is not None and isinstance(tls.cert, bytes) else None,
+            key=tls.key if tls is not None and isinstance(tls.key, bytes) else None,
+        )
+
+
+CLI_HINTS: Final = {
+    TLSProblem.SERVER_EXPECTS_TLS: "pass --tls-ca (RUNSTORE_TLS_CA), the CA of its certificate",
+    TLSProblem.CLIENT_CERTIFICATE_REQUIRED: (
+        "pass --tls-cert and --tls-key (RUNSTORE_TLS_CERT, RUNSTORE_TLS_KEY)"
+    ),
+    TLSProblem.CLIENT_CERTIFICATE_REFUSED: (
+        "use a --tls-cert signed by the server's --tls-client-ca"
+    ),
+    TLSProblem.SERVER_NOT_TRUSTED: "pass the CA that signed the server's certificate as --tls-ca",
+    TLSProblem.SERVER_NOT_TRUSTED_BY_SYSTEM: (
+        "pass the CA that signed the server's certificate as --tls-ca"
+    ),
+    TLSProblem.WRONG_SERVER_NAME: "connect by a name the server's certificate holds",
+    TLSProblem.SERVER_IS_PLAINTEXT: "drop --tls-ca/--tls-cert/--tls-key (and RUNSTORE_TLS_*)",
+}
+"""``handshake.CLIENT_HINTS`` in the CLI's words."""
 
 
 Action = Callable[[argparse.Namespace, Clients, Output], Awaitable[int]]
@@ -177,10 +293,20 @@ def _failure(error: RunstoreError) -> str:
     return f"runstore: {reason}: {error.message}{field}"
 
 
-async def _run(args: argparse.Namespace, handler: Action) -> int:
-    clients = Clients(args, sys.stderr)
+async def _run(args: argparse.Namespace, handler: Action, settings: ConnectionSettings) -> int:
+    clients = Clients(settings)
     try:
-        return await handler(args, clients, Output(args.json, sys.stdout))
+        try:
+            return await handler(args, clients, Output(args.json, sys.stdout))
+        except UnavailableError as error:
+            problem = (
+                error.problem
+                if isinstance(error, TLSHandshakeError)
+                else await clients.tls_problem(error)
+            )
+            if problem is None:
+                raise
+            raise TLSHandshakeError(problem, error.message, CLI_HINTS[problem]) from error
     finally:
         await clients.close()
 
@@ -188,10 +314,14 @@ async def _run(args: argparse.Namespace, handler: Action) -> int:
 def run(args: argparse.Namespace) -> int:
     """Runs the action ``args`` names (set by ``action``); returns the exit code."""
     try:
-        return asyncio.run(_run(args, args.handler))
+        settings = connection_settings(args, sys.stderr)
+        return asyncio.run(_run(args, args.handler, settings))
     except UsageError as exc:
         print(f"runstore: {exc}", file=sys.stderr)
         return 2
+    except TLSHandshakeError as exc:
+        print(f"runstore: {exc.problem.value}: {exc.hint} ({exc.cause})", file=sys.stderr)
+        return 1
     except RunstoreError as exc:
         print(_failure(exc), file=sys.stderr)
         return 1

@@ -22,6 +22,7 @@ from runstore.client.context import (
     VersionedContext,
 )
 from runstore.client.errors import from_rpc_error
+from runstore.client.handshake import TLSHandshakeError, TLSProblem
 from runstore.client.memory import MemoryEvent, MemorySnapshot, RemoteMemoryStore
 from runstore.client.model import (
     NO_RECORD,
@@ -63,6 +64,7 @@ from runstore.client.remote import (
 )
 from runstore.client.retry import NO_RETRY, RetryClock, RetryPolicy
 from runstore.client.sync import SyncRemoteSessionAdmin, SyncRemoteStore
+from runstore.client.tokens import InvalidTokenError, clean_token, read_token_file
 from runstore.contract.errors import (
     AbortedError,
     CallCancelledError,
@@ -138,6 +140,7 @@ __all__ = [
     "ImageURLPart",
     "InternalError",
     "InvalidArgumentError",
+    "InvalidTokenError",
     "InvalidTranscriptPositionError",
     "Keepalive",
     "MemoryEvent",
@@ -197,6 +200,8 @@ __all__ = [
     "SyncRemoteSessionAdmin",
     "SyncRemoteStore",
     "TLSConfig",
+    "TLSHandshakeError",
+    "TLSProblem",
     "TokenSource",
     "TransientError",
     "UnauthenticatedError",
@@ -204,10 +209,12 @@ __all__ = [
     "UnexpectedRpcError",
     "ValidationError",
     "VersionedContext",
+    "clean_token",
     "context",
     "from_rpc_error",
     "memory",
     "open_channel",
+    "read_token_file",
     "records",
     "transcript",
 ]

@@ -22,9 +22,10 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
-from runstore.client import convert
+from runstore.client import convert, handshake
 from runstore.client import tracing as client_tracing
 from runstore.client.errors import from_rpc_error
+from runstore.client.handshake import TLSHandshakeError, TLSProblem
 from runstore.client.model import (
     AppendResult,
     Checkpoint,
@@ -57,6 +58,7 @@ from runstore.client.retry import (
     RetryPolicy,
     call_with_retry,
 )
+from runstore.client.tokens import clean_token
 from runstore.contract.errors import RunstoreError, UnavailableError
 from runstore.contract.model import Item, ListPage
 from runstore.v1 import runtime_store_pb2 as rs
@@ -177,6 +179,44 @@ def open_channel(
     return grpc.aio.insecure_channel(target, options=settings, interceptors=interceptors)
 
 
+@dataclass(frozen=True, slots=True)
+class _Connection:
+    """The target and TLS settings of a channel a client opened itself."""
+
+    target: str
+    uses_tls: bool
+    has_ca: bool
+    cert: bytes | None
+    key: bytes | None
+    may_probe: bool
+
+    @classmethod
+    def of(
+        cls,
+        target: str | None,
+        tls: TLSConfig | None,
+        credentials: grpc.ChannelCredentials | None,
+    ) -> _Connection | None:
+        if target is None:
+            return None  # a channel passed in: its credentials are unknown here
+        if tls is None:
+            # Raw credentials: TLS of unknown make-up, so only the status text counts.
+            raw = credentials is not None
+            return cls(target, raw, raw, None, None, may_probe=not raw)
+        return cls(target, True, tls.ca is not None, _pem(tls.cert), _pem(tls.key), True)
+
+    def diagnose(self, details: str) -> TLSProblem | None:
+        return handshake.diagnose(
+            details,
+            self.target,
+            uses_tls=self.uses_tls,
+            has_ca=self.has_ca,
+            cert=self.cert,
+            key=self.key,
+            may_probe=self.may_probe,
+        )
+
+
 class _Client:
     """What both remote clients share: the channel, deadlines, metadata, retries."""
 
@@ -206,6 +246,8 @@ class _Client:
             raise ValueError("tls= configures a channel this client opens; not with channel=")
         if token is not None and any(key.lower() == "authorization" for key, _ in metadata):
             raise ValueError("pass token= or an authorization metadata entry, not both")
+        self._connection = _Connection.of(target, tls, credentials)
+        """What a failed handshake is diagnosed with (``runstore.client.handshake``)."""
         if tls is not None:
             credentials = tls.credentials()
             options = [*tls.channel_options(), *options]
@@ -221,7 +263,8 @@ class _Client:
         self.timeout = timeout
         """Deadline of each attempt, in seconds (clipped to the retry deadline)."""
         self.metadata = tuple(metadata)
-        self._token = token
+        self._token = clean_token(token) if isinstance(token, str) else token
+        """A string is checked now, so a bad one fails before any call."""
         self.retry = retry
         self._on_retry = on_retry
         self._clock = clock
@@ -233,7 +276,7 @@ class _Client:
         token = self._token if isinstance(self._token, str) else self._token()
         if inspect.isawaitable(token):
             token = await token
-        return (*self.metadata, ("authorization", f"Bearer {token}"))
+        return (*self.metadata, ("authorization", f"Bearer {clean_token(token)}"))
 
     async def _call(
         self, method: grpc.aio.UnaryUnaryMultiCallable[Req, Resp], request: Req
@@ -243,7 +286,7 @@ class _Client:
             try:
                 return await method(request, timeout=seconds, metadata=metadata or None)
             except grpc.aio.AioRpcError as error:
-                raise from_rpc_error(error) from error
+                raise await self._rebuilt(error) from error
 
         return await call_with_retry(
             attempt,
@@ -252,6 +295,18 @@ class _Client:
             clock=self._clock,
             on_retry=self._on_retry,
         )
+
+    async def _rebuilt(self, error: grpc.aio.AioRpcError) -> RunstoreError:
+        """The runstore error for a failed call; an UNAVAILABLE that a TLS
+        mistake caused becomes a ``TLSHandshakeError`` (never retried)."""
+        rebuilt = from_rpc_error(error)
+        if isinstance(rebuilt, UnavailableError) and self._connection is not None:
+            problem = await asyncio.to_thread(self._connection.diagnose, rebuilt.message)
+            if problem is not None:
+                tls_error = TLSHandshakeError(problem, rebuilt.message)
+                tls_error.status_code = rebuilt.status_code
+                return tls_error
+        return rebuilt
 
     async def close(self) -> None:
         """Closes the channel if this client opened it."""
@@ -275,6 +330,9 @@ class RemoteStore(_Client):
         tls: TLS to the server, and the client certificate for mTLS.
         token: Bearer token sent as ``authorization: Bearer ...``: a string, or a
             callable (sync or async) returning the current one, asked per attempt.
+            Surrounding whitespace is stripped; an empty token or one with
+            control characters raises ``InvalidTokenError`` (a ``ValueError``)
+            before any call.
         timeout: Seconds each attempt may take (the server gets the deadline).
         metadata: Sent with every call.
         retry: How transient failures are retried; ``NO_RETRY`` disables it.
@@ -441,7 +499,7 @@ class RemoteStore(_Client):
                     except TimeoutError:
                         raise UnavailableError("watch stream went silent") from None
                     except grpc.aio.AioRpcError as error:
-                        raise from_rpc_error(error) from error
+                        raise await self._rebuilt(error) from error
                     if batch is grpc.aio.EOF:
                         return
                     caps, reconnects = self.retry.backoff_caps(), 0  # it works: start over
@@ -449,6 +507,8 @@ class RemoteStore(_Client):
                     for message in batch.events:
                         yield convert.from_record(message)
             except UnavailableError as error:
+                if isinstance(error, TLSHandshakeError):
+                    raise
                 if reconnects == 0:
                     failing_since = self._clock.monotonic()
                 reconnects += 1

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
+from runstore.client.handshake import TLSHandshakeError
 from runstore.contract.errors import RunstoreError, TransientError
 
 log = logging.getLogger(__name__)
@@ -74,8 +75,9 @@ NO_RETRY = RetryPolicy(max_attempts=1)
 
 
 def is_retryable(error: BaseException) -> bool:
-    """Transient runstore errors only; never a contract error (§11.1)."""
-    return isinstance(error, TransientError)
+    """Transient runstore errors only; never a contract error (§11.1), nor a
+    TLS mistake that looks like an outage (``TLSHandshakeError``)."""
+    return isinstance(error, TransientError) and not isinstance(error, TLSHandshakeError)
 
 
 @dataclass(frozen=True, slots=True)

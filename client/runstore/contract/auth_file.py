@@ -11,7 +11,9 @@
     certificates = ["spiffe://example.org/worker/eu-1"]   # SAN URI, SAN DNS or CN
 
 The file holds hashes only, never a token. The server reads it
-(``runstore.server.auth``); ``runstore auth`` writes it, so its rules live here,
+(``runstore.server.auth``); ``runstore auth`` writes it (``add_token``,
+``add_certificates``, ``rotate_token``, ``remove_principal``: each checks the
+whole result and replaces the file atomically), so its rules live here,
 in the distribution both install. Writing needs ``tomli-w`` (runstore-client's
 ``cli`` extra); reading needs nothing beyond the standard library.
 """
@@ -23,6 +25,7 @@ import hashlib
 import os
 import re
 import secrets
+import stat
 import tempfile
 import tomllib
 from collections.abc import Mapping
@@ -143,33 +146,193 @@ def read_auth_file(path: Path) -> tuple[Principal, ...]:
     return parse_auth_file(text, str(path))
 
 
-def add_token(path: Path, name: str, role: str) -> str:
-    """Adds a principal with a new random token to ``path`` (created if missing,
-    mode 0600) and returns the token; only its hash is written."""
+def new_token() -> str:
+    """A fresh random bearer token (256 bits, URL-safe)."""
+    return secrets.token_urlsafe(32)
+
+
+def kind(principal: Principal) -> str:
+    """How a principal proves itself: ``token``, ``cert`` or ``token+cert``."""
+    ways = [
+        way
+        for way, has in (("token", principal.token_digest), ("cert", principal.certificates))
+        if has
+    ]
+    return "+".join(ways)
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise AuthFileError(f"role must be one of {', '.join(sorted(ROLES))}, not {role!r}")
+
+
+def _check_identity(identity: str) -> None:
+    if not identity or identity != identity.strip() or any(c.isspace() for c in identity):
+        raise AuthFileError(
+            f"a certificate identity is a SAN URI, a SAN DNS name or a subject CN "
+            f"without spaces, not {identity!r}"
+        )
+
+
+def _read_text(path: Path, *, must_exist: bool) -> str:
+    if not path.exists():
+        if must_exist:
+            raise AuthFileError(f"{path}: no such auth file")
+        return ""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AuthFileError(f"{path}: cannot read: {exc}") from None
+
+
+def _appended(text: str, entry: Mapping[str, Any]) -> str:
+    """``text`` with one more ``[[principal]]`` table at its end, comments kept."""
     import tomli_w  # the cli extra: only writing the file needs it
 
-    if role not in ROLES:
-        raise AuthFileError(f"role must be one of {sorted(ROLES)}, not {role!r}")
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    existing = parse_auth_file(text, str(path))
-    if any(principal.name == name for principal in existing):
-        raise AuthFileError(f"{path}: a principal named {name!r} already exists")
-    token = secrets.token_urlsafe(32)
-    entry: Mapping[str, Any] = {"name": name, "role": role, "token_sha256": hash_token(token)}
     addition = tomli_w.dumps({"principal": [entry]})
-    updated = (
+    return (
         text
         + ("\n" if text and not text.endswith("\n") else "")
         + ("\n" if text else "")
         + addition
     )
-    parse_auth_file(updated, str(path))
-    _write_private(path, updated)
+
+
+def add_token(path: Path, name: str, role: str, token: str | None = None) -> str:
+    """Adds a principal with a new random token (or ``token``) to ``path``
+    (created if missing, mode 0600) and returns the token; only its hash is written."""
+    _check_role(role)
+    text = _read_text(path, must_exist=False)
+    existing = parse_auth_file(text, str(path))
+    if any(principal.name == name for principal in existing):
+        raise AuthFileError(f"{path}: a principal named {name!r} already exists")
+    token = new_token() if token is None else token
+    entry: Mapping[str, Any] = {"name": name, "role": role, "token_sha256": hash_token(token)}
+    _replace(path, _appended(text, entry))
     return token
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Replaces ``path`` atomically with a file only its owner can read."""
+def add_certificates(path: Path, name: str, role: str | None, identities: list[str]) -> Principal:
+    """Maps client-certificate ``identities`` to the principal ``name``: a new
+    one with ``role`` (required then), or an existing one, whose role ``role``
+    must match when given. Returns the principal as written."""
+    if not identities:
+        raise AuthFileError("give at least one certificate identity")
+    for identity in identities:
+        _check_identity(identity)
+    if role is not None:
+        _check_role(role)
+    text = _read_text(path, must_exist=False)
+    existing = {p.name: p for p in parse_auth_file(text, str(path))}
+    mapped = {i: p.name for p in existing.values() for i in p.certificates}
+    for identity in identities:
+        if identity in mapped:
+            raise AuthFileError(
+                f"{path}: certificate {identity!r} is already mapped to {mapped[identity]!r}"
+            )
+    current = existing.get(name)
+    if current is None:
+        if role is None:
+            raise AuthFileError(f"{path}: no principal named {name!r}; give --role to add one")
+        entry: dict[str, Any] = {"name": name, "role": role, "certificates": identities}
+        updated = _appended(text, entry)
+    else:
+        if role is not None and role != current.role:
+            raise AuthFileError(
+                f"{path}: principal {name!r} has role {current.role}, not {role} "
+                "(a principal has one role)"
+            )
+        changed = _with_certificates(current, [*current.certificates, *identities])
+        updated = _edited(path, text, name, changed)
+    _replace(path, updated)
+    return next(p for p in parse_auth_file(updated, str(path)) if p.name == name)
+
+
+def rotate_token(path: Path, name: str, token: str | None = None) -> str:
+    """Gives the principal ``name`` a new random token (or ``token``) in place of
+    its old one, which stops working at the next reload; returns the new token."""
+    text = _read_text(path, must_exist=True)
+    current = _named(path, text, name)
+    if not current.token_digest:
+        raise AuthFileError(
+            f"{path}: principal {name!r} proves itself by certificate only and has no token "
+            "to rotate"
+        )
+    token = new_token() if token is None else token
+    fields = _fields(current)
+    fields["token_sha256"] = hash_token(token)
+    _replace(path, _edited(path, text, name, fields))
+    return token
+
+
+def remove_principal(path: Path, name: str) -> Principal:
+    """Deletes the principal ``name``; returns it as it was."""
+    text = _read_text(path, must_exist=True)
+    current = _named(path, text, name)
+    _replace(path, _edited(path, text, name, None))
+    return current
+
+
+def _named(path: Path, text: str, name: str) -> Principal:
+    for principal in parse_auth_file(text, str(path)):
+        if principal.name == name:
+            return principal
+    raise AuthFileError(f"{path}: no principal named {name!r}")
+
+
+def _fields(principal: Principal) -> dict[str, Any]:
+    fields: dict[str, Any] = {"name": principal.name, "role": principal.role}
+    if principal.token_digest:
+        fields["token_sha256"] = principal.token_digest.hex()
+    if principal.certificates:
+        fields["certificates"] = list(principal.certificates)
+    return fields
+
+
+def _with_certificates(principal: Principal, identities: list[str]) -> dict[str, Any]:
+    fields = _fields(principal)
+    fields["certificates"] = identities
+    return fields
+
+
+_TABLE_HEADER: Final = re.compile(
+    r"^[ \t]*\[\[[ \t]*principal[ \t]*\]\][ \t]*(#.*)?$", re.MULTILINE
+)
+
+
+def _edited(path: Path, text: str, name: str, fields: Mapping[str, Any] | None) -> str:
+    """``text`` with the ``[[principal]]`` table of ``name`` replaced by
+    ``fields`` (or removed when None). Only that table is rewritten: comments
+    elsewhere stay. A file not made of ``[[principal]]`` tables is refused."""
+    import tomli_w
+
+    starts = [match.start() for match in _TABLE_HEADER.finditer(text)]
+    tables = [text[begin:end] for begin, end in zip(starts, [*starts[1:], len(text)], strict=True)]
+    for index, table in enumerate(tables):
+        try:
+            entries = tomllib.loads(table).get("principal", [])
+        except tomllib.TOMLDecodeError:
+            break  # a header inside a multi-line string: do not guess
+        if not (isinstance(entries, list) and len(entries) == 1 and entries[0].get("name") == name):
+            continue
+        replacement = "" if fields is None else tomli_w.dumps({"principal": [dict(fields)]})
+        if replacement and tables[index + 1 :]:
+            replacement += "\n"
+        return text[: starts[index]] + replacement + text[starts[index] + len(table) :]
+    raise AuthFileError(
+        f"{path}: principal {name!r} is not in a [[principal]] table of its own; edit it by hand"
+    )
+
+
+def _replace(path: Path, text: str) -> None:
+    """Checks ``text`` and puts it in place of ``path`` atomically: a temporary
+    file in the same directory, renamed over it. The file keeps its mode (and,
+    where allowed, its owner); a new one is 0600."""
+    parse_auth_file(text, str(path))
+    try:
+        before: os.stat_result | None = path.stat()
+    except FileNotFoundError:
+        before = None
     directory = path.parent if str(path.parent) else Path(".")
     descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.")
     try:
@@ -177,7 +340,10 @@ def _write_private(path: Path, text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(temporary, 0o600)
+        os.chmod(temporary, 0o600 if before is None else stat.S_IMODE(before.st_mode))
+        if before is not None:
+            with contextlib.suppress(PermissionError):
+                os.chown(temporary, before.st_uid, before.st_gid)
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -1,0 +1,228 @@
+"""``runstore auth list | add-token | add-cert | rotate | remove`` as an operator
+runs them: the real program as a process, and a real ``runstore serve`` with
+mTLS that loads each change on SIGHUP (docs/security.md#managing-principals)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+from pathlib import Path
+
+import pytest
+
+from runstore.contract.auth_file import add_certificates, add_token, hash_token, read_auth_file
+from tests.certs import Authority
+from tests.cli.test_operator_cli import Finished, shell
+from tests.processes import ServerProcess, server_process
+
+
+def _auth(*argv: str, auth_file: Path) -> list[str]:
+    action, *rest = argv
+    return ["auth", action, "--auth-file", str(auth_file), *rest]
+
+
+async def _sighup(server: ServerProcess, principals: int) -> None:
+    """Signals the server and waits (bounded) for the reload's log line."""
+    mark = len(server.log)
+    server.process.send_signal(signal.SIGHUP)
+    expected = f"reloaded: {principals} principals".encode()
+    async with asyncio.timeout(30):
+        while expected not in server.log[mark:]:
+            assert server.process.returncode is None, server.log.decode()
+            await asyncio.sleep(0.02)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+async def test_the_auth_commands_manage_a_running_servers_principals(tmp_path: Path) -> None:
+    auth_file = tmp_path / "auth.toml"
+    ops_token = tmp_path / "ops.token"
+    added = await shell(
+        *_auth("add-token", "--name", "ops", "--role", "admin", auth_file=auth_file),
+        "--token-out",
+        str(ops_token),
+    )
+    assert added.code == 0, added.err
+    assert added.out == ""  # the token went to the file, not the terminal
+    assert f"the token is in {ops_token} (mode 0600)" in added.err
+    assert _mode(ops_token) == 0o600 and _mode(auth_file) == 0o600
+
+    ca = Authority()
+    cert, key = ca.server().write(tmp_path, "server")
+    (tmp_path / "ca.crt").write_bytes(ca.pem)
+    anyone = ca.client("anyone").write(tmp_path, "anyone")
+    reader = ca.client("dashboards-1").write(tmp_path, "dashboards")
+    tls = {"RUNSTORE_TLS_CA": str(tmp_path / "ca.crt")}
+
+    def as_client(pair: tuple[Path, Path]) -> dict[str, str]:
+        return {**tls, "RUNSTORE_TLS_CERT": str(pair[0]), "RUNSTORE_TLS_KEY": str(pair[1])}
+
+    async with server_process(
+        "--database-url",
+        f"sqlite:///{tmp_path / 'runstore.db'}",
+        "--auth-file",
+        str(auth_file),
+        "--tls-cert",
+        str(cert),
+        "--tls-key",
+        str(key),
+        "--tls-client-ca",
+        str(tmp_path / "ca.crt"),
+    ) as server:
+        target = ["--target", server.target]
+
+        async def sessions(env: dict[str, str], *token: str) -> Finished:
+            return await shell("sessions", "list", *target, *token, env=env)
+
+        by_token = await sessions(as_client(anyone), "--token-file", str(ops_token))
+        assert by_token.code == 0, by_token.err
+        unmapped = await sessions(as_client(reader))
+        assert unmapped.code == 1 and "UNAUTHENTICATED" in unmapped.err
+
+        # add-cert: the certificate's CN becomes a reader.
+        mapped = await shell(
+            *_auth(
+                "add-cert",
+                "--name",
+                "dashboards",
+                "--role",
+                "reader",
+                "--identity",
+                "dashboards-1",
+                auth_file=auth_file,
+            )
+        )
+        assert mapped.code == 0, mapped.err
+        await _sighup(server, 2)
+        assert (await sessions(as_client(reader))).code == 0
+
+        # rotate: the old token stops, the new one works.
+        old = ops_token.read_text().strip()
+        new_token_file = tmp_path / "ops-2.token"
+        rotated = await shell(
+            *_auth("rotate", "--name", "ops", auth_file=auth_file),
+            "--token-out",
+            str(new_token_file),
+        )
+        assert rotated.code == 0, rotated.err
+        await _sighup(server, 2)
+        refused = await sessions(as_client(anyone), "--token-file", str(ops_token))
+        assert refused.code == 1 and "UNAUTHENTICATED" in refused.err
+        assert (await sessions(as_client(anyone), "--token-file", str(new_token_file))).code == 0
+
+        # list: names, roles and kinds; never a token or a hash.
+        listed = await shell(*_auth("list", auth_file=auth_file))
+        assert listed.code == 0, listed.err
+        header, *rows = listed.out.splitlines()
+        assert header.split() == ["NAME", "ROLE", "KIND", "CERTIFICATES"]
+        assert [row.split() for row in rows] == [
+            ["ops", "admin", "token", "-"],
+            ["dashboards", "reader", "cert", "dashboards-1"],
+        ]
+        new = new_token_file.read_text().strip()
+        for secret in (old, new, hash_token(old), hash_token(new)):
+            assert secret not in listed.out + listed.err
+
+        # remove: the certificate is refused again.
+        removed = await shell(*_auth("remove", "--name", "dashboards", auth_file=auth_file))
+        assert removed.code == 0, removed.err
+        await _sighup(server, 1)
+        gone = await sessions(as_client(reader))
+        assert gone.code == 1 and "UNAUTHENTICATED" in gone.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["rotate", "--name", "nobody"], "no principal named 'nobody'"),
+        (["remove", "--name", "nobody"], "no principal named 'nobody'"),
+        (["add-token", "--name", "ops", "--role", "admin"], "'ops' already exists"),
+        (["add-token", "--name", "x", "--role", "root"], "--role must be one of admin, host"),
+        (["add-cert", "--name", "x", "--role", "root", "--identity", "a"], "--role must be"),
+        (["add-cert", "--name", "new", "--identity", "a"], "give --role to add one"),
+        (["add-cert", "--name", "ops", "--role", "reader", "--identity", "a"], "has role admin"),
+        (["add-cert", "--name", "c", "--role", "reader", "--identity", "ops-cn"], "already mapped"),
+        (["add-cert", "--name", "c", "--role", "reader", "--identity", "a b"], "without spaces"),
+        (["rotate", "--name", "certified"], "has no token to rotate"),
+    ],
+)
+async def test_mistakes_are_one_line_and_exit_2_and_leave_the_file_alone(
+    tmp_path: Path, argv: list[str], says: str
+) -> None:
+    auth_file = tmp_path / "auth.toml"
+    add_token(auth_file, "ops", "admin")
+    add_certificates(auth_file, "certified", "worker", ["ops-cn"])
+    before = auth_file.read_bytes()
+    result = await shell(*_auth(*argv, auth_file=auth_file))
+    assert result.code == 2, result
+    assert says in result.one_line_error()
+    assert auth_file.read_bytes() == before
+
+
+async def test_token_out_refuses_to_overwrite_unless_forced(tmp_path: Path) -> None:
+    auth_file = tmp_path / "auth.toml"
+    token_file = tmp_path / "ops.token"
+    token_file.write_text("keep me\n")
+    refused = await shell(
+        *_auth("add-token", "--name", "ops", "--role", "admin", auth_file=auth_file),
+        "--token-out",
+        str(token_file),
+    )
+    assert refused.code == 2
+    assert "exists; pass --force to overwrite it" in refused.one_line_error()
+    assert token_file.read_text() == "keep me\n" and not auth_file.exists()
+    forced = await shell(
+        *_auth("add-token", "--name", "ops", "--role", "admin", auth_file=auth_file),
+        "--token-out",
+        str(token_file),
+        "--force",
+    )
+    assert forced.code == 0, forced.err
+    token = token_file.read_text().strip()
+    assert _mode(token_file) == 0o600
+    assert read_auth_file(auth_file)[0].token_digest.hex() == hash_token(token)
+    # A failed change leaves an existing --token-out file as it was.
+    duplicate = await shell(
+        *_auth("add-token", "--name", "ops", "--role", "admin", auth_file=auth_file),
+        "--token-out",
+        str(token_file),
+        "--force",
+    )
+    assert duplicate.code == 2 and token_file.read_text().strip() == token
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temporary left
+
+
+async def test_writes_are_atomic_keep_the_mode_and_the_comments_elsewhere(tmp_path: Path) -> None:
+    auth_file = tmp_path / "auth.toml"
+    auth_file.write_text(
+        "# managed by ops: ask #infra before editing\n\n"
+        '[[principal]]\nname = "a"\nrole = "reader"\n'
+        'token_sha256 = "' + hash_token("t-a") + '"\n\n'
+        "# the chat host\n"
+        '[[principal]]\nname = "b"\nrole = "host"\n'
+        'token_sha256 = "' + hash_token("t-b") + '"\n'
+    )
+    os.chmod(auth_file, 0o640)
+    inode = auth_file.stat().st_ino
+    rotated = await shell(*_auth("rotate", "--name", "b", auth_file=auth_file))
+    assert rotated.code == 0, rotated.err
+    new = rotated.out.strip()
+    assert "shown only now" in rotated.err and new not in rotated.err
+    assert _mode(auth_file) == 0o640
+    assert auth_file.stat().st_ino != inode  # replaced by rename, never rewritten in place
+    text = auth_file.read_text()
+    assert text.startswith("# managed by ops: ask #infra before editing\n")
+    assert hash_token(new) in text and hash_token("t-b") not in text
+    removed = await shell(*_auth("remove", "--name", "a", auth_file=auth_file))
+    assert removed.code == 0, removed.err
+    assert [p.name for p in read_auth_file(auth_file)] == ["b"]
+    assert auth_file.read_text().startswith("# managed by ops")
+    assert _mode(auth_file) == 0o640
+    as_json = await shell(*_auth("list", auth_file=auth_file), "--json")
+    assert (
+        as_json.out.strip() == '{"name": "b", "role": "host", "kind": "token", "certificates": []}'
+    )
