@@ -582,20 +582,3 @@ def test_the_console_is_off_by_default_and_takes_host_and_port() -> None:
     assert load("--console-listen", "127.0.0.1:8080").console_listen == "127.0.0.1:8080"
     with pytest.raises(config.ConfigError, match="--console-listen"):
         load("--console-listen", "unix:/tmp/console.sock")
-
-
-@pytest.mark.parametrize("count", [*range(0, 70), 127, 128, 129, 1000, 4097, 100_001, 999_999])
-async def test_the_tail_search_finds_the_last_position(count: int) -> None:
-    """``reads._tail`` over a list of ``count`` records, read as the store reads."""
-    from runstore.server.core.model import Page
-
-    calls: list[int] = []
-
-    async def read(cursor: str, limit: int) -> Page:
-        after = int(cursor or 0)
-        calls.append(after)
-        events = [object()] * max(0, min(limit, count - after))
-        return Page(events)  # type: ignore[arg-type]
-
-    assert await reads._tail(read) == count
-    assert len(calls) <= 8 * 12
