@@ -341,7 +341,7 @@ async def build_server(
     if stores.retention is not None:
         stores.retention.metrics = telemetry.metrics
         stores.retention.start()
-        log.info("retention on: %s", stores.retention.settings)
+        log.info("retention on: %s", stores.retention.settings.describe())
     running = RunningServer(
         server, port, health_servicer, security, stores.watch, monitor, stores.retention
     )
