@@ -24,6 +24,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from runstore.server.config import DEFAULT_DATABASE_URL
 from runstore.server.db import urls
 from runstore.server.db.schema import metadata
 
@@ -38,6 +39,18 @@ _MIGRATIONS = Path(__file__).with_name("migrations")
 
 class SchemaError(RuntimeError):
     """The database schema is not one this server can use."""
+
+
+class SchemaBehind(SchemaError):
+    """The schema is older than this server's and ``serve`` was not asked to migrate."""
+
+    def __init__(self, current: str | None, head: str) -> None:
+        self.current = current
+        self.head = head
+        super().__init__(
+            f"database schema is at {current or 'nothing (empty database)'}, "
+            f"this server needs {head}: run `runstore migrate` first (or start with --migrate)"
+        )
 
 
 def async_url(database_url: str) -> URL:
@@ -107,9 +120,35 @@ def _upgrade(connection: Connection, on_applied: AppliedRevision | None = None) 
     command.upgrade(config, "head")
 
 
+class SqliteDirectoryMissing(SchemaError):
+    """A SQLite URL names a file in a directory that does not exist: most
+    likely a typo, which must not silently become a new empty database."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(
+            f"cannot create the SQLite database {path}: its directory {path.parent} "
+            "does not exist (create it, or fix the path in --database-url)"
+        )
+
+
+_DEFAULT_SQLITE_FILE: Final = Path(urls.parse(DEFAULT_DATABASE_URL).database or "")
+"""The default database, whose directory (``var/``) runstore creates itself."""
+
+
 def _prepare(url: URL) -> None:
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    """A SQLite file is created only in a directory that exists (the default's
+    excepted), and the log says when a new one is (docs/durability.md)."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return
+    path = Path(url.database)
+    if path.exists():
+        return
+    if path == _DEFAULT_SQLITE_FILE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    elif not path.parent.is_dir():
+        raise SqliteDirectoryMissing(path)
+    log.info("creating a new SQLite database file %s", path.resolve())
 
 
 async def schema_state(database_url: str) -> SchemaState:
@@ -174,8 +213,4 @@ async def ensure_schema(database_url: str, *, migrate: bool) -> None:
     if migrate or first_sqlite_start:
         await upgrade(database_url)
         return
-    raise SchemaError(
-        f"database schema is at {state.current or 'nothing (empty database)'}, "
-        f"this server needs {state.head}: run `runstore migrate --database-url ...` "
-        "first (or start with --migrate)"
-    )
+    raise SchemaBehind(state.current, state.head)
