@@ -20,7 +20,7 @@ METADATA_KEY: Final = "x-request-id"
 MAX_LENGTH: Final = 128
 """Longest request id taken from a caller; a longer one is replaced."""
 
-_VALID = re.compile(r"[A-Za-z0-9._:/+=@-]{1,%d}" % MAX_LENGTH)
+_VALID = re.compile(rf"[A-Za-z0-9._:/+=@-]{{1,{MAX_LENGTH}}}")
 
 log = logging.getLogger(__name__)
 
