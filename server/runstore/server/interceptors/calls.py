@@ -105,7 +105,7 @@ class CallObserver:
         def unary(behaviour: Unary) -> Unary:
             async def call(request: Any, context: Context) -> Any:
                 started, peer = begin(figures, context)
-                given = context
+                given: Any = context
                 if figures is not None and writes_stream:
                     given = _CountingWrites(context, figures.sent)
                 try:
