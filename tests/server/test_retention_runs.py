@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import signal
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
@@ -642,6 +643,14 @@ async def test_serve_runs_retention_at_start_and_stops_cleanly(tmp_path: Path) -
                     break
                 await asyncio.sleep(0.05)
             assert b"retention pass: purged 1 sessions, 1 sessionless runs" in server.log
+            # Human units, not a repr of the settings or seconds with three decimals.
+            log = server.log.decode()
+            assert (
+                "retention on: ended sessions after 30d, sessionless runs after 30d; every 10m"
+                in log
+            )
+            assert re.search(r"retention pass: purged .* context keys in \d+ ms\n", log), log
+            assert "RetentionSettings(" not in log
             assert not await exists(store, old_session)
             assert not await run_exists(store, old_run.id)
         server.process.send_signal(signal.SIGTERM)
