@@ -165,7 +165,8 @@ async def open_database(
     tracer = (
         tracing.tracer(telemetry.tracer_provider) if telemetry.tracer_provider is not None else None
     )
-    await db.start()
+    with migrate.opening(config.database_url):
+        await db.start()
     try:
         yield measured(db, backend, figures, tracer)
     finally:

@@ -72,14 +72,13 @@ def _configured(
                 source = startup_failures.DatabaseSource.of(args, settings)
                 line = startup_failures.explain(exc, resolved.database_url, source)
                 return fail(line or str(exc), exc)
-            except _FAILURES as exc:
-                return fail(str(exc), exc)
-            except Exception as exc:
+            except migrate.DatabaseOpenError as exc:
                 source = startup_failures.DatabaseSource.of(args, settings)
                 explained = startup_failures.explain(exc, resolved.database_url, source)
-                if explained is None:
-                    raise
-                return fail(explained, exc)
+                cause = type(exc.__cause__).__name__
+                return fail(explained or f"{exc}: {cause} (--log-level debug shows why)", exc)
+            except _FAILURES as exc:
+                return fail(str(exc), exc)
 
     return run
 

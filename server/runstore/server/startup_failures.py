@@ -123,7 +123,7 @@ def _reason(cause: BaseException, url: URL, flag: str) -> str | None:
     if isinstance(cause, asyncpg.InvalidAuthorizationSpecificationError):
         return f"{cause}: create the role, or fix the user name in {flag}"
     if isinstance(cause, asyncpg.PostgresError):
-        return f"PostgreSQL refused the connection: {cause} (check {flag})"
+        return f"PostgreSQL says: {cause} (check {flag})"
     if isinstance(cause, socket.gaierror):
         host = ", ".join(h.rsplit(":", 1)[0] for h in hosts(url)) or url.host or "localhost"
         return f"the host name {host} does not resolve: fix the host in {flag}"

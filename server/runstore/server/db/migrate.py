@@ -8,12 +8,15 @@ replicas or deploy jobs that migrate at the same time take turns.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import sqlite3
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import asyncpg
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -21,6 +24,7 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -120,6 +124,26 @@ def _upgrade(connection: Connection, on_applied: AppliedRevision | None = None) 
     command.upgrade(config, "head")
 
 
+class DatabaseOpenError(RuntimeError):
+    """The database could not be reached, opened or read at start-up; the
+    driver's error is the cause (``startup_failures`` says it in one line)."""
+
+
+_OPENING_ERRORS: Final = (OSError, SQLAlchemyError, sqlite3.Error, asyncpg.PostgresError)
+
+
+@contextlib.contextmanager
+def opening(database_url: str | URL) -> Iterator[None]:
+    """Turns a driver's failure to reach or open the database into a
+    ``DatabaseOpenError`` (its message without the password)."""
+    try:
+        yield
+    except _OPENING_ERRORS as exc:
+        url = urls.parse(database_url) if isinstance(database_url, str) else database_url
+        shown = urls.render(url, hide_password=True)
+        raise DatabaseOpenError(f"cannot open the database {shown}") from exc
+
+
 class SqliteDirectoryMissing(SchemaError):
     """A SQLite URL names a file in a directory that does not exist: most
     likely a typo, which must not silently become a new empty database."""
@@ -156,8 +180,9 @@ async def schema_state(database_url: str) -> SchemaState:
     _prepare(url)
     engine = create_async_engine(url, poolclass=NullPool)
     try:
-        async with engine.connect() as connection:
-            return await connection.run_sync(_read_state)
+        with opening(url):
+            async with engine.connect() as connection:
+                return await connection.run_sync(_read_state)
     finally:
         await engine.dispose()
 
@@ -168,20 +193,23 @@ async def upgrade(database_url: str, on_applied: AppliedRevision | None = None) 
     _prepare(url)
     engine = create_async_engine(url, poolclass=NullPool)
     try:
-        async with engine.connect() as connection:
-            if url.get_backend_name() == "postgresql":
-                await connection.execute(
-                    text("SELECT pg_advisory_lock(:key)"), {"key": _ADVISORY_LOCK_KEY}
-                )
-                await connection.commit()
-            before = await connection.run_sync(_read_state)
-            if before.current is not None and before.current != before.head:
-                _check_known(before)
-            if not before.at_head:
-                log.info("migrating schema from %s to %s", before.current or "empty", before.head)
-                await connection.run_sync(_upgrade, on_applied)
-                await connection.commit()
-            return before
+        with opening(url):
+            async with engine.connect() as connection:
+                if url.get_backend_name() == "postgresql":
+                    await connection.execute(
+                        text("SELECT pg_advisory_lock(:key)"), {"key": _ADVISORY_LOCK_KEY}
+                    )
+                    await connection.commit()
+                before = await connection.run_sync(_read_state)
+                if before.current is not None and before.current != before.head:
+                    _check_known(before)
+                if not before.at_head:
+                    log.info(
+                        "migrating schema from %s to %s", before.current or "empty", before.head
+                    )
+                    await connection.run_sync(_upgrade, on_applied)
+                    await connection.commit()
+                return before
     finally:
         await engine.dispose()
 
