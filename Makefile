@@ -13,7 +13,7 @@ BUF_STAMP := .tools/.buf-$(BUF_VERSION)
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
 
-.PHONY: install chromium screenshots run test test-pg proto proto-image lint fmt migrate bench bench-quick bench-chain check clean
+.PHONY: install chromium screenshots run test test-pg proto vendor-protos proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
 $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
@@ -79,6 +79,11 @@ proto: $(STAMP)
 		--mypy_out=quiet:client --mypy_grpc_out=quiet:client \
 		--descriptor_set_out=$(VENV)/runstore-v1.descriptors $(PROTOS)
 	$(BIN)/python scripts/gen_python_init.py $(VENV)/runstore-v1.descriptors client/runstore/v1/__init__.py
+
+## The health and google.rpc protos grpcurl needs without reflection, from the
+## installed grpcio-health-checking and googleapis-common-protos (committed).
+vendor-protos: $(STAMP)
+	$(BIN)/python scripts/vendor_protos.py
 
 ## Record the released API that `buf breaking` guards. Run it, and commit
 ## $(PROTO_IMAGE), only when a version is released (its CHANGELOG entry names the

@@ -564,7 +564,9 @@ async def test_a_busy_console_port_is_a_listen_error(tmp_path: Path) -> None:
             migrate=True,
         )
         async with open_database(config) as db:
-            with pytest.raises(ListenError, match=r"cannot serve the console on .*in use"):
+            with pytest.raises(
+                ListenError, match=r"cannot listen on .* \(--console-listen\): .*in use"
+            ):
                 await build_server(config, create_stores(config, db))
 
 

@@ -69,13 +69,20 @@ def test_number_and_choice_checks() -> None:
             ["--sqlite-synchronous", "SOMETIMES"],
             "--sqlite-synchronous must be one of OFF, NORMAL, FULL, EXTRA, not 'SOMETIMES'",
         ),
-        (["--pg-connect-timeout", "-1"], "--pg-connect-timeout must be greater than 0, not -1.0"),
+        (["--pg-connect-timeout", "-1"], "--pg-connect-timeout must not be negative, not '-1'"),
         (["--pg-acquire-timeout", "0"], "--pg-acquire-timeout must be greater than 0, not 0.0"),
         (
             ["--pg-statement-timeout", "inf"],
-            "--pg-statement-timeout must be a finite number, not inf",
+            "--pg-statement-timeout must be a number of seconds or a number and ms, s, m, h "
+            "or d (250ms, 4s, 10m, 2h, 30d), not 'inf'",
         ),
-        (["--grace-seconds", "-1"], "--grace-seconds must not be negative, not -1.0"),
+        (["--grace-seconds", "-1"], "--grace-seconds must not be negative, not '-1'"),
+        (["--grace-seconds", "-5m"], "--grace-seconds must not be negative, not '-5m'"),
+        (
+            ["--db-operation-timeout", "4 seconds"],
+            "--db-operation-timeout must be a number of seconds or a number and ms, s, m, h "
+            "or d (250ms, 4s, 10m, 2h, 30d), not '4 seconds'",
+        ),
         (["--pg-pool-max", "0"], "--pg-pool-max must be greater than 0, not 0"),
         (["--sqlite-readers", "0"], "--sqlite-readers must be greater than 0, not 0"),
         (["--context-versions-kept", "0"], "--context-versions-kept must be greater than 0, not 0"),
@@ -103,6 +110,55 @@ def test_flags_beat_variables_and_good_values_pass() -> None:
     loaded = _load("--page-limit", "7", "--listen", "[::]:0", env={"RUNSTORE_PAGE_LIMIT": "-5"})
     assert (loaded.page_limit, loaded.listen) == (7, "[::]:0")
     assert _load(env={"RUNSTORE_SQLITE_SYNCHRONOUS": "normal"}).sqlite_synchronous == "normal"
+
+
+TIME_FLAGS = [
+    spec.name
+    for spec in dataclasses.fields(ServerConfig)
+    if spec.metadata.get("duration") or spec.name.startswith("retain") or "interval" in spec.name
+]
+
+
+def test_every_time_flag_takes_the_one_duration_syntax() -> None:
+    """Each flag whose value is a time reads ``4s``, ``250ms``, ``10m``, ``2h``,
+    ``30d`` and a bare number of seconds (docs/configuration.md#durations)."""
+    assert len(TIME_FLAGS) >= 18
+    for name in TIME_FLAGS:
+        for text, seconds in (("4s", 4), ("250ms", 0.25), ("10m", 600), ("2h", 7200), ("30", 30)):
+            loaded = _load(config.flag_name(name), text)
+            value = getattr(loaded, name)
+            if isinstance(value, str):
+                assert config.parse_duration(value) == seconds, (name, text)
+            else:
+                assert value == seconds, (name, text)
+        assert _load(config.flag_name(name), "30d") is not None
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (
+            ["--db-operation-timeout", "-4s"],
+            "runstore: --db-operation-timeout must not be negative, not '-4s'",
+        ),
+        (
+            ["--retention-interval", "soon"],
+            "runstore: --retention-interval must be a number of seconds or a number and ms, s, "
+            "m, h or d (250ms, 4s, 10m, 2h, 30d), not 'soon'",
+        ),
+    ],
+)
+def test_the_installed_command_refuses_a_bad_duration_in_one_line(
+    argv: list[str], line: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "runstore.server", "serve", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (2, line + "\n")
 
 
 def test_constructing_a_bad_config_directly_fails_the_same_way() -> None:

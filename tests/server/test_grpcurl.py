@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -155,3 +156,74 @@ async def test_list_over_mtls_with_a_bearer_token(database_url: str, tmp_path: P
 
         code, output = await _grpcurl_secure("-plaintext", target, "list")
         assert code != 0
+
+
+# --- Without reflection: the vendored health and google.rpc protos ----------------
+
+PROTOS = Path(__file__).resolve().parents[2] / "protos"
+
+
+def test_the_vendored_protos_are_what_the_installed_packages_publish() -> None:
+    """protos/grpc/health and protos/google/rpc come from scripts/vendor_protos.py."""
+    done = subprocess.run(
+        [sys.executable, str(PROTOS.parent / "scripts" / "vendor_protos.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+async def test_health_and_a_decoded_error_info_without_reflection(
+    database_url: str, tmp_path: Path
+) -> None:
+    """With authentication on, reflection needs a token; with the shipped protos
+    grpcurl needs no reflection: health answers anyone, and a runstore error's
+    ErrorInfo is decoded from google/rpc/error_details.proto."""
+    operator = Entry("reader")
+    config = ServerConfig(
+        listen="127.0.0.1:0",
+        database_url=database_url,
+        auth_file=str(write_auth_file(tmp_path / "auth.toml", {"operator": operator})),
+    )
+    protos = ("-import-path", str(PROTOS))
+    async with running_server(config) as running:
+        target = f"127.0.0.1:{running.port}"
+        code, output = await _grpcurl_secure("-plaintext", target, "list")
+        assert code != 0 and "Unauthenticated" in output, output
+
+        code, output = await _grpcurl_secure(
+            "-plaintext",
+            *protos,
+            "-proto",
+            "grpc/health/v1/health.proto",
+            "-d",
+            '{"service": "runstore.v1.RuntimeStore"}',
+            target,
+            "grpc.health.v1.Health/Check",
+        )
+        assert code == 0, output
+        assert json.loads(output) == {"status": "SERVING"}
+
+        code, output = await _grpcurl_secure(
+            "-plaintext",
+            *protos,
+            "-proto",
+            "runstore/v1/runtime_store.proto",
+            "-proto",
+            "google/rpc/error_details.proto",
+            "-H",
+            f"authorization: Bearer {operator.token}",
+            "-d",
+            '{"run_id": "nope"}',
+            target,
+            "runstore.v1.RuntimeStore/LoadRun",
+        )
+        assert code != 0
+        assert "Code: NotFound" in output, output
+        (detail,) = [line.split("\t", 1)[1] for line in output.splitlines() if "\t" in line]
+        info = json.loads(detail)
+        assert "@error" not in info, output  # decoded, not raw bytes
+        assert info["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+        assert (info["reason"], info["metadata"]["run_id"]) == ("RUN_NOT_FOUND", "nope")

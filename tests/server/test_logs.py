@@ -84,7 +84,8 @@ async def test_json_logs_parse_line_by_line_and_name_each_call(
         assert line["timestamp"].endswith("Z")
     loggers = {line["logger"] for line in lines}
     assert "grpc.core" in loggers, loggers  # the C core's own lines, wrapped
-    assert "alembic.runtime.migration" in loggers  # the new file's schema
+    assert "runstore.server.db.migrate" in loggers  # the new file's schema
+    assert not any(name.startswith("alembic") for name in loggers)  # quiet at INFO
     assert "runstore.server.app" in loggers
 
     # The failing call: the request id in its ErrorInfo, its trailers and its log lines.
@@ -140,6 +141,35 @@ async def test_text_logs_take_the_access_log_when_asked(tmp_path: Path) -> None:
     assert "reason=RUN_NOT_FOUND" in line
     assert "principal=- " in line
     assert line.endswith("request_id=text-id-7")
+
+
+async def test_an_invalid_request_id_is_replaced_and_the_log_says_so(tmp_path: Path) -> None:
+    """``has spaces`` used to come back as ``hasspaces``: an id the caller never
+    chose, silently. Now it is a fresh one, and the log line names both."""
+    database = f"sqlite:///{tmp_path / 'runstore.db'}"
+    too_long = "x" * 129
+    async with server_process("--database-url", database, "--log-format", "json") as server:
+        async with grpc.aio.insecure_channel(server.target) as channel:
+            replaced: list[str] = []
+            for sent in ("has spaces", too_long, "semi;colon"):
+                with pytest.raises(grpc.aio.AioRpcError) as failed:
+                    await Store(channel).runtime.LoadRun(
+                        rs.LoadRunRequest(run_id="nope"), metadata=(("x-request-id", sent),)
+                    )
+                fresh = trailing(failed.value)["x-request-id"]
+                assert len(fresh) == 32 and int(fresh, 16) >= 0, fresh
+                assert error_info(failed.value)["request_id"] == fresh
+                replaced.append(fresh)
+        server.process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(server.process.wait(), timeout=30) == 0
+    lines = [json.loads(line) for line in server.log.decode().splitlines()]
+    warnings = [line for line in lines if "replaced by" in line["message"]]
+    assert [line["request_id"] for line in warnings] == replaced
+    assert warnings[0]["message"].startswith("x-request-id 'has spaces' is not 1 to 128 of")
+    assert warnings[0]["level"] == "WARNING"
+    # The access line of each call carries the fresh id, not an altered one.
+    access = [line for line in lines if line["logger"] == logs.ACCESS_LOGGER]
+    assert [line["request_id"] for line in access] == replaced
 
 
 async def test_json_logs_without_an_access_log_when_turned_off(tmp_path: Path) -> None:

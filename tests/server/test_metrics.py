@@ -143,6 +143,14 @@ async def test_a_known_mix_of_calls_is_counted_exactly(database_url: str) -> Non
         )
         == 1
     )
+    # Health's Watch writes its messages with context.write: each is counted.
+    health_sent = figures.value(
+        "grpc_server_msg_sent_total",
+        grpc_service="grpc.health.v1.Health",
+        grpc_method="Watch",
+        grpc_type="server_stream",
+    )
+    assert health_sent >= 1
 
     labels = {"grpc_service": RUNTIME, "grpc_method": "AppendRunRecord", "grpc_type": "unary"}
     assert figures.value("grpc_server_handling_seconds_count", **labels) == 4
@@ -219,3 +227,52 @@ async def test_a_batch_is_one_call_and_counts_each_record(database_url: str) -> 
     assert figures.value("grpc_server_handled_total", **labels, grpc_code="AlreadyExists") == 1
     assert figures.value("runstore_errors_total", reason="EVENT_CONFLICT") == 1
     assert figures.value("runstore_records_appended_total") == 5
+
+
+async def test_messages_are_counted_one_by_one_on_streams_too(database_url: str) -> None:
+    """go-grpc-prometheus's ``grpc_server_msg_received_total`` and
+    ``grpc_server_msg_sent_total``: one per request and per response message,
+    each message of a stream counted, so stream panels are not empty."""
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    async with measured_server(database_url) as (store, port):
+        run = await store.root()
+        for key in ("a", "b"):
+            await store.runtime.AppendRunRecord(rs.AppendRunRecordRequest(record=run.record(key)))
+        await store.runtime.RecordRunTerminal(run.terminal_request())
+        missing = rs.LoadRunRequest(run_id=unique("missing"))
+        assert await outcome(store.runtime.LoadRun(missing)) == "RUN_NOT_FOUND"
+
+        # A finished run's watch sends its backlog and ends: every message read.
+        watch = store.runtime.WatchRunRecords(rs.WatchRunRecordsRequest(run_id=run.id))
+        watched = 0
+        while await watch.read() is not grpc.aio.EOF:
+            watched += 1
+        assert await watch.code() == grpc.StatusCode.OK
+
+        # A bidi stream: three requests, three answers.
+        reflection = reflection_pb2_grpc.ServerReflectionStub(store.channel)
+        asks = [reflection_pb2.ServerReflectionRequest(list_services="") for _ in range(3)]
+        answers = [answer async for answer in reflection.ServerReflectionInfo(iter(asks))]
+        assert len(answers) == 3
+        figures = await asyncio.to_thread(scrape, port)
+
+    def messages(direction: str, method: str, kind: str, service: str = RUNTIME) -> float:
+        return figures.value(
+            f"grpc_server_msg_{direction}_total",
+            grpc_service=service,
+            grpc_method=method,
+            grpc_type=kind,
+        )
+
+    assert messages("received", "AppendRunRecord", "unary") == 2
+    assert messages("sent", "AppendRunRecord", "unary") == 2
+    # A failed unary call received its request and sent no message.
+    assert messages("received", "LoadRun", "unary") == 1
+    assert messages("sent", "LoadRun", "unary") == 0
+    assert watched >= 1
+    assert messages("received", "WatchRunRecords", "server_stream") == 1
+    assert messages("sent", "WatchRunRecords", "server_stream") == watched
+    reflection_service = "grpc.reflection.v1alpha.ServerReflection"
+    for direction in ("received", "sent"):
+        assert messages(direction, "ServerReflectionInfo", "bidi_stream", reflection_service) == 3

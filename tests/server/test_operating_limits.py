@@ -246,7 +246,9 @@ async def test_a_second_server_on_a_served_address_refuses_to_start(tmp_path: Pa
         )
         assert returncode == 2, stderr.decode()
         ours = [line for line in stderr.decode().splitlines() if line.startswith("runstore:")]
-        assert ours == [f"runstore: cannot listen on {first.target}: address already in use"]
+        assert ours == [
+            f"runstore: cannot listen on {first.target} (--listen): address already in use"
+        ]
         assert b"serving on" not in stderr
 
         # Every call still reaches the first server and its database.

@@ -57,7 +57,7 @@ async def test_sigterm_lets_in_flight_calls_finish(tmp_path: Path) -> None:
 
 
 async def test_serve_creates_the_schema_of_a_new_sqlite_file(tmp_path: Path) -> None:
-    database = f"sqlite:///{tmp_path / 'nested' / 'runstore.db'}"
+    database = f"sqlite:///{tmp_path / 'runstore.db'}"
     async with serve_process("--database-url", database) as (process, target):
         async with grpc.aio.insecure_channel(target) as channel:
             run = run_start()
@@ -66,7 +66,7 @@ async def test_serve_creates_the_schema_of_a_new_sqlite_file(tmp_path: Path) -> 
             assert (await store.load(run.id)).run_id == run.id
         process.send_signal(signal.SIGTERM)
         assert await process.wait() == 0
-    assert (tmp_path / "nested" / "runstore.db").exists()
+    assert (tmp_path / "runstore.db").exists()
 
 
 class GatedDatabase:

@@ -165,7 +165,8 @@ async def open_database(
     tracer = (
         tracing.tracer(telemetry.tracer_provider) if telemetry.tracer_provider is not None else None
     )
-    await db.start()
+    with migrate.opening(config.database_url):
+        await db.start()
     try:
         yield measured(db, backend, figures, tracer)
     finally:
@@ -257,9 +258,12 @@ class ListenError(OSError):
     """The listen address cannot be bound (for example: already in use)."""
 
 
-def _bind_error(listen: str) -> str:
-    """Why ``listen`` cannot be bound, as the operating system says it (gRPC
-    reports only that binding failed)."""
+def bind_problem(listen: str) -> str | None:
+    """Why ``listen`` (``host:port``) cannot be bound now, as the operating
+    system says it ("address already in use"), or None (gRPC reports only that
+    binding failed, after logging a C-core line of its own)."""
+    if listen.startswith("unix"):
+        return None
     host, _, port = listen.rpartition(":")
     host = host.strip("[]")
     try:
@@ -271,7 +275,20 @@ def _bind_error(listen: str) -> str:
         return (exc.strerror or str(exc)).lower()
     except ValueError:
         pass
-    return "cannot bind"
+    return None
+
+
+def check_listen_addresses(config: ServerConfig, *, reuse_port: bool = False) -> None:
+    """Refuses an address already taken before the database is touched, in
+    one line naming the flag (docs/errors.md#start-up-failures). A worker of
+    ``--workers`` shares the gRPC port on purpose, so only its console is checked."""
+    checked = [("--console-listen", config.console_listen)]
+    if not reuse_port:
+        checked.insert(0, ("--listen", config.listen))
+    for flag, listen in checked:
+        problem = bind_problem(listen) if listen else None
+        if problem is not None:
+            raise ListenError(f"cannot listen on {listen} ({flag}): {problem}")
 
 
 async def build_server(
@@ -329,7 +346,8 @@ async def build_server(
     except RuntimeError:
         port = 0
     if port == 0:
-        raise ListenError(f"cannot listen on {config.listen}: {_bind_error(config.listen)}")
+        problem = bind_problem(config.listen) or "cannot bind"
+        raise ListenError(f"cannot listen on {config.listen} (--listen): {problem}")
     await server.start()
     names = ("", *SERVICE_NAMES)
     for name in names:
@@ -341,7 +359,7 @@ async def build_server(
     if stores.retention is not None:
         stores.retention.metrics = telemetry.metrics
         stores.retention.start()
-        log.info("retention on: %s", stores.retention.settings)
+        log.info("retention on: %s", stores.retention.settings.describe())
     running = RunningServer(
         server, port, health_servicer, security, stores.watch, monitor, stores.retention
     )
@@ -404,17 +422,27 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
     security = Security.from_config(config)  # refuses before touching the database
     check_exposure(config, security)
     loop.add_signal_handler(signal.SIGHUP, security.reload)
+    check_listen_addresses(config, reuse_port=reuse_port)
     telemetry = Telemetry.from_config(config)
     endpoint = None
     try:
         if telemetry.metrics is not None:
-            endpoint = MetricsEndpoint(telemetry.metrics, config.metrics_listen)
-            log.info("metrics at http://%s/metrics (port %d)", config.metrics_listen, endpoint.port)
+            try:
+                endpoint = MetricsEndpoint(telemetry.metrics, config.metrics_listen)
+            except OSError as exc:
+                problem = (exc.strerror or str(exc)).lower()
+                raise ListenError(
+                    f"cannot serve metrics on {config.metrics_listen} (--metrics-listen): {problem}"
+                ) from None
         async with open_database(config, telemetry) as db:
             running = await build_server(
                 config, create_stores(config, db), security, telemetry, reuse_port=reuse_port
             )
             freeze_startup_objects()
+            if endpoint is not None:
+                log.info(
+                    "metrics at http://%s/metrics (port %d)", config.metrics_listen, endpoint.port
+                )
             log.info(
                 "runstore serving on %s (port %d), database %s, %s, descriptor limit %d",
                 config.listen,

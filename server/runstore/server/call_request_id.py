@@ -7,6 +7,7 @@ call (later interceptors, servicers, the status mapping) reads it here.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable
@@ -17,9 +18,11 @@ METADATA_KEY: Final = "x-request-id"
 """Request and trailing metadata key of the request id."""
 
 MAX_LENGTH: Final = 128
-"""Longest request id taken from a caller; longer ones are cut."""
+"""Longest request id taken from a caller; a longer one is replaced."""
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._:/+=@-]")
+_VALID = re.compile(rf"[A-Za-z0-9._:/+=@-]{{1,{MAX_LENGTH}}}")
+
+log = logging.getLogger(__name__)
 
 _CURRENT: ContextVar[str] = ContextVar("runstore_request_id", default="")
 
@@ -38,17 +41,28 @@ def generate() -> str:
     return os.urandom(16).hex()
 
 
-def sanitize(value: str) -> str:
-    """A caller's id made safe to log and echo: printable ASCII id characters
-    only, at most ``MAX_LENGTH`` of them ("" when nothing is left)."""
-    return _UNSAFE.sub("", value[: MAX_LENGTH * 4])[:MAX_LENGTH]
+def is_valid(value: str) -> bool:
+    """Whether a caller's id is one the server takes as it is: 1 to
+    ``MAX_LENGTH`` letters, digits and ``._:/+=@-``."""
+    return _VALID.fullmatch(value) is not None
 
 
 def from_metadata(metadata: Iterable[tuple[str, str | bytes]] | None) -> str:
-    """The caller's ``x-request-id`` (sanitised), or a new id."""
+    """The caller's ``x-request-id``, or a new id. An id the server cannot take
+    as it is (other characters, too long) is replaced by a new one, never
+    silently altered into a different id the caller would not recognise; the
+    log says so, with the new id on the line (docs/observability.md)."""
     for key, value in metadata or ():
-        if key == METADATA_KEY and isinstance(value, str):
-            taken = sanitize(value)
-            if taken:
-                return taken
+        if key == METADATA_KEY and isinstance(value, str) and value:
+            if is_valid(value):
+                return value
+            fresh = generate()
+            set_current(fresh)
+            log.warning(
+                "x-request-id %s is not 1 to %d of letters, digits and ._:/+=@-: replaced by %s",
+                ascii(value[:64]) + ("..." if len(value) > 64 else ""),
+                MAX_LENGTH,
+                fresh,
+            )
+            return fresh
     return generate()

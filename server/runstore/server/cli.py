@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from runstore.cli.plugins import SERVER_COMMANDS, Command
-from runstore.server import app, config, logs, tracing, workers
+from runstore.server import app, config, logs, startup_failures, tracing, workers
 from runstore.server.auth import SecurityError
 from runstore.server.auth.secrets import DatabaseURLError, resolve_database_url
 from runstore.server.db import backup, migrate
@@ -52,17 +52,33 @@ def _configured(
             else:
                 print(text, flush=True)
 
+        def fail(line: str, exc: BaseException) -> int:
+            """The one line of a start-up failure (the traceback only at DEBUG)."""
+            log.debug("start-up failure", exc_info=exc)
+            if json_lines:
+                log.error("%s", line)
+            else:
+                print(f"runstore: {line}", file=sys.stderr)
+            return 2
+
         with logs.configured(settings.log_format, settings.log_level):
+            resolved = settings
             try:
-                return work(args, resolve_database_url(settings, args.database_url), say)
-            except _FAILURES as exc:
-                if json_lines:
-                    log.error("%s", exc)
-                else:
-                    print(f"runstore: {exc}", file=sys.stderr)
-                return 2
+                resolved = resolve_database_url(settings, args.database_url)
+                return work(args, resolved, say)
             except KeyboardInterrupt:
                 return 130
+            except (migrate.SchemaBehind, migrate.SqliteDirectoryMissing) as exc:
+                source = startup_failures.DatabaseSource.of(args, settings)
+                line = startup_failures.explain(exc, resolved.database_url, source)
+                return fail(line or str(exc), exc)
+            except migrate.DatabaseOpenError as exc:
+                source = startup_failures.DatabaseSource.of(args, settings)
+                explained = startup_failures.explain(exc, resolved.database_url, source)
+                cause = type(exc.__cause__).__name__
+                return fail(explained or f"{exc}: {cause} (--log-level debug shows why)", exc)
+            except _FAILURES as exc:
+                return fail(str(exc), exc)
 
     return run
 

@@ -5,7 +5,9 @@ after it (``sqlite_synchronous`` is ``--sqlite-synchronous`` and
 ``RUNSTORE_SQLITE_SYNCHRONOUS``). A flag beats the variable, which beats the
 default. The fields' defaults are the only ones: the core and the database
 backends take theirs from ``DEFAULTS``, which is why this module imports
-nothing but the standard library. A field's ``check`` (in its metadata) is a
+nothing but the standard library and the contract's duration syntax (every
+time flag takes ``4s``, ``250ms``, ``10m``, ``2h``, ``30d`` or a bare number
+of seconds: docs/configuration.md#durations). A field's ``check`` (in its metadata) is a
 pure function that says what is wrong with a value; a bad value is a
 ``ConfigError`` naming the flag, whichever way the value came in.
 """
@@ -16,9 +18,12 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Final
+
+from runstore.contract import durations
 
 DEFAULT_DATABASE_URL = "sqlite:///var/runstore.db"
 
@@ -77,53 +82,64 @@ def optional_listen_address(value: Any) -> str | None:
     return listen_address(value)
 
 
-DURATION_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION_SECONDS: Final = 36500 * 86400
 """A hundred years: longer retention is no retention, and keeps times in range."""
 
 
-def _duration_problem(text: str) -> str | None:
-    number, unit = text[:-1], text[-1:]
-    if unit not in DURATION_UNITS or not number.isascii() or not number.isdigit():
-        return "must be a whole number and s, m, h or d (90s, 30m, 12h, 30d)"
-    seconds = int(number) * DURATION_UNITS[unit]
-    if seconds == 0:
-        return "must be longer than zero"
-    if seconds > MAX_DURATION_SECONDS:
-        return "must be at most 36500d"
-    return None
-
-
-def parse_duration(text: str) -> int:
-    """Seconds in a DURATION: a whole number and one unit, ``90s``, ``30m``,
-    ``12h`` or ``30d`` (the retention flags), more than zero, at most 36500d.
+def parse_duration(text: str) -> float:
+    """Seconds in a retention DURATION (``durations.parse_duration``: ``90s``,
+    ``30m``, ``12h``, ``30d``, a bare number of seconds), more than zero, at
+    most 36500d.
 
     Raises:
         ConfigError: the text is not such a duration; the message says why.
     """
-    problem = _duration_problem(text)
-    if problem is not None:
-        raise ConfigError(f"duration {text!r} {problem}")
-    number, unit = text[:-1], text[-1:]
-    return int(number) * DURATION_UNITS[unit]
+    try:
+        seconds = durations.parse_duration(text)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if seconds == 0:
+        raise ConfigError(f"must be longer than zero, not {text!r}")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ConfigError(f"must be at most 36500d, not {text!r}")
+    return seconds
+
+
+def _duration_problem(text: str) -> str | None:
+    try:
+        parse_duration(text)
+    except ConfigError as exc:
+        # The caller adds ", not 'value'" itself.
+        return str(exc).rsplit(", not ", 1)[0]
+    return None
 
 
 def duration(value: Any) -> str | None:
-    """A DURATION (``parse_duration``)."""
+    """A retention DURATION (``parse_duration``)."""
     return _duration_problem(str(value))
 
 
 def optional_duration(value: Any) -> str | None:
-    """Empty (off), or a DURATION."""
+    """Empty (off), or a retention DURATION."""
     return None if value == "" else duration(value)
 
 
-def _setting(default: Any, help: str, check: Check | None = None) -> Any:
+def _setting(
+    default: Any, help: str, check: Check | None = None, *, is_duration: bool = False
+) -> Any:
     """A ServerConfig field: its default, its help text and its value check."""
     metadata: dict[str, Any] = {"help": help}
     if check is not None:
         metadata["check"] = check
+    if is_duration:
+        metadata["duration"] = True
     return field(default=default, metadata=metadata)
+
+
+def _time_setting(default: float, help: str, check: Check) -> Any:
+    """A setting in seconds, given as a duration (``durations.parse_duration``:
+    ``4s``, ``250ms``, ``10m``, or a bare number of seconds)."""
+    return _setting(default, help, check, is_duration=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,21 +187,21 @@ class ServerConfig:
     )
     pg_pool_min: int = _setting(2, "PostgreSQL pool: connections kept", non_negative)
     pg_pool_max: int = _setting(16, "PostgreSQL pool: connections at most", positive)
-    pg_connect_timeout: float = _setting(
+    pg_connect_timeout: float = _time_setting(
         2.0, "PostgreSQL: seconds to open a connection (within --db-operation-timeout)", positive
     )
-    pg_reconnect_pause_max: float = _setting(
+    pg_reconnect_pause_max: float = _time_setting(
         2.0,
         "PostgreSQL: longest pause between connection attempts while the database refuses "
         "them (doubling from 50 ms, half of it random; other calls fail UNAVAILABLE meanwhile)",
         positive,
     )
-    pg_acquire_timeout: float = _setting(
+    pg_acquire_timeout: float = _time_setting(
         3.0,
         "PostgreSQL: seconds to wait for a pooled connection (within --db-operation-timeout)",
         positive,
     )
-    pg_statement_timeout: float = _setting(
+    pg_statement_timeout: float = _time_setting(
         5.0,
         "PostgreSQL: seconds a statement may run, enforced by the server "
         "(frees the locks of a call runstore already gave up on)",
@@ -199,16 +215,16 @@ class ServerConfig:
     max_message_bytes: int = _setting(
         16 * 1024 * 1024, "largest gRPC message accepted or sent", positive
     )
-    grace_seconds: float = _setting(
+    grace_seconds: float = _time_setting(
         10.0, "on SIGTERM, how long in-flight calls may finish", non_negative
     )
     log_level: str = _setting("INFO", "logging level", one_of(*LOG_LEVELS))
 
     # --- Watch: live record streams ------------------------------------------
-    watch_heartbeat_seconds: float = _setting(
+    watch_heartbeat_seconds: float = _time_setting(
         15.0, "an idle Watch stream sends an empty batch this often", positive
     )
-    watch_poll_seconds: float = _setting(
+    watch_poll_seconds: float = _time_setting(
         2.0,
         "a Watch stream re-reads its cursor at least this often (bounds a lost wake-up)",
         positive,
@@ -224,31 +240,31 @@ class ServerConfig:
         "over 64 KiB that would pass it fails RESOURCE_EXHAUSTED/OVERLOADED",
         positive,
     )
-    handshake_timeout: float = _setting(
+    handshake_timeout: float = _time_setting(
         3.0, "seconds a new connection has to finish the HTTP/2 preface", positive
     )
-    max_connection_idle: float = _setting(
+    max_connection_idle: float = _time_setting(
         300.0, "seconds without a call after which a connection is closed (GOAWAY)", positive
     )
-    keepalive_time: float = _setting(
+    keepalive_time: float = _time_setting(
         60.0, "seconds between the server's pings, which find dead clients", positive
     )
-    keepalive_timeout: float = _setting(
+    keepalive_timeout: float = _time_setting(
         20.0, "seconds a client has to answer a ping before it is disconnected", positive
     )
-    keepalive_min_ping_interval: float = _setting(
+    keepalive_min_ping_interval: float = _time_setting(
         10.0,
         "shortest interval between a client's pings the server accepts; a client that pings "
         "more often is disconnected (GOAWAY too_many_pings)",
         non_negative,
     )
-    db_operation_timeout: float = _setting(
+    db_operation_timeout: float = _time_setting(
         4.0,
         "seconds one call may spend on the database (queueing, connecting, running, "
         "retrying) before it answers UNAVAILABLE",
         positive,
     )
-    health_probe_interval: float = _setting(
+    health_probe_interval: float = _time_setting(
         1.0, "seconds between the health service's database probes", positive
     )
 
@@ -309,7 +325,7 @@ class ServerConfig:
         None, "one log line per call (--no-access-log turns it off); on by default with json"
     )
 
-    def retention_seconds(self, name: str) -> int | None:
+    def retention_seconds(self, name: str) -> float | None:
         """A ``retain_*`` setting in seconds; None when it is off."""
         text: str = getattr(self, name)
         return parse_duration(text) if text else None
@@ -382,7 +398,12 @@ def _parse_bool(text: str) -> bool:
     raise ValueError(f"not a boolean: {text!r}")
 
 
-def _convert(kind: Any, text: str) -> Any:
+def _convert(spec: dataclasses.Field[Any], text: str) -> Any:
+    """``text`` (a flag's or a variable's) as the setting's type; ``ValueError``
+    says why not (a duration's message is the whole complaint)."""
+    kind = spec.type
+    if spec.metadata.get("duration"):
+        return durations.parse_duration(text)
     if kind in (bool, "bool", "bool | None"):
         return _parse_bool(text)
     if kind in (int, "int"):
@@ -392,15 +413,20 @@ def _convert(kind: Any, text: str) -> Any:
     return text
 
 
+_NEGATIVE_VALUE: Final = re.compile(r"^-[0-9.]+[a-z]*$")
+
+
 def add_arguments(parser: argparse.ArgumentParser, names: Sequence[str] | None = None) -> None:
     """Adds a flag for each (or each named) setting; unset flags stay None."""
     for spec in fields(ServerConfig):
         if names is not None and spec.name not in names:
             continue
         flag = flag_name(spec.name)
+        default: Any = spec.default
+        if spec.metadata.get("duration"):
+            default = durations.format_duration(float(default))
         help_text = (
-            f"{spec.metadata.get('help', '')} [env {_env_name(spec.name)}, "
-            f"default {spec.default!r}]"
+            f"{spec.metadata.get('help', '')} [env {_env_name(spec.name)}, default {default!r}]"
         )
         if spec.type in (bool, "bool"):
             parser.add_argument(
@@ -410,8 +436,17 @@ def add_arguments(parser: argparse.ArgumentParser, names: Sequence[str] | None =
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
             )
+        elif spec.metadata.get("duration") or spec.metadata.get("check") in (
+            duration,
+            optional_duration,
+        ):
+            parser.add_argument(flag, default=None, metavar="DURATION", help=help_text)
         else:
             parser.add_argument(flag, default=None, help=help_text)
+    # "--retain-contexts -5m" is a negative value to refuse with the flag's own
+    # message, not a flag "-5m" and argparse's usage: values that look like
+    # negative durations are values, as "-5" already is.
+    parser._negative_number_matcher = _NEGATIVE_VALUE
 
 
 def load(
@@ -435,8 +470,10 @@ def load(
         if text is None:
             continue
         try:
-            value = text if not isinstance(text, str) else _convert(spec.type, text)
-        except ValueError:
+            value = text if not isinstance(text, str) else _convert(spec, text)
+        except ValueError as exc:
+            if spec.metadata.get("duration"):
+                raise ConfigError(f"{source} {exc}") from None
             kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
             raise ConfigError(
                 f"{source} must be {_KIND_NAMES.get(kind, 'valid')}, not {text!r}"

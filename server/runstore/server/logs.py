@@ -332,6 +332,12 @@ def configure(log_format: str = "text", level: str = "INFO") -> None:
             existing.close()
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # Alembic says "Context impl SQLiteImpl" and each revision it applies at
+    # INFO, on every start; runstore says in one line of its own that the
+    # schema was migrated. At DEBUG everything shows.
+    logging.getLogger("alembic").setLevel(
+        logging.DEBUG if level.upper() == "DEBUG" else logging.WARNING
+    )
     # Neither format shows the thread or the process: not looking them up makes
     # every record (one per call with the access log) cheaper to build.
     logging.logThreads = False

@@ -89,6 +89,10 @@ class MethodFigures:
     started: Counter
     handling: Histogram
     in_flight: Gauge
+    received: Counter
+    """``grpc_server_msg_received_total``: every request message, streamed ones each."""
+    sent: Counter
+    """``grpc_server_msg_sent_total``: every response message, streamed ones each."""
     _metrics: Metrics
     _handled: dict[grpc.StatusCode, Counter] = field(default_factory=dict)
 
@@ -122,6 +126,18 @@ class Metrics:
             "grpc_server_handled_total",
             "Total number of RPCs completed on the server, regardless of success or failure.",
             (*call_labels, "grpc_code"),
+            registry=self.registry,
+        )
+        self.msg_received = Counter(
+            "grpc_server_msg_received_total",
+            "Total number of RPC stream messages received on the server.",
+            call_labels,
+            registry=self.registry,
+        )
+        self.msg_sent = Counter(
+            "grpc_server_msg_sent_total",
+            "Total number of gRPC stream messages sent by the server.",
+            call_labels,
             registry=self.registry,
         )
         self.handling = Histogram(
@@ -242,6 +258,8 @@ class Metrics:
                     self.started.labels(service, method, type),
                     self.handling.labels(service, method, type),
                     self.in_flight,
+                    self.msg_received.labels(service, method, type),
+                    self.msg_sent.labels(service, method, type),
                     self,
                 )
                 self._methods[full_method] = figures

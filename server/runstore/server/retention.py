@@ -26,6 +26,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Final
 
+from runstore.contract.durations import format_duration
 from runstore.server.config import ServerConfig, parse_duration
 from runstore.server.core.context import ContextStore
 from runstore.server.core.model import Nanos
@@ -47,10 +48,10 @@ RetentionLock = Callable[[], AbstractAsyncContextManager[bool]]
 class RetentionSettings:
     """How old things may get, in seconds (None: kept for ever), and how often to look."""
 
-    ended_sessions: int | None = None
-    sessionless_runs: int | None = None
-    contexts: int | None = None
-    interval: int = 600
+    ended_sessions: float | None = None
+    sessionless_runs: float | None = None
+    contexts: float | None = None
+    interval: float = 600
     batch: int = BATCH
 
     @classmethod
@@ -67,6 +68,20 @@ class RetentionSettings:
         return any(
             age is not None for age in (self.ended_sessions, self.sessionless_runs, self.contexts)
         )
+
+    def describe(self) -> str:
+        """The settings as the log line says them, in the flags' own units
+        ("ended sessions after 30d, context keys after 90d; every 10m")."""
+        ages = [
+            f"{what} after {format_duration(age)}"
+            for what, age in (
+                ("ended sessions", self.ended_sessions),
+                ("sessionless runs", self.sessionless_runs),
+                ("context keys", self.contexts),
+            )
+            if age is not None
+        ]
+        return f"{', '.join(ages) or 'nothing'}; every {format_duration(self.interval)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +158,10 @@ class RetentionTask:
             try:
                 await self.run_pass()
             except Exception:
-                log.exception("retention pass failed; trying again in %ds", self.settings.interval)
+                log.exception(
+                    "retention pass failed; trying again in %s",
+                    format_duration(self.settings.interval),
+                )
             if self.stopping.is_set():
                 return
             await self._wait(self.settings.interval)
@@ -168,11 +186,11 @@ class RetentionTask:
         if self.metrics is not None:
             self.metrics.retention_last_success.set(time.time())
         log.info(
-            "retention pass: purged %d sessions, %d sessionless runs, %d context keys in %.3fs",
+            "retention pass: purged %d sessions, %d sessionless runs, %d context keys in %d ms",
             report.sessions,
             report.runs,
             report.contexts,
-            report.seconds,
+            round(report.seconds * 1000),
         )
         return report
 
@@ -180,21 +198,21 @@ class RetentionTask:
         settings, batch = self.settings, self.settings.batch
         sessions = runs = contexts = 0
         if settings.ended_sessions is not None:
-            cut = now - settings.ended_sessions * NANOS_PER_SECOND
+            cut = now - round(settings.ended_sessions * NANOS_PER_SECOND)
             while not self.stopping.is_set():
                 ids, more = await self._runtime.purge_ended_sessions(cut, batch)
                 sessions += len(ids)
                 if not (more and ids):
                     break
         if settings.sessionless_runs is not None:
-            cut = now - settings.sessionless_runs * NANOS_PER_SECOND
+            cut = now - round(settings.sessionless_runs * NANOS_PER_SECOND)
             while not self.stopping.is_set():
                 ids, more = await self._runtime.purge_sessionless_runs(cut, batch)
                 runs += len(ids)
                 if not (more and ids):
                     break
         if settings.contexts is not None:
-            cut = now - settings.contexts * NANOS_PER_SECOND
+            cut = now - round(settings.contexts * NANOS_PER_SECOND)
             while not self.stopping.is_set():
                 count, more = await self._context.purge_stale_contexts(cut, batch)
                 contexts += count

@@ -74,7 +74,7 @@ def reserved_port(listen: str) -> Iterator[int]:
             reservation.bind((host, port))
         except OSError as exc:
             raise WorkersError(
-                f"cannot listen on {listen}: {(exc.strerror or str(exc)).lower()}"
+                f"cannot listen on {listen} (--listen): {(exc.strerror or str(exc)).lower()}"
             ) from exc
         port = reservation.getsockname()[1]
         path = _lock_path(host, port)
@@ -83,7 +83,7 @@ def reserved_port(listen: str) -> Iterator[int]:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise WorkersError(
-                    f"cannot listen on {host}:{port}: address already in use "
+                    f"cannot listen on {host}:{port} (--listen): address already in use "
                     f"(another runstore --workers holds {path})"
                 ) from None
             yield port

@@ -74,7 +74,7 @@ def _bind(listen: str) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise ConsoleListenError(
-            f"cannot serve the console on {listen}: {(exc.strerror or str(exc)).lower()}"
+            f"cannot listen on {listen} (--console-listen): {(exc.strerror or str(exc)).lower()}"
         ) from None
     sock.setblocking(False)
     return sock

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from runstore.server.db import schema
 from runstore.server.db.migrate import VERSION_TABLE
@@ -37,14 +38,21 @@ class BackupResult:
 
 def sqlite_path(database_url: str) -> Path:
     """The file of a ``sqlite:///…`` URL; any other URL is refused (PostgreSQL has pg_dump)."""
-    url = make_url(database_url)
+    try:
+        url = make_url(database_url)
+    except (ArgumentError, ValueError):
+        # SQLAlchemy's message quotes the URL, password included.
+        raise BackupError(
+            "--database-url does not parse (it is not shown: it may hold a password); "
+            "expected sqlite:///path/to/runstore.db"
+        ) from None
     if url.get_backend_name() != "sqlite":
         raise BackupError(
             f"backup copies SQLite databases; for {url.get_backend_name()} use pg_dump "
             "(see docs/retention.md)"
         )
     if not url.database or url.database == ":memory:":
-        raise BackupError("SQLite needs a file path: sqlite:///path/to/runstore.db")
+        raise BackupError("--database-url needs a file path: sqlite:///path/to/runstore.db")
     return Path(url.database)
 
 
@@ -52,9 +60,14 @@ def backup_sqlite(database_url: str, target: Path) -> BackupResult:
     """Copies the database at ``database_url`` to ``target`` and verifies the copy."""
     source_path = sqlite_path(database_url)
     if not source_path.is_file():
-        raise BackupError(f"no database at {source_path}")
+        raise BackupError(f"no database at {source_path}: fix the path in --database-url")
     if target.exists():
-        raise BackupError(f"{target} exists; choose a new path")
+        raise BackupError(f"{target} exists: choose a new path for --to")
+    if not target.parent.is_dir():
+        raise BackupError(
+            f"cannot write {target}: its directory {target.parent} does not exist "
+            "(create it, or fix the path in --to)"
+        )
     partial = target.with_name(target.name + ".partial")
     with contextlib.suppress(FileNotFoundError):
         partial.unlink()
@@ -71,7 +84,7 @@ def backup_sqlite(database_url: str, target: Path) -> BackupResult:
             source.close()
         result = _verify(partial, target)
         os.replace(partial, target)
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, OSError) as exc:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()
         raise BackupError(f"backup failed: {exc}") from exc

@@ -8,12 +8,15 @@ replicas or deploy jobs that migrate at the same time take turns.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import sqlite3
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import asyncpg
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -21,9 +24,11 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from runstore.server.config import DEFAULT_DATABASE_URL
 from runstore.server.db import urls
 from runstore.server.db.schema import metadata
 
@@ -38,6 +43,18 @@ _MIGRATIONS = Path(__file__).with_name("migrations")
 
 class SchemaError(RuntimeError):
     """The database schema is not one this server can use."""
+
+
+class SchemaBehind(SchemaError):
+    """The schema is older than this server's and ``serve`` was not asked to migrate."""
+
+    def __init__(self, current: str | None, head: str) -> None:
+        self.current = current
+        self.head = head
+        super().__init__(
+            f"database schema is at {current or 'nothing (empty database)'}, "
+            f"this server needs {head}: run `runstore migrate` first (or start with --migrate)"
+        )
 
 
 def async_url(database_url: str) -> URL:
@@ -107,9 +124,55 @@ def _upgrade(connection: Connection, on_applied: AppliedRevision | None = None) 
     command.upgrade(config, "head")
 
 
+class DatabaseOpenError(RuntimeError):
+    """The database could not be reached, opened or read at start-up; the
+    driver's error is the cause (``startup_failures`` says it in one line)."""
+
+
+_OPENING_ERRORS: Final = (OSError, SQLAlchemyError, sqlite3.Error, asyncpg.PostgresError)
+
+
+@contextlib.contextmanager
+def opening(database_url: str | URL) -> Iterator[None]:
+    """Turns a driver's failure to reach or open the database into a
+    ``DatabaseOpenError`` (its message without the password)."""
+    try:
+        yield
+    except _OPENING_ERRORS as exc:
+        url = urls.parse(database_url) if isinstance(database_url, str) else database_url
+        shown = urls.render(url, hide_password=True)
+        raise DatabaseOpenError(f"cannot open the database {shown}") from exc
+
+
+class SqliteDirectoryMissing(SchemaError):
+    """A SQLite URL names a file in a directory that does not exist: most
+    likely a typo, which must not silently become a new empty database."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        super().__init__(
+            f"cannot create the SQLite database {path}: its directory {path.parent} "
+            "does not exist (create it, or fix the path in --database-url)"
+        )
+
+
+_DEFAULT_SQLITE_FILE: Final = Path(urls.parse(DEFAULT_DATABASE_URL).database or "")
+"""The default database, whose directory (``var/``) runstore creates itself."""
+
+
 def _prepare(url: URL) -> None:
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    """A SQLite file is created only in a directory that exists (the default's
+    excepted), and the log says when a new one is (docs/durability.md)."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return
+    path = Path(url.database)
+    if path.exists():
+        return
+    if path == _DEFAULT_SQLITE_FILE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    elif not path.parent.is_dir():
+        raise SqliteDirectoryMissing(path)
+    log.info("creating a new SQLite database file %s", path.resolve())
 
 
 async def schema_state(database_url: str) -> SchemaState:
@@ -117,8 +180,9 @@ async def schema_state(database_url: str) -> SchemaState:
     _prepare(url)
     engine = create_async_engine(url, poolclass=NullPool)
     try:
-        async with engine.connect() as connection:
-            return await connection.run_sync(_read_state)
+        with opening(url):
+            async with engine.connect() as connection:
+                return await connection.run_sync(_read_state)
     finally:
         await engine.dispose()
 
@@ -129,20 +193,23 @@ async def upgrade(database_url: str, on_applied: AppliedRevision | None = None) 
     _prepare(url)
     engine = create_async_engine(url, poolclass=NullPool)
     try:
-        async with engine.connect() as connection:
-            if url.get_backend_name() == "postgresql":
-                await connection.execute(
-                    text("SELECT pg_advisory_lock(:key)"), {"key": _ADVISORY_LOCK_KEY}
-                )
-                await connection.commit()
-            before = await connection.run_sync(_read_state)
-            if before.current is not None and before.current != before.head:
-                _check_known(before)
-            if not before.at_head:
-                log.info("migrating schema from %s to %s", before.current or "empty", before.head)
-                await connection.run_sync(_upgrade, on_applied)
-                await connection.commit()
-            return before
+        with opening(url):
+            async with engine.connect() as connection:
+                if url.get_backend_name() == "postgresql":
+                    await connection.execute(
+                        text("SELECT pg_advisory_lock(:key)"), {"key": _ADVISORY_LOCK_KEY}
+                    )
+                    await connection.commit()
+                before = await connection.run_sync(_read_state)
+                if before.current is not None and before.current != before.head:
+                    _check_known(before)
+                if not before.at_head:
+                    log.info(
+                        "migrating schema from %s to %s", before.current or "empty", before.head
+                    )
+                    await connection.run_sync(_upgrade, on_applied)
+                    await connection.commit()
+                return before
     finally:
         await engine.dispose()
 
@@ -174,8 +241,4 @@ async def ensure_schema(database_url: str, *, migrate: bool) -> None:
     if migrate or first_sqlite_start:
         await upgrade(database_url)
         return
-    raise SchemaError(
-        f"database schema is at {state.current or 'nothing (empty database)'}, "
-        f"this server needs {state.head}: run `runstore migrate --database-url ...` "
-        "first (or start with --migrate)"
-    )
+    raise SchemaBehind(state.current, state.head)

@@ -3,7 +3,9 @@
 One concern does both, around everything later in the chain (so refusals
 by authentication, limits and request parsing count too): the go-grpc-prometheus
 call metrics (``grpc_server_started_total``, ``grpc_server_handled_total``,
-``grpc_server_handling_seconds``), ``runstore_calls_in_flight`` and
+``grpc_server_handling_seconds``, ``grpc_server_msg_received_total`` and
+``grpc_server_msg_sent_total``, the last two per message of a stream),
+``runstore_calls_in_flight`` and
 ``runstore_errors_total{reason}``, and the access-log line (method, gRPC
 code, ErrorInfo reason, duration, principal, peer, request id). Neither
 payloads nor metadata values other than the request id are ever logged.
@@ -48,6 +50,28 @@ def error_reason(context: grpc.aio.ServicerContext[Any, Any]) -> str:
     return ""
 
 
+async def _counted(requests: AsyncIterator[Any], counter: Any) -> AsyncIterator[Any]:
+    """A streamed request, counted message by message as the behaviour reads it."""
+    async for request in requests:
+        counter.inc()
+        yield request
+
+
+class _CountingWrites:
+    """The call's context, counting each ``write`` of a streamed response."""
+
+    def __init__(self, context: Context, counter: Any) -> None:
+        self._context = context
+        self._counter = counter
+
+    async def write(self, message: Any) -> None:
+        await self._context.write(message)
+        self._counter.inc()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
 class CallObserver:
     """Metrics (when ``metrics`` is given) and the access log (when ``access_log``)."""
 
@@ -65,16 +89,34 @@ class CallObserver:
             figures = self._metrics.method(method, kind)
         begin = self._begin
         end = self._end
+        requests_streamed = handler.request_streaming
+        # A streamed response a coroutine writes (health's Watch) is counted at
+        # each context.write; a returned response once, when the call succeeds.
+        writes_stream = handler.response_streaming
+
+        def received(request: Any) -> Any:
+            if figures is None:
+                return request
+            if requests_streamed:
+                return _counted(request, figures.received)
+            figures.received.inc()
+            return request
 
         def unary(behaviour: Unary) -> Unary:
             async def call(request: Any, context: Context) -> Any:
                 started, peer = begin(figures, context)
+                given: Any = context
+                if figures is not None and writes_stream:
+                    given = _CountingWrites(context, figures.sent)
                 try:
-                    result = await behaviour(request, context)
+                    result = await behaviour(received(request), given)
                 except BaseException as exc:
                     end(method, figures, started, peer, _code_of(exc, context), context)
                     raise
-                end(method, figures, started, peer, _returned_code(context), context)
+                code = _returned_code(context)
+                if figures is not None and not writes_stream and code is grpc.StatusCode.OK:
+                    figures.sent.inc()
+                end(method, figures, started, peer, code, context)
                 return result
 
             return call
@@ -83,7 +125,9 @@ class CallObserver:
             async def call(request: Any, context: Context) -> AsyncIterator[Any]:
                 started, peer = begin(figures, context)
                 try:
-                    async for response in behaviour(request, context):
+                    async for response in behaviour(received(request), context):
+                        if figures is not None:
+                            figures.sent.inc()
                         yield response
                 except BaseException as exc:
                     end(method, figures, started, peer, _code_of(exc, context), context)
