@@ -94,6 +94,12 @@ class SqlTransaction(Transaction):
         if session_id:
             self.touched.add(session_key(session_id))
 
+    def count_appended(self, record: RecordDraft, count: int) -> None:
+        """``count`` records of ``record``'s run written outside the named
+        operations (``append_groups``): counted, and its watchers woken at commit."""
+        self._touch(record.run_id, record.session_id)
+        self.records_appended += count
+
     async def _one(self, statement: Compiled, **params: Any) -> Any:
         """The first row of ``statement``, or None."""
         raise NotImplementedError
