@@ -2,12 +2,14 @@
 arrive while one is in flight go to PostgreSQL as one statement and one
 commit, and every caller still gets its own outcome, exactly as alone.
 
-A group is made to form deterministically: a test transaction holds the lock
-of a blocker run, so the blocker's append (a group of one) waits in flight;
+A group is made to form deterministically: with one lane, a test transaction
+holds the lock of a blocker run, so the blocker's append (a group of one)
+waits in flight;
 the appends sent meanwhile queue, and go together once it is released. Each
 case builds one state twice in fresh IDs: the commands run as one group on
 one copy and one after the other on the other copy, and both must answer and
-store the same. SQLite (one writer, no groups) must answer the same too.
+store the same. On SQLite the commands are made one commit group of its
+single writer (held while they queue), whose appends are one statement too.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ from runstore.server.core.model import RecordDraft, Session
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.store import RuntimeStore
 from runstore.server.db import migrate
+from runstore.server.db import sqlite as sqlite_backend
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, asyncpg_dsn
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
 from tests import postgres
 from tests.core.test_lifecycle_fast_paths import AGENT, T0, _state
+from tests.server.test_sqlite_commit_groups import hold_the_writer
 
 _ids = itertools.count()
 
@@ -63,6 +67,7 @@ async def served(
     async with postgres.fresh_database("runstore_append_groups") as url:
         await migrate.upgrade(url)
         pg = PostgresDatabase(url, PostgresOptions(pool_min=1, pool_max=6))
+        pg.append_groups.lanes = 1  # the blocker's group holds the only lane
         await pg.start()
         try:
             yield Served(pg, url)
@@ -194,11 +199,9 @@ async def _as_one_group(
     PostgreSQL, as one group behind a blocked one); their outcomes in order,
     and how many groups the database sent for them (0 on SQLite)."""
     store = RuntimeStore(served.db, clock=lambda: T0 + 7)
-    if not isinstance(served.db, PostgresDatabase):
-        results = await asyncio.gather(
-            *(command(store, world) for command in commands), return_exceptions=True
-        )
-        return list(results), 0
+    if isinstance(served.db, SqliteDatabase):
+        return await _in_one_commit_group(served.db, store, world, commands)
+    assert isinstance(served.db, PostgresDatabase)
     groups = served.db.append_groups
     holder, release = await _lock_run(served.db, world.id("d"))
     blocker = asyncio.create_task(store.append_run_record(_note(world.id("d"), world.id("s"), "z")))
@@ -215,6 +218,31 @@ async def _as_one_group(
     await blocker
     results = await asyncio.gather(*calls, return_exceptions=True)
     return list(results), groups.groups_sent - sent
+
+
+async def _in_one_commit_group(
+    db: SqliteDatabase, store: RuntimeStore, world: World, commands: Sequence[Command]
+) -> tuple[list[Any], int]:
+    """SQLite: the commands queue while the writer is held, so they are one
+    commit group, whose appends go as one statement: the outcomes, and how
+    many such statements ran."""
+    statements = 0
+    original = sqlite_backend._SqliteTransaction.append_group
+
+    async def counted(self: Any, batches: Any) -> Any:
+        nonlocal statements
+        statements += 1
+        return await original(self, batches)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sqlite_backend._SqliteTransaction, "append_group", counted)
+        held, release = await hold_the_writer(db)
+        calls = [asyncio.ensure_future(command(store, world)) for command in commands]
+        # Callbacks run in order: every call queues its job before the gate opens.
+        asyncio.get_running_loop().call_soon(release.set)
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        await held
+    return list(results), statements
 
 
 async def _lock_waits_at_least(url: str, count: int) -> bool:
@@ -268,8 +296,7 @@ async def test_a_group_answers_every_caller_as_alone(served: Served, case: str) 
     assert await _stored(served.db, grouped) == await _stored(served.db, alone)
     positions, _, _ = await _stored(served.db, grouped)
     assert [p for p, *_ in positions] == list(range(1, len(positions) + 1))
-    if isinstance(served.db, PostgresDatabase):
-        assert groups == 1, "the commands' common cases went to the database as one group"
+    assert groups == 1, "the commands' common cases went to the database as one statement"
 
 
 async def test_a_conflict_in_a_group_fails_only_its_caller(served: Served) -> None:
@@ -295,6 +322,7 @@ async def test_a_group_that_fails_mid_statement_writes_nothing_and_is_unavailabl
     async with postgres.fresh_database("runstore_group_failure") as url:
         await migrate.upgrade(url)
         db = PostgresDatabase(url, PostgresOptions(pool_min=1, pool_max=6, statement_timeout=3))
+        db.append_groups.lanes = 1
         await db.start()
         try:
             world = World(next(_ids))

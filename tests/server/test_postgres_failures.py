@@ -187,25 +187,26 @@ async def test_an_append_refused_before_it_was_sent_falls_back_to_the_full_rules
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A pooled connection that a kill left mid-protocol refuses the fast
-    path's statement (its group's, ``db.append_groups``) before sending it
-    ("cannot switch to state"): nothing ran, so the append goes through the
-    full rules on a fresh connection."""
+    path's statement before sending it ("cannot switch to state"): nothing ran,
+    so the append goes through the full rules on a fresh connection."""
     refused = 0
-    original = postgres_backend._PostgresTransaction.append_group
+    original = postgres_backend._PostgresTransaction.append_if_writable
 
-    async def refuse_once(self: Any, batches: Any) -> Any:
+    async def refuse_once(self: Any, record: Any) -> int | None:
         nonlocal refused
         if not refused:
             refused += 1
             raise asyncpg.InternalClientError(
                 "cannot switch to state 12; another operation (2) is in progress"
             )
-        return await original(self, batches)
+        return await original(self, record)
 
     config = ServerConfig(listen="127.0.0.1:0", database_url=pg_url)
     async with served(config) as server:
         run = await server.store.root()
-        monkeypatch.setattr(postgres_backend._PostgresTransaction, "append_group", refuse_once)
+        monkeypatch.setattr(
+            postgres_backend._PostgresTransaction, "append_if_writable", refuse_once
+        )
         appended = await server.store.runtime.AppendRunRecord(
             rs.AppendRunRecordRequest(record=run.record("after-refusal"))
         )

@@ -36,8 +36,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 from runstore.contract.errors import UnavailableError
@@ -63,7 +64,7 @@ _COLUMNS: Final = (
     ("payload_size", "int4"),
     ("timestamp_ms", "int8"),
 )
-"""The group's input, one array per column, one element per record."""
+"""The group's input, one column per field, one row per record."""
 
 
 def _request_condition(precondition: Precondition) -> str:
@@ -86,24 +87,25 @@ def _request_condition(precondition: Precondition) -> str:
             raise ValueError(f"not a condition on an appended record: {precondition}")
 
 
-def _group_append(preconditions: Sequence[Precondition]) -> str:
+def _group_append(preconditions: Sequence[Precondition], source: str, row_locks: bool) -> str:
     """The group's one statement: inserts the records of every request for
     which each of ``preconditions`` holds for every one of its records,
     numbered per run and per session in the input's order after the largest
-    stored ID and position, and returns each inserted record's run, key and ID."""
-    arrays = ", ".join(f"${n}::{kind}[]" for n, (_, kind) in enumerate(_COLUMNS, start=1))
-    names = ", ".join(name for name, _ in _COLUMNS)
+    stored ID and position, and returns each inserted record's run, key and ID.
+
+    ``source`` selects the input (``_COLUMNS`` and an ``ordinal``); with
+    ``row_locks`` (PostgreSQL) the statement locks the group's active
+    sessions, then its running runs, each in key order, like every writer.
+    SQLite's single writer needs no locks."""
     checks = " AND ".join(_request_condition(p) for p in preconditions)
+    for_update = "ORDER BY {} FOR UPDATE" if row_locks else ""
     return f"""
-WITH input AS (
-    SELECT * FROM unnest({arrays}) WITH ORDINALITY AS i({names}, ordinal)
-),
+WITH input AS ({source}),
 active_sessions AS (
     SELECT s.session_id FROM sessions AS s
     WHERE s.session_id IN (SELECT session_id FROM input WHERE session_id <> '')
       AND s.status = '{SessionStatus.ACTIVE.value}'
-    ORDER BY s.session_id
-    FOR UPDATE
+    {for_update.format("s.session_id")}
 ),
 writable_runs AS (
     SELECT r.run_id, r.agent_id, r.session_id,
@@ -112,13 +114,12 @@ writable_runs AS (
     WHERE r.run_id IN (SELECT run_id FROM input)
       AND r.status = '{RunStatus.RUNNING.value}'
       AND (r.session_id = '' OR r.session_id IN (SELECT session_id FROM active_sessions))
-    ORDER BY r.run_id
-    FOR UPDATE
+    {for_update.format("r.run_id")}
 ),
 accepted AS (
     SELECT i.request FROM input AS i LEFT JOIN writable_runs AS w ON w.run_id = i.run_id
     GROUP BY i.request
-    HAVING bool_and(COALESCE({checks}, false))
+    HAVING min(CASE WHEN {checks} THEN 1 ELSE 0 END) = 1
 ),
 numbered AS (
     SELECT i.*,
@@ -145,8 +146,37 @@ RETURNING run_id, event_key, record_id
 """
 
 
-GROUP_APPEND: Final = _group_append(APPEND)
-"""The group's statement; its arguments come from ``group_arguments``."""
+_NAMES: Final = ", ".join(name for name, _ in _COLUMNS)
+
+GROUP_APPEND: Final = _group_append(
+    APPEND,
+    "SELECT * FROM unnest({}) WITH ORDINALITY AS i({}, ordinal)".format(
+        ", ".join(f"${n}::{kind}[]" for n, (_, kind) in enumerate(_COLUMNS, start=1)), _NAMES
+    ),
+    row_locks=True,
+)
+"""PostgreSQL's group statement: one array argument per column
+(``group_arguments``), whatever the group's size, so one prepared statement."""
+
+
+@functools.lru_cache(maxsize=64)
+def sqlite_group_append(records: int) -> str:
+    """SQLite's group statement for ``records`` records: a VALUES list of
+    ``_COLUMNS`` and the ordinal, bound in order (``sqlite_group_arguments``)."""
+    row = "(" + ", ".join("?" for _ in range(len(_COLUMNS) + 1)) + ")"
+    named = [f"column{n} AS {name}" for n, (name, _) in enumerate(_COLUMNS, start=1)]
+    named.append(f"column{len(_COLUMNS) + 1} AS ordinal")
+    source = f"SELECT {', '.join(named)} FROM (VALUES {', '.join([row] * records)})"
+    return _group_append(APPEND, source, row_locks=False)
+
+
+def sqlite_group_arguments(batches: Sequence[Sequence[RecordDraft]]) -> list[Any]:
+    """``sqlite_group_append``'s arguments: each record's columns and its ordinal."""
+    flat: list[Any] = []
+    for ordinal, row in enumerate(zip(*group_arguments(batches), strict=True), start=1):
+        flat.extend(row)
+        flat.append(ordinal)
+    return flat
 
 
 def group_arguments(batches: Sequence[Sequence[RecordDraft]]) -> list[list[Any]]:
@@ -183,13 +213,27 @@ def group_results(
 class _Request:
     batch: Sequence[RecordDraft]
     future: asyncio.Future[list[int] | None]
-    size: int = field(default=0)
+    affinity: str
+    size: int
     """Payload bytes, for the group's bound."""
 
 
+def _affinity(batch: Sequence[RecordDraft]) -> str:
+    """What a request's statement locks first: its session, or its run when
+    sessionless. Two groups of one replica never share one (``AppendGroups``)."""
+    first = batch[0]
+    return f"s:{first.session_id}" if first.session_id else f"r:{first.run_id}"
+
+
 class AppendGroups:
-    """Collects the common-case appends of one replica into groups, one
-    group in flight at a time, and answers each caller with its own outcome.
+    """Collects the common-case appends of one replica into groups, at most
+    ``lanes`` groups in flight at a time, and answers each caller with its
+    own outcome.
+
+    A request whose session (or sessionless run) is in a group in flight
+    waits for that group, rather than going in another group that would wait
+    for its locks and then collide with it (``_affinity``); that only avoids
+    wasted work, correctness is the statement's.
 
     ``write_group`` sends one group (one statement, one commit) and returns
     an outcome per request, in order; it is the backend's (``postgres``).
@@ -199,16 +243,21 @@ class AppendGroups:
         self,
         write_group: Callable[[list[Sequence[RecordDraft]]], Awaitable[list[Outcome]]],
         *,
+        lanes: int = 2,
         max_records: int = 256,
         max_bytes: int = 8 << 20,
     ) -> None:
         self._write_group = write_group
+        self.lanes = max(1, lanes)
+        """Most groups in flight at once (each on its own connection)."""
         self.max_records = max_records
         """Most records in one group (a larger request goes alone)."""
         self.max_bytes = max_bytes
         """Most payload bytes in one group (a larger request goes alone)."""
         self._waiting: collections.deque[_Request] = collections.deque()
-        self._sender: asyncio.Task[None] | None = None
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._busy: set[str] = set()
+        """The affinities of the groups in flight."""
         self.groups_sent = 0
         """Groups sent so far (tests read it)."""
 
@@ -222,37 +271,47 @@ class AppendGroups:
         when the group did not write it (the caller runs the full rules)."""
         future: asyncio.Future[list[int] | None] = asyncio.get_running_loop().create_future()
         size = sum(len(record.payload) for record in batch)
-        self._waiting.append(_Request(batch, future, size))
-        if self._sender is None:
-            self._sender = asyncio.ensure_future(self._send_all())
+        self._waiting.append(_Request(batch, future, _affinity(batch), size))
+        self._start_groups()
         return await future
 
     async def close(self) -> None:
-        """Stops sending: the callers of the group in flight and those still
-        waiting are answered UNAVAILABLE (the group's outcome is unknown)."""
-        sender, self._sender = self._sender, None
-        if sender is not None:
-            sender.cancel()
+        """Stops sending: the callers of the groups in flight and those still
+        waiting are answered UNAVAILABLE (a group's outcome is unknown)."""
+        in_flight = list(self._in_flight)
+        for task in in_flight:
+            task.cancel()
+        for task in in_flight:
             with contextlib.suppress(asyncio.CancelledError):
-                await sender
+                await task
         while self._waiting:
             _settle(self._waiting.popleft(), UnavailableError("database is not open"))
 
-    async def _send_all(self) -> None:
-        try:
-            while self._waiting:
-                group = self._next_group()
-                if group:
-                    await self._send(group)
-        finally:
-            self._sender = None
+    def _start_groups(self) -> None:
+        """Sends the next groups while a lane is free and a request can go."""
+        while len(self._in_flight) < self.lanes:
+            group = self._next_group()
+            if not group:
+                return
+            affinities = {request.affinity for request in group}
+            self._busy |= affinities
+            task = asyncio.ensure_future(self._send(group))
+            self._in_flight.add(task)
+            task.add_done_callback(functools.partial(self._finished, affinities))
+
+    def _finished(self, affinities: set[str], task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self._busy -= affinities
+        if not task.cancelled():
+            self._start_groups()
 
     def _next_group(self) -> list[_Request]:
         """The waiting requests that go together next, in arrival order: at
         most ``max_records`` records and ``max_bytes`` bytes (but at least one
-        request), and no two with a record of the same run under the same key
-        (the later one waits for the next group, whose statement sees the
-        earlier one's record). Callers already gone are dropped."""
+        request); none whose session or run is in a group in flight, and no
+        two with a record of the same run under the same key (the later one
+        waits for the next group, whose statement sees the earlier one's
+        record). Callers already gone are dropped."""
         group: list[_Request] = []
         keys: set[tuple[str, str]] = set()
         records = size = 0
@@ -261,14 +320,14 @@ class AppendGroups:
             request = self._waiting.popleft()
             if request.future.done():
                 continue
-            own = {(record.run_id, record.event_key) for record in request.batch}
             if group and (
                 records + len(request.batch) > self.max_records
                 or size + request.size > self.max_bytes
             ):
                 self._waiting.appendleft(request)
                 break
-            if own & keys:
+            own = {(record.run_id, record.event_key) for record in request.batch}
+            if request.affinity in self._busy or own & keys:
                 later.append(request)
                 continue
             group.append(request)

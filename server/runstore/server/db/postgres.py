@@ -625,7 +625,7 @@ class PostgresDatabase:
 
         async def append(tx: Transaction) -> list[list[int] | None]:
             assert isinstance(tx, _PostgresTransaction)
-            return await tx.append_group(batches)
+            return await tx.append_requests(batches)
 
         until = bound.deadline(self.options.operation_timeout)
         try:
