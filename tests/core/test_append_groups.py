@@ -31,6 +31,7 @@ from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.store import RuntimeStore
 from runstore.server.db import migrate
 from runstore.server.db import sqlite as sqlite_backend
+from runstore.server.db.append_groups import AppendGroups
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, asyncpg_dsn
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
 from tests import postgres
@@ -373,3 +374,50 @@ async def test_a_group_that_fails_mid_statement_writes_nothing_and_is_unavailabl
             ]
         finally:
             await db.close()
+
+
+async def test_groups_leave_at_once_and_never_share_a_session_in_flight() -> None:
+    """The first append leaves at once (no timer); appends arriving while
+    every lane is busy form the next group; an append whose session is in a
+    group in flight waits for it; a group's error reaches only its callers."""
+    sent: list[list[str]] = []
+    gates: list[asyncio.Event] = []
+
+    async def write_group(batches: list[Sequence[RecordDraft]]) -> list[Any]:
+        sent.append([batch[0].event_key for batch in batches])
+        gate = asyncio.Event()
+        gates.append(gate)
+        await gate.wait()
+        if any(batch[0].event_key == "fails" for batch in batches):
+            raise UnavailableError("database unavailable; retry")
+        return [[index + 1] for index, _ in enumerate(batches)]
+
+    groups = AppendGroups(write_group, lanes=2)
+
+    def append(key: str, session_id: str) -> asyncio.Future[list[int] | None]:
+        return asyncio.ensure_future(groups.append([_note(f"run-{key}", session_id, key)]))
+
+    async def sent_count(count: int) -> bool:
+        return len(sent) == count
+
+    first = append("a", "s1")
+    await _until(lambda: sent_count(1), "the first append leaves alone, at once")
+    same_session = append("b", "s1")
+    other = append("c", "s2")
+    await _until(lambda: sent_count(2), "a second lane takes the next append")
+    queued = [append("d", "s3"), append("fails", "s4")]
+    await _until(lambda: _true(groups.waiting == 3), "every lane is busy: the rest wait")
+    gates[0].set()
+    assert await first == [1]
+    await _until(lambda: sent_count(3), "the next group leaves when a lane is free")
+    assert sent == [["a"], ["c"], ["b", "d", "fails"]]
+    gates[1].set()
+    gates[2].set()
+    assert await other == [1]
+    for call in (same_session, *queued):
+        with pytest.raises(UnavailableError):
+            await call
+
+
+async def _true(value: bool) -> bool:
+    return value

@@ -4,12 +4,13 @@ AppendRunRecord's and AppendRunRecords' common case (``Database.append_if_writab
 ``append_records_if_writable``) is one atomic statement. On PostgreSQL every
 such statement is also a commit, and a commit costs the primary far more than
 inserting a 1 KiB row. So a replica sends the common cases that arrive while
-one of its statements is in flight together, as the next group: one statement
+its groups are in flight together, as a next group: one statement
 (``GROUP_APPEND``) and so one commit for all of them.
 
-* No timer: when nothing is in flight, a caller's statement leaves at once
-  (a group of one); the callers that arrive meanwhile wait for it to finish
-  and then go as the next group, up to ``max_records`` records.
+* No timer: while a lane is free (``AppendGroups.lanes``), a caller's append
+  leaves at once, alone in its own simpler statement as before; the callers
+  that arrive while every lane is busy wait for one to finish and then go
+  together, up to ``max_records`` records.
 * Each request of a group is decided alone, in SQL, by the same preconditions
   as its own statement (``fast_paths.APPEND``: run running, same owner, every
   key free, session active), and written with its run's next IDs and its
@@ -21,8 +22,11 @@ one of its statements is in flight together, as the next group: one statement
   A failure the database answered cleanly (a lost race, a value it rejects)
   writes nothing of the group, and every request of it is answered None, so
   each runs again on its own (the full rules); so one caller's bad record
-  never fails another's. A lost connection with the outcome unknown answers
-  every caller of the group UNAVAILABLE, as it would answer one.
+  never fails another's. A connection the server ended, or one dead before
+  the statement was sent, also answers None (the full rules then answer as
+  an exact retry would). Any other failure with the outcome unknown (a cut
+  connection, a statement timeout, the call's bound) answers every caller
+  of the group UNAVAILABLE, as it would answer one.
 
 Correctness is the statement's: the group locks its sessions, then its runs,
 in key order, like every writer (``fast_path_sql``), and numbers within its
