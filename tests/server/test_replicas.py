@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 import grpc
@@ -235,3 +236,79 @@ async def test_purge_racing_appends_and_starts_leaves_no_orphan(cluster: Cluster
         assert await outcome(replica.runtime.LoadRun(rs.LoadRunRequest(run_id=busy.id))) == (
             "RUN_NOT_FOUND"
         )
+
+
+async def test_racing_groups_of_both_replicas_keep_ids_and_positions_dense(
+    cluster: Cluster,
+) -> None:
+    """Group commit across replicas (docs/scaling.md): many appends released
+    at once (a barrier) on both replicas, so each replica's groups race the
+    other's on the same runs and session. Every record is stored once with
+    dense IDs per run and dense positions in the session; an identical copy
+    sent to the other replica is its exact retry (one inserts, both answer
+    the same ID) and a changed copy is EVENT_CONFLICT."""
+    session = await cluster.pick(0).session()
+    runs = [await cluster.pick(0).root(session_id=session) for _ in range(4)]
+    release = asyncio.Event()
+    queued = 0
+    callers = 0
+
+    async def at_barrier(call: Callable[[], Awaitable[Any]]) -> Any:
+        nonlocal queued
+        queued += 1
+        if queued == callers:
+            release.set()
+        await release.wait()
+        return await call()
+
+    def append(replica: int, record: pb.RunRecord) -> Callable[[], Awaitable[Any]]:
+        request = rs.AppendRunRecordRequest(record=record)
+        return lambda: cluster.pick(replica).runtime.AppendRunRecord(request)
+
+    def append_outcome(replica: int, record: pb.RunRecord) -> Callable[[], Awaitable[Any]]:
+        request = rs.AppendRunRecordRequest(record=record)
+        return lambda: outcome(cluster.pick(replica).runtime.AppendRunRecord(request))
+
+    def append_batch(replica: int, batch: list[pb.RunRecord]) -> Callable[[], Awaitable[Any]]:
+        request = rs.AppendRunRecordsRequest(records=batch)
+        return lambda: cluster.pick(replica).runtime.AppendRunRecords(request)
+
+    pairs = [runs[n % 4].record(f"twice-{n}") for n in range(48)]
+    changed = [(runs[n % 4], f"changed-{n}") for n in range(8)]
+    calls: list[Callable[[], Awaitable[Any]]] = []
+    for record in pairs:
+        calls += [append(0, record), append(1, record)]
+    for run, key in changed:
+        calls += [
+            append_outcome(replica, run.record(key, payload=b'{"copy":%d}' % replica))
+            for replica in (0, 1)
+        ]
+    batches = 8
+    for n in range(batches):
+        calls.append(append_batch(n, [runs[n % 4].record(f"batch-{n}-{i}") for i in range(3)]))
+    callers = len(calls)
+    results = await asyncio.gather(*(at_barrier(call) for call in calls))
+
+    twice = results[: 2 * len(pairs)]
+    for first, second in zip(twice[::2], twice[1::2], strict=True):
+        assert first.id == second.id and first.inserted != second.inserted, (first, second)
+    conflicts = results[2 * len(pairs) : 2 * len(pairs) + 2 * len(changed)]
+    assert collections.Counter(conflicts) == {"ok": len(changed), "EVENT_CONFLICT": len(changed)}
+    conn = await asyncpg.connect(asyncpg_dsn(cluster.url))
+    try:
+        positions = [
+            row[0]
+            for row in await conn.fetch(
+                "SELECT session_position FROM records WHERE session_id = $1 ORDER BY 1", session
+            )
+        ]
+        for run in runs:
+            rows = await conn.fetch(
+                "SELECT record_id, event_key FROM records WHERE run_id = $1 ORDER BY 1", run.id
+            )
+            assert [row[0] for row in rows] == list(range(1, len(rows) + 1))
+            assert len({row[1] for row in rows}) == len(rows)
+    finally:
+        await conn.close()
+    expected = len(runs) + len(pairs) + len(changed) + 3 * batches
+    assert positions == list(range(1, expected + 1))

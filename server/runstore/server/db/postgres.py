@@ -41,6 +41,13 @@ from runstore.server.config import DEFAULTS
 from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
 from runstore.server.db import bound, lagging
+from runstore.server.db.append_groups import (
+    GROUP_APPEND,
+    AppendGroups,
+    Outcome,
+    group_arguments,
+    group_results,
+)
 from runstore.server.db.compiled import Compiled
 from runstore.server.db.statements import Statements
 from runstore.server.db.transaction import SqlTransaction
@@ -125,6 +132,13 @@ class _PostgresTransaction(SqlTransaction):
 
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
         await self._conn.executemany(statement.sql, [statement.args(row) for row in rows])
+
+    async def append_group(
+        self, batches: Sequence[Sequence[RecordDraft]]
+    ) -> list[list[int] | None]:
+        """``append_groups.GROUP_APPEND`` for ``batches`` (not a port method)."""
+        rows = await self._conn.fetch(GROUP_APPEND, *group_arguments(batches))
+        return group_results(self, batches, rows)
 
 
 def _refused_before_sending(exc: BaseException) -> bool:
@@ -352,6 +366,8 @@ class PostgresDatabase:
         health probe's, LISTEN's and the retention lock's."""
         self._probe: asyncpg.Connection | None = None
         self._wakeups: PostgresWakeups | None = None
+        self.append_groups = AppendGroups(self._append_group)
+        """The common-case appends, sent in groups (``append_groups``)."""
 
     def _server_settings(self) -> dict[str, str]:
         return {
@@ -458,6 +474,7 @@ class PostgresDatabase:
         if self._probe is not None:
             self._probe.terminate()
             self._probe = None
+        await self.append_groups.close()
         if self._wakeups is not None:
             await self._wakeups.close()
         if self._pool is not None:
@@ -564,8 +581,10 @@ class PostgresDatabase:
             await pool.release(conn)
 
     async def append_if_writable(self, record: RecordDraft) -> int | None:
-        """One statement, atomic by itself: no BEGIN/COMMIT round trips."""
-        return await self._one_statement(lambda tx: tx.append_if_writable(record))
+        """One statement, atomic by itself, shared with the appends that
+        arrive meanwhile (``append_groups``)."""
+        ids = await self.append_groups.append((record,))
+        return ids[0] if ids is not None else None
 
     async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
         """One statement, atomic by itself (``fast_path_sql._start_if_new``)."""
@@ -595,17 +614,29 @@ class PostgresDatabase:
             raise _translate(exc) from exc
 
     async def append_records_if_writable(self, batch: Sequence[RecordDraft]) -> list[int] | None:
-        """One statement, like ``append_if_writable``."""
+        """In a group, like ``append_if_writable``."""
+        return await self.append_groups.append(batch)
 
-        async def append(tx: Transaction) -> list[int] | None:
+    async def _append_group(self, batches: list[Sequence[RecordDraft]]) -> list[Outcome]:
+        """One group (``append_groups``) in one statement: one round trip, one
+        commit. Every request is None (its caller runs the full rules) when the
+        connection was dead before anything was sent or the server refused the
+        statement cleanly (a lost race, a value it rejects: nothing written)."""
+
+        async def append(tx: Transaction) -> list[list[int] | None]:
             assert isinstance(tx, _PostgresTransaction)
-            return await tx.append_records_if_writable(batch)
+            return await tx.append_requests(batches)
 
         until = bound.deadline(self.options.operation_timeout)
         try:
-            return await self._on_connection(append, None, until)
+            return list(await self._on_connection(append, None, until))
         except _StaleConnection:
-            return None
+            return [None] * len(batches)
+        except asyncpg.PostgresError as exc:
+            if not _connection_survives(exc):
+                raise _translate(exc) from exc
+            log.debug("a group of %d appends runs again alone: %s", len(batches), exc)
+            return [None] * len(batches)
         except Exception as exc:
             raise _translate(exc) from exc
 

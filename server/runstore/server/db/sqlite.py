@@ -37,6 +37,11 @@ from runstore.server.config import DEFAULTS, SQLITE_SYNCHRONOUS_LEVELS
 from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
+from runstore.server.db.append_groups import (
+    group_results,
+    sqlite_group_append,
+    sqlite_group_arguments,
+)
 from runstore.server.db.compiled import Compiled
 from runstore.server.db.statements import Statements
 from runstore.server.db.transaction import SqlTransaction
@@ -104,6 +109,80 @@ class _SqliteTransaction(SqlTransaction):
 
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
         self._conn.executemany(statement.sql, [statement.args(row) for row in rows])
+
+    async def append_group(
+        self, batches: Sequence[Sequence[RecordDraft]]
+    ) -> list[list[int] | None]:
+        """``append_groups.sqlite_group_append`` for ``batches`` (not a port method)."""
+        statement = sqlite_group_append(sum(len(batch) for batch in batches))
+        rows = self._conn.execute(statement, sqlite_group_arguments(batches)).fetchall()
+        return group_results(self, batches, rows)
+
+
+class _GroupedAppend:
+    """An append's common case as a writer job (``append_if_writable`` or
+    ``append_records_if_writable``) that the writer may send in one statement
+    with the other appends of its commit group (``_send_appends_together``);
+    alone, it is its own statement."""
+
+    __slots__ = ("batch", "single")
+
+    def __init__(self, batch: Sequence[RecordDraft], *, single: bool) -> None:
+        self.batch = batch
+        self.single = single
+
+    def __call__(self, tx: Transaction) -> Coroutine[Any, Any, Any]:
+        assert isinstance(tx, SqlTransaction)
+        if self.single:
+            return tx.append_if_writable(self.batch[0])
+        return tx.append_records_if_writable(self.batch)
+
+    def answer(self, ids: list[int] | None) -> Any:
+        """What the job alone would have returned, from its IDs in a group."""
+        if ids is None or not self.single:
+            return ids
+        return ids[0]
+
+
+_MOST_RECORDS_TOGETHER: Final = 256
+"""Most records of one commit group's appends in one statement."""
+
+
+def _send_appends_together(
+    tx: _SqliteTransaction,
+    functions: list[Callable[[Transaction], Coroutine[Any, Any, Any]]],
+    outcomes: list[_Outcome],
+) -> set[int]:
+    """Runs the common-case appends of a commit group in one multi-row
+    statement (``append_groups``), the same as PostgreSQL's groups: the jobs
+    of one group are concurrent calls, so any order of them is one they could
+    have run in. Returns the indexes it answered in ``outcomes``. Appends
+    sharing a run and key with an earlier one, and all of them when the
+    statement fails on a constraint, are left to run one by one."""
+    chosen: dict[int, _GroupedAppend] = {}
+    keys: set[tuple[str, str]] = set()
+    records = 0
+    for index, fn in enumerate(functions):
+        if not isinstance(fn, _GroupedAppend):
+            continue
+        own = {(record.run_id, record.event_key) for record in fn.batch}
+        if own & keys or records + len(fn.batch) > _MOST_RECORDS_TOGETHER:
+            continue
+        chosen[index] = fn
+        keys |= own
+        records += len(fn.batch)
+    if len(chosen) < 2:
+        return set()
+    try:
+        results = _drive(tx.append_group([job.batch for job in chosen.values()]))
+    except sqlite3.OperationalError:
+        raise
+    except sqlite3.Error as exc:  # nothing of the statement stays: each runs alone
+        log.debug("a group of %d appends runs again alone: %s", len(chosen), exc)
+        return set()
+    for (index, job), ids in zip(chosen.items(), results, strict=True):
+        outcomes[index] = (job.answer(ids), None)
+    return set(chosen)
 
 
 _Job = tuple[
@@ -353,8 +432,9 @@ def run_group(
         while True:
             tx.touched.clear()
             conn.execute(begin)
+            together = _send_appends_together(tx, functions, outcomes)
             for index, fn in enumerate(functions):
-                if index in excluded:
+                if index in excluded or index in together:
                     continue
                 changes = conn.total_changes
                 outcomes[index] = _run_one(tx, fn)
@@ -509,13 +589,12 @@ class SqliteDatabase:
 
     async def append_if_writable(self, record: RecordDraft) -> int | None:
         """A write like any other: the writer thread serialises it, and group
-        commit already spares it a transaction of its own."""
-
-        async def fn(tx: Transaction) -> int | None:
-            assert isinstance(tx, SqlTransaction)
-            return await tx.append_if_writable(record)
-
-        return await self._submit(self._writes, fn)
+        commit already spares it a transaction of its own; with the other
+        appends of its commit group it is one statement."""
+        result: int | None = await self._submit(
+            self._writes, _GroupedAppend((record,), single=True)
+        )
+        return result
 
     async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
         """Two statements in the writer's commit group, like any write."""
@@ -537,12 +616,10 @@ class SqliteDatabase:
 
     async def append_records_if_writable(self, batch: Sequence[RecordDraft]) -> list[int] | None:
         """A write like ``append_if_writable``."""
-
-        async def fn(tx: Transaction) -> list[int] | None:
-            assert isinstance(tx, SqlTransaction)
-            return await tx.append_records_if_writable(batch)
-
-        return await self._submit(self._writes, fn)
+        result: list[int] | None = await self._submit(
+            self._writes, _GroupedAppend(batch, single=False)
+        )
+        return result
 
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
         return await self._submit(self._reads, fn)

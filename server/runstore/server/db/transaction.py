@@ -94,6 +94,31 @@ class SqlTransaction(Transaction):
         if session_id:
             self.touched.add(session_key(session_id))
 
+    async def append_requests(
+        self, batches: Sequence[Sequence[RecordDraft]]
+    ) -> list[list[int] | None]:
+        """The common cases of several appends (``db.append_groups``): each
+        one's IDs, or None where it wrote nothing. Several go in one statement
+        (``append_group``); one alone in its own, simpler one."""
+        if len(batches) > 1:
+            return await self.append_group(batches)
+        if len(batch := batches[0]) > 1:
+            return [await self.append_records_if_writable(batch)]
+        record_id = await self.append_if_writable(batch[0])
+        return [None if record_id is None else [record_id]]
+
+    async def append_group(
+        self, batches: Sequence[Sequence[RecordDraft]]
+    ) -> list[list[int] | None]:
+        """Several appends' common cases in one statement (``append_groups``)."""
+        raise NotImplementedError
+
+    def count_appended(self, record: RecordDraft, count: int) -> None:
+        """``count`` records of ``record``'s run written outside the named
+        operations (``append_groups``): counted, and its watchers woken at commit."""
+        self._touch(record.run_id, record.session_id)
+        self.records_appended += count
+
     async def _one(self, statement: Compiled, **params: Any) -> Any:
         """The first row of ``statement``, or None."""
         raise NotImplementedError
