@@ -262,10 +262,22 @@ async def test_a_certificate_no_longer_mapped_ends_its_open_streams_at_sighup(
             assert "after" not in revoked.keys
 
 
-async def test_a_role_that_may_no_longer_call_the_method_ends_its_open_streams(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(roles.METHOD_ROLES, WATCH_RUN, frozenset({roles.ADMIN, roles.READER}))
+@dataclass
+class _InProcess:
+    """An in-process server with an auth file of a host, a worker and a reader,
+    and a run of the worker's with one record ("before")."""
+
+    running: Any
+    channel: grpc.aio.Channel
+    auth_file: Path
+    run: Any
+    host: Entry
+    worker: Entry
+    reader: Entry
+
+
+@asynccontextmanager
+async def _in_process(tmp_path: Path) -> AsyncIterator[_InProcess]:
     host, worker, reader = Entry("host"), Entry("worker"), Entry("reader")
     auth_file = write_auth_file(
         tmp_path / "auth.toml", {"host": host, "worker": worker, "reader": reader}
@@ -280,15 +292,28 @@ async def test_a_role_that_may_no_longer_call_the_method_ends_its_open_streams(
         grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel,
     ):
         run = await _run_with_record(channel, host, worker)
-        async with watching(channel, run.id, reader.token) as demoted:
-            await demoted.receives("before")
-            demoted_entry = Entry("worker", token=reader.token)
-            write_auth_file(auth_file, {"host": host, "worker": worker, "reader": demoted_entry})
-            sent = time.monotonic()
-            assert running.security.principals is not None
-            assert running.security.principals.reload()
-            got = await _ended_with(demoted, sent)
-            assert got == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED", WATCH_RUN)
+        yield _InProcess(running, channel, auth_file, run, host, worker, reader)
+
+
+async def test_a_role_that_may_no_longer_call_the_method_ends_its_open_streams(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(roles.METHOD_ROLES, WATCH_RUN, frozenset({roles.ADMIN, roles.READER}))
+    async with (
+        _in_process(tmp_path) as server,
+        watching(server.channel, server.run.id, server.reader.token) as demoted,
+    ):
+        await demoted.receives("before")
+        demoted_entry = Entry("worker", token=server.reader.token)
+        write_auth_file(
+            server.auth_file,
+            {"host": server.host, "worker": server.worker, "reader": demoted_entry},
+        )
+        sent = time.monotonic()
+        assert server.running.security.principals is not None
+        assert server.running.security.principals.reload()
+        got = await _ended_with(demoted, sent)
+        assert got == (grpc.StatusCode.PERMISSION_DENIED, "PERMISSION_DENIED", WATCH_RUN)
 
 
 async def test_a_reload_before_the_stream_listens_still_ends_it(
@@ -297,21 +322,8 @@ async def test_a_reload_before_the_stream_listens_still_ends_it(
     """The token is removed and the file reloaded after the Watch call was
     admitted but before its stream registered for reloads (the reload is made
     to land exactly there): the stream must still end, not outlive its token."""
-    host, worker, reader = Entry("host"), Entry("worker"), Entry("reader")
-    auth_file = write_auth_file(
-        tmp_path / "auth.toml", {"host": host, "worker": worker, "reader": reader}
-    )
-    config = ServerConfig(
-        listen="127.0.0.1:0",
-        database_url=f"sqlite:///{tmp_path / 'runstore.db'}",
-        auth_file=str(auth_file),
-    )
-    async with (
-        running_server(config) as running,
-        grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel,
-    ):
-        run = await _run_with_record(channel, host, worker)
-        principals = running.security.principals
+    async with _in_process(tmp_path) as server:
+        principals = server.running.security.principals
         assert principals is not None
         listen = principals.listen
         reloaded = asyncio.Event()
@@ -319,14 +331,14 @@ async def test_a_reload_before_the_stream_listens_still_ends_it(
 
         def reload_then_listen(listener: Any) -> None:
             nonlocal sent
-            write_auth_file(auth_file, {"host": host, "worker": worker})
+            write_auth_file(server.auth_file, {"host": server.host, "worker": server.worker})
             sent = time.monotonic()
             assert principals.reload()
             reloaded.set()
             listen(listener)
 
         monkeypatch.setattr(principals, "listen", reload_then_listen)
-        async with watching(channel, run.id, reader.token) as stream:
+        async with watching(server.channel, server.run.id, server.reader.token) as stream:
             await asyncio.wait_for(reloaded.wait(), 30)
             got = await _ended_with(stream, sent)
         assert got == (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED", WATCH_RUN)
