@@ -351,11 +351,12 @@ class Wakeups(Protocol):
         ...
 
 
-def session_key(session_id: str) -> str:
-    """The wake-up key of a session's records."""
-    return f"s:{session_id}"
+def session_key(namespace: str, session_id: str) -> str:
+    """The wake-up key of a session's records in ``namespace`` (a namespace
+    name has no ``:``, so keys of two namespaces never meet)."""
+    return f"s:{namespace}:{session_id}"
 
 
-def run_key(run_id: str) -> str:
-    """The wake-up key of a run's records."""
-    return f"r:{run_id}"
+def run_key(namespace: str, run_id: str) -> str:
+    """The wake-up key of a run's records in ``namespace``."""
+    return f"r:{namespace}:{run_id}"

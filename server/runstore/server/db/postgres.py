@@ -109,13 +109,16 @@ class _PostgresTransaction(SqlTransaction):
         self._conn = conn
 
     async def _one(self, statement: Compiled, **params: Any) -> Any:
+        params["namespace"] = self.namespace
         return await self._conn.fetchrow(statement.sql, *statement.args(params))
 
     async def _all(self, statement: Compiled, **params: Any) -> list[Any]:
+        params["namespace"] = self.namespace
         result: list[Any] = await self._conn.fetch(statement.sql, *statement.args(params))
         return result
 
     async def _run(self, statement: Compiled, **params: Any) -> None:
+        params["namespace"] = self.namespace
         await self._conn.execute(statement.sql, *statement.args(params))
 
     async def _one_unless_conflict(self, statement: Compiled, **params: Any) -> Any:
@@ -131,7 +134,10 @@ class _PostgresTransaction(SqlTransaction):
             return []
 
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
-        await self._conn.executemany(statement.sql, [statement.args(row) for row in rows])
+        namespace = {"namespace": self.namespace}
+        await self._conn.executemany(
+            statement.sql, [statement.args({**row, **namespace}) for row in rows]
+        )
 
     async def append_group(
         self, batches: Sequence[Sequence[RecordDraft]]
