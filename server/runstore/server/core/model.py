@@ -87,6 +87,16 @@ class RunFinish:
 
 
 @dataclass(frozen=True, slots=True)
+class NamespaceRetention:
+    """An active namespace's retention overrides in seconds (None: the
+    server's ``--retain-*`` setting applies), docs/namespaces.md."""
+
+    name: str
+    ended_sessions: float | None = None
+    sessionless_runs: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RecordDraft:
     """A RunRecord as a caller supplies it (§3.7): no ID yet, maybe no timestamp."""
 

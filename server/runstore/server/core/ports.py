@@ -21,6 +21,7 @@ from runstore.server.core.model import (
     ContextHead,
     ContextVersion,
     MemoryEvent,
+    NamespaceRetention,
     Nanos,
     PageKey,
     RecordDraft,
@@ -136,6 +137,11 @@ class Transaction(Protocol):
 
     async def purgeable_sessions(self, ended_before: Nanos, limit: int) -> list[str]:
         """Ended before ``ended_before``, no running run; oldest ended first."""
+        ...
+
+    async def namespace_retention(self) -> list[NamespaceRetention]:
+        """Every active namespace (whatever the transaction's) with its
+        retention overrides, by name."""
         ...
 
     async def run_purged(self, run_id: str) -> bool:

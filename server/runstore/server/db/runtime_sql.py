@@ -32,7 +32,14 @@ from runstore.server.db.record_writes import (
     next_session_position,
 )
 from runstore.server.db.row_codecs import RECORD_COLUMNS, RUN_COLUMNS, SESSION_COLUMNS
-from runstore.server.db.schema import records, run_tombstones, runs, session_tombstones, sessions
+from runstore.server.db.schema import (
+    namespaces,
+    records,
+    run_tombstones,
+    runs,
+    session_tombstones,
+    sessions,
+)
 
 
 def _bounded_page(page: Select[Any], order: str) -> Select[Any]:
@@ -336,6 +343,14 @@ def runtime_sources() -> dict[str, ClauseElement]:
             purged_at=bindparam("purged_at"),
         ),
         "purgeable_sessionless_runs": _purgeable_sessionless_runs(),
+        # Not in one namespace: retention runs per namespace (docs/namespaces.md).
+        "namespace_retention": select(
+            namespaces.c.name,
+            namespaces.c.retain_ended_sessions_s,
+            namespaces.c.retain_sessionless_runs_s,
+        )
+        .where(namespaces.c.state == literal_column("'active'"))
+        .order_by(namespaces.c.name),
         "run_ending_for_update": select(*RUN_ENDING_COLUMNS)
         .where(in_namespace(runs), runs.c.run_id == bindparam("run_id"))
         .with_for_update(),

@@ -47,6 +47,7 @@ class Statements:
     run_tombstoned: Compiled
     insert_run_tombstone: Compiled
     purgeable_sessionless_runs: Compiled
+    namespace_retention: Compiled
     run_ending_for_update: Compiled
     child_run_endings_for_update: Compiled
     delete_run_records: Compiled

@@ -18,6 +18,7 @@ from runstore.server.core.model import (
     ContextHead,
     ContextVersion,
     MemoryEvent,
+    NamespaceRetention,
     Nanos,
     PageKey,
     RecordDraft,
@@ -263,6 +264,17 @@ class SqlTransaction(Transaction):
             limit=limit,
         )
         return [str(row[0]) for row in rows]
+
+    async def namespace_retention(self) -> list[NamespaceRetention]:
+        rows = await self._all(self._sql.namespace_retention)
+        return [
+            NamespaceRetention(
+                str(row[0]),
+                None if row[1] is None else float(row[1]),
+                None if row[2] is None else float(row[2]),
+            )
+            for row in rows
+        ]
 
     async def run_purged(self, run_id: str) -> bool:
         return await self._one(self._sql.run_tombstoned, run_id=run_id) is not None
