@@ -33,6 +33,7 @@ from runstore.server.core.model import (
     Session,
     StoredAppend,
 )
+from runstore.server.core.namespace_model import NamespaceTransaction
 
 T = TypeVar("T")
 
@@ -69,7 +70,7 @@ class RecordTarget:
     """The run's record under the event key, if any."""
 
 
-class Transaction(Protocol):
+class Transaction(NamespaceTransaction, Protocol):
     """Named operations inside one database transaction.
 
     ``for_update=True`` asks a backend with row locks to lock the row until the

@@ -40,6 +40,7 @@ from runstore.server.core.ports import (
 )
 from runstore.server.db import row_codecs
 from runstore.server.db.compiled import Compiled
+from runstore.server.db.namespace_sql import NamespaceOperations, NamespaceStatements
 from runstore.server.db.statements import Statements
 
 _RUN_WIDTH = len(row_codecs.RUN_COLUMNS)
@@ -61,7 +62,7 @@ def _run_finish(row: Any) -> RunFinish:
     )
 
 
-class SqlTransaction(Transaction):
+class SqlTransaction(NamespaceOperations, Transaction):
     """Every named operation of ``Transaction`` as SQL, over three primitives
     each backend provides (``_one``, ``_all``, ``_run``)."""
 
@@ -94,6 +95,10 @@ class SqlTransaction(Transaction):
         self.touched: set[str] = set()
         """Wake-up keys (``core.ports.session_key``/``run_key``) of what this
         transaction wrote; the backend wakes watchers after the commit."""
+
+    @property
+    def _namespace_sql(self) -> NamespaceStatements:
+        return self._sql.namespaces
 
     def _touch(self, run_id: str, session_id: str) -> None:
         self.touched.add(run_key(self.namespace, run_id))

@@ -116,6 +116,8 @@ class Authentication:
                 _log_refused(method, principal)
             _DECISION.set(refusal)
             return
+        assert principal is not None
+        call_principal.set_namespaces(principal.namespaces)
         _DECISION.set(principal)
 
     def wrap(self, method: str, handler: Handler) -> Handler:
@@ -266,6 +268,7 @@ async def _settle(method: str, decision: _Decision, context: Context) -> Princip
         refusal = _refusal(method, principal, token_sent=False)
         if refusal is None:
             assert principal is not None
+            call_principal.set_namespaces(principal.namespaces)
             return principal
         if principal is not None and method in roles.AUDITED_METHODS:
             _log_refused(method, principal)
@@ -323,10 +326,19 @@ async def _run_audited(
     finally:
         code = context.code() if outcome != "ok" else None
         log.info(
-            "%s session_id=%r by principal %r (role %s): %s",
+            "%s %s by principal %r (role %s): %s",
             name,
-            getattr(parsed_request(request), "session_id", ""),
+            _subject(parsed_request(request)),
             principal.name,
             principal.role or "none, authentication off",
             outcome if code is None else f"{outcome} ({getattr(code, 'name', code)})",
         )
+
+
+def _subject(request: Any) -> str:
+    """What an audited call is about: its session, or the namespace it manages."""
+    if hasattr(request, "session_id"):
+        return f"session_id={request.session_id!r}"
+    namespace = getattr(request, "namespace", None)
+    name = getattr(request, "name", None) or getattr(namespace, "name", "")
+    return f"namespace={name!r}"
