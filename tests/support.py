@@ -482,6 +482,8 @@ async def serving(database_url: str, *, migrate: bool = True) -> AsyncIterator[S
         db = await stack.enter_async_context(open_database(config))
         running = await build_server(config, create_stores(config, db))
         stack.push_async_callback(running.server.stop, None)
+        if running.namespaces is not None:
+            stack.push_async_callback(running.namespaces.close)
         target = f"127.0.0.1:{running.port}"
         channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
         yield Store(channel, target=target)

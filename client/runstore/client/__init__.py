@@ -53,6 +53,7 @@ from runstore.client.model import (
     SessionPage,
     SessionStatus,
 )
+from runstore.client.namespaces import NamespaceInfo, NamespaceSettings, RemoteNamespaceAdmin
 from runstore.client.protocols import SessionAdmin, Store
 from runstore.client.remote import (
     Keepalive,
@@ -153,9 +154,11 @@ __all__ = [
     "MemorySnapshot",
     "NamespaceError",
     "NamespaceExistsError",
+    "NamespaceInfo",
     "NamespaceNotFoundError",
     "NamespaceProtectedError",
     "NamespaceRequiredError",
+    "NamespaceSettings",
     "NamespaceTombstonedError",
     "NotFoundError",
     "OneShotChildRunStart",
@@ -171,6 +174,7 @@ __all__ = [
     "ReadArgumentError",
     "RemoteContextStore",
     "RemoteMemoryStore",
+    "RemoteNamespaceAdmin",
     "RemoteSessionAdmin",
     "RemoteStore",
     "RetryClock",
