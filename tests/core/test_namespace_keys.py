@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from runstore.contract.errors import RunstoreError
-from runstore.contract.model import SessionStatus
+from runstore.contract.model import RunStartOutcome, SessionStatus
 from runstore.server import call_namespace
 from runstore.server.core.context import ContextStore
 from runstore.server.core.model import RecordDraft, Session
@@ -36,7 +36,7 @@ from tests.core.test_append_groups import (
     _note,
     served,
 )
-from tests.core.test_lifecycle_fast_paths import T0
+from tests.core.test_lifecycle_fast_paths import T0, _start_command
 
 __all__ = ["served"]  # the backends' fixture, shared with the group commit tests
 
@@ -276,6 +276,33 @@ async def test_a_commit_in_one_namespace_wakes_only_its_own_watchers(served: Ser
         # namespace's keys, they would be set by now too.
         await asyncio.wait_for(theirs.wait(), 10)
         assert not mine.is_set() and not my_session.is_set()
+
+
+async def test_the_same_run_starts_in_two_namespaces_at_once(served: Served) -> None:
+    n = next(_ids)
+    session_id, run_id = f"both-s{n}", f"both-r{n}"
+    await _add_namespace(served.db, OTHER)
+
+    async def session(tx: Transaction) -> None:
+        await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, T0))
+
+    async def start(namespace: str) -> Any:
+        call_namespace.set_current(namespace)  # this task only
+        await served.db.write(session)
+        store = RuntimeStore(served.db)
+        command = _start_command(run_id, session_id, "")
+        first, again = await asyncio.gather(
+            store.start_root_run(command), store.start_root_run(command)
+        )
+        run = await store.load_run(run_id)
+        return first.outcome, again.outcome, first.started, again.started, run.run_id
+
+    mine, theirs = await asyncio.gather(start(call_namespace.DEFAULT), start(OTHER))
+    assert mine == theirs  # one run each: started once, the retry answers the same
+    outcome, outcome_again, started, started_again, _ = mine
+    assert outcome is outcome_again is RunStartOutcome.PROCEED
+    assert started.id == started_again.id == "1"
+    assert {started.inserted, started_again.inserted} == {True, False}
 
 
 @pytest.fixture(autouse=True)
