@@ -8,6 +8,7 @@ the interceptor does, and insert the second namespace's row directly.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -15,11 +16,14 @@ from typing import Any
 import pytest
 
 from runstore.contract.errors import RunstoreError
+from runstore.contract.model import RunStartOutcome, SessionStatus
 from runstore.server import call_namespace
-from runstore.server.core.model import RecordDraft
-from runstore.server.core.ports import Database, Transaction
+from runstore.server.core.context import ContextStore
+from runstore.server.core.model import RecordDraft, Session
+from runstore.server.core.ports import PURGED, Database, Transaction, run_key, session_key
 from runstore.server.core.store import RuntimeStore
 from runstore.server.db.postgres import PostgresDatabase
+from runstore.server.retention import NANOS_PER_SECOND, RetentionSettings, RetentionTask
 from tests.core.test_append_groups import (
     Command,
     Served,
@@ -29,9 +33,10 @@ from tests.core.test_append_groups import (
     _batch,
     _build,
     _ids,
+    _note,
     served,
 )
-from tests.core.test_lifecycle_fast_paths import T0
+from tests.core.test_lifecycle_fast_paths import T0, _start_command
 
 __all__ = ["served"]  # the backends' fixture, shared with the group commit tests
 
@@ -199,6 +204,105 @@ async def test_a_namespace_misses_every_row_of_another(served: Served) -> None:
     assert seen[0][0] == "RunNotFoundError"
     # and the other namespace's attempts changed nothing here
     assert await _state_of(served.db, world, call_namespace.DEFAULT) == before
+
+
+async def _set_retention(db: Database, name: str, ended_sessions_s: float) -> None:
+    async def fn(tx: Transaction) -> None:
+        conn = tx._conn  # type: ignore[attr-defined]
+        if isinstance(db, PostgresDatabase):
+            await conn.execute(
+                "UPDATE namespaces SET retain_ended_sessions_s = $1 WHERE name = $2",
+                ended_sessions_s,
+                name,
+            )
+        else:
+            conn.execute(
+                "UPDATE namespaces SET retain_ended_sessions_s = ? WHERE name = ?",
+                (ended_sessions_s, name),
+            )
+
+    await db.write(fn)
+
+
+async def test_retention_runs_in_each_namespace_with_its_own_overrides(served: Served) -> None:
+    session_id = f"quiet-{next(_ids)}"
+
+    async def ended_session(tx: Transaction) -> None:
+        await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, T0))
+        await tx.end_session(session_id, T0 + 1)
+
+    async def lookup(tx: Transaction) -> Any:
+        return await tx.session(session_id)
+
+    await _add_namespace(served.db, OTHER)
+    await _set_retention(served.db, OTHER, 1.0)  # the server keeps ended sessions for ever
+    await served.db.write(ended_session)
+    with acting_in(OTHER):
+        await served.db.write(ended_session)  # the same ID, ended as long ago
+
+    task = RetentionTask(
+        RuntimeStore(served.db, clock=lambda: T0 + 7),
+        ContextStore(served.db),
+        served.db.retention_lock,  # type: ignore[attr-defined]
+        RetentionSettings(ended_sessions=None, sessionless_runs=None, contexts=None),
+        clock=lambda: T0 + 10 * NANOS_PER_SECOND,
+    )
+    report = await task.run_pass()
+
+    assert report.ran and report.sessions >= 1
+    assert isinstance(await served.db.read(lookup), Session)  # default: kept
+    with acting_in(OTHER):
+        assert await served.db.read(lookup) is PURGED  # team-b: purged, tombstoned
+    assert call_namespace.current() == call_namespace.DEFAULT  # the pass restored it
+
+
+async def test_a_commit_in_one_namespace_wakes_only_its_own_watchers(served: Served) -> None:
+    world = World(next(_ids))
+    await _add_namespace(served.db, OTHER)
+    await _build(served.db, world)
+    with acting_in(OTHER):
+        await _build(served.db, world)
+    store = RuntimeStore(served.db, clock=lambda: T0 + 7)
+    wakeups: Any = served.db.wakeups  # type: ignore[attr-defined]
+    run_id, session_id = world.id("a"), world.id("s")
+    with (
+        wakeups.subscribe(run_key(call_namespace.DEFAULT, run_id)) as mine,
+        wakeups.subscribe(session_key(call_namespace.DEFAULT, session_id)) as my_session,
+        wakeups.subscribe(run_key(OTHER, run_id)) as theirs,
+    ):
+        with acting_in(OTHER):
+            await store.append_run_record(_note(run_id, session_id, "woken"))
+        # One commit wakes all its keys at once: had it touched this
+        # namespace's keys, they would be set by now too.
+        await asyncio.wait_for(theirs.wait(), 10)
+        assert not mine.is_set() and not my_session.is_set()
+
+
+async def test_the_same_run_starts_in_two_namespaces_at_once(served: Served) -> None:
+    n = next(_ids)
+    session_id, run_id = f"both-s{n}", f"both-r{n}"
+    await _add_namespace(served.db, OTHER)
+
+    async def session(tx: Transaction) -> None:
+        await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, T0))
+
+    async def start(namespace: str) -> Any:
+        call_namespace.set_current(namespace)  # this task only
+        await served.db.write(session)
+        store = RuntimeStore(served.db)
+        command = _start_command(run_id, session_id, "")
+        first, again = await asyncio.gather(
+            store.start_root_run(command), store.start_root_run(command)
+        )
+        run = await store.load_run(run_id)
+        return first.outcome, again.outcome, first.started, again.started, run.run_id
+
+    mine, theirs = await asyncio.gather(start(call_namespace.DEFAULT), start(OTHER))
+    assert mine == theirs  # one run each: started once, the retry answers the same
+    outcome, outcome_again, started, started_again, _ = mine
+    assert outcome is outcome_again is RunStartOutcome.PROCEED
+    assert started.id == started_again.id == "1"
+    assert {started.inserted, started_again.inserted} == {True, False}
 
 
 @pytest.fixture(autouse=True)

@@ -191,7 +191,7 @@ class Stores:
     probe: Probe | None = None
     """What the health service checks (the database), if it can be checked."""
     retention: RetentionTask | None = None
-    """The background retention task, when a ``--retain-*`` flag is set."""
+    """The background retention task: ``--retain-*`` flags, and namespaces' overrides."""
     namespaces: NamespaceStore | None = None
     """Which namespaces exist, and their administration (docs/namespaces.md);
     None serves the namespace ``default`` only, without NamespaceAdmin."""
@@ -219,11 +219,9 @@ def create_stores(config: ServerConfig, db: Database) -> Stores:
         runtime=runtime,
         memory=MemoryStore(db, page_limit=config.page_limit, page_bytes=page_bytes),
         context=context,
-        retention=(
-            RetentionTask(runtime, context, db.retention_lock, retention)  # type: ignore[attr-defined]
-            if retention.on
-            else None
-        ),
+        # Always: a namespace's retention overrides apply even when no
+        # --retain-* flag is set (docs/namespaces.md, "Storage").
+        retention=RetentionTask(runtime, context, db.retention_lock, retention),  # type: ignore[attr-defined]
         watch=RecordWatch(
             runtime,
             wakeups,
@@ -378,7 +376,8 @@ async def build_server(
     if stores.retention is not None:
         stores.retention.metrics = telemetry.metrics
         stores.retention.start()
-        log.info("retention on: %s", stores.retention.settings.describe())
+        if stores.retention.settings.on:
+            log.info("retention on: %s", stores.retention.settings.describe())
     running = RunningServer(
         server,
         port,

@@ -172,7 +172,11 @@ class RetentionTask:
             await self._wait(self.settings.interval)
 
     async def run_pass(self) -> PassReport:
-        """One pass, if this replica holds the retention lock; logged and counted."""
+        """One pass, if this replica holds the retention lock; logged and
+        counted. With no ``--retain-*`` setting and no namespace's override,
+        nothing to do: not run, not logged, not counted."""
+        if not self.settings.on and not await self._overridden():
+            return PassReport(ran=False)
         now = self._clock()
         started = time.perf_counter()
         try:
@@ -198,6 +202,17 @@ class RetentionTask:
             round(report.seconds * 1000),
         )
         return report
+
+    async def _overridden(self) -> bool:
+        """Whether a namespace has a retention override of its own."""
+        try:
+            namespaces = await self._runtime.namespace_retention()
+        except Exception as exc:  # retention is off: a failed look is no pass's failure
+            log.debug("cannot read the namespaces' retention overrides: %s", exc)
+            return False
+        return any(
+            ns.ended_sessions is not None or ns.sessionless_runs is not None for ns in namespaces
+        )
 
     async def _purge(self, now: Nanos, started: float) -> PassReport:
         """Each active namespace in turn, with its own overrides, in the
