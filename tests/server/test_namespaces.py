@@ -9,7 +9,9 @@ tests hold whatever the storage does with it; what a namespace isolates is
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import signal
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,11 +25,12 @@ from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.server import logs
 from runstore.server.core.namespaces import REFRESH_SECONDS
 from runstore.v1 import namespace_admin_pb2 as na
+from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from tests import postgres
 from tests.processes import ServerProcess, server_process
 from tests.secured import Entry, bearer, write_auth_file
-from tests.support import Store, fails, fails_with, failure_of, now_ms, ts, unique
+from tests.support import Store, fails, fails_with, failure_of, now_ms, run_start, ts, unique
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
@@ -309,3 +312,54 @@ async def _seconds_until(served: Served, name: str, *, acts: bool) -> float:
             return time.monotonic() - started
         await asyncio.sleep(0.05)
     raise AssertionError(f"namespace {name!r} never {'served' if acts else 'refused'}")
+
+
+async def test_an_open_stream_ends_once_its_principal_is_no_longer_bound_there(
+    tmp_path: Path,
+) -> None:
+    """SIGHUP with an auth file that takes team-b from a principal ends its open
+    Watch in team-b with PERMISSION_DENIED, as a new call would be refused; a
+    principal still bound there keeps watching."""
+    entries = {
+        "operator": Entry("admin", namespaces=["*"]),
+        "loses-b": Entry("reader", namespaces=["team-a", "team-b"]),
+        "keeps-b": Entry("reader", namespaces=["team-b"]),
+    }
+    auth_file = write_auth_file(tmp_path / "auth.toml", entries)
+    database = f"sqlite:///{tmp_path / 'runstore.db'}"
+    async with (
+        server_process("--database-url", database, "--auth-file", str(auth_file)) as server,
+        grpc.aio.insecure_channel(server.target) as channel,
+    ):
+        store = Store(channel)
+        operator = (*bearer(entries["operator"].token), (NAMESPACE_KEY, "team-b"))
+        await store.namespaces.CreateNamespace(
+            na.CreateNamespaceRequest(namespace=na.Namespace(name="team-b")), metadata=operator
+        )
+        run = run_start()
+        await store.runtime.StartOneShotRun(run.one_shot_request(), metadata=operator)
+
+        def watch(principal: str) -> Any:
+            return store.runtime.WatchRunRecords(
+                rs.WatchRunRecordsRequest(run_id=run.id),
+                metadata=(*bearer(entries[principal].token), (NAMESPACE_KEY, "team-b")),
+            )
+
+        loses, keeps = watch("loses-b"), watch("keeps-b")
+        for stream in (loses, keeps):
+            first = await asyncio.wait_for(stream.read(), 30)
+            assert [event.event_key for event in first.events] == ["started"]
+        entries["loses-b"] = dataclasses.replace(entries["loses-b"], namespaces=["team-a"])
+        write_auth_file(auth_file, entries)
+        server.process.send_signal(signal.SIGHUP)
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            await asyncio.wait_for(loses.read(), 30)
+        failure = failure_of(ended.value)
+        assert (failure.code, failure.reason) == (DENIED, "PERMISSION_DENIED")
+        assert failure.metadata["namespace"] == "team-b"
+        await store.runtime.AppendRunRecord(
+            rs.AppendRunRecordRequest(record=run.record("after")), metadata=operator
+        )
+        kept = await asyncio.wait_for(keeps.read(), 30)
+        assert [event.event_key for event in kept.events] == ["after"]
+        keeps.cancel()

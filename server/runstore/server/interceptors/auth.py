@@ -22,11 +22,13 @@ from typing import Any, TypeAlias
 import grpc
 
 from runstore.contract.errors import PermissionDeniedError, RunstoreError, UnauthenticatedError
+from runstore.contract.namespaces import EVERY
 from runstore.server import call_principal
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, Principals, PrincipalsFile
 from runstore.server.error_status import to_status
 from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
+from runstore.server.interceptors.namespaces import resolved as resolved_namespace
 from runstore.server.interceptors.parsing import parsed_request
 
 log = logging.getLogger(__name__)
@@ -190,6 +192,7 @@ class _Standing:
         "_certificates",
         "_loop",
         "_method",
+        "_namespace",
         "_principal",
         "_task",
         "_token",
@@ -212,6 +215,8 @@ class _Standing:
         self._task = asyncio.current_task()
         self._waiting = False
         self._woken = False
+        self._namespace: str | None = None
+        """The namespace the stream acts in, once decided (inside the stream)."""
         self.refusal: RunstoreError | None = None
 
     def reloaded(self, principals: Principals) -> None:
@@ -228,6 +233,9 @@ class _Standing:
             principal = principals.by_certificate(self._certificates)
         refusal = _refusal(self._method, principal, token_sent=self._token is not None)
         if refusal is None:
+            assert principal is not None
+            refusal = self._unbound(principal)
+        if refusal is None:
             return
         self.refusal = refusal
         log.warning(
@@ -240,11 +248,27 @@ class _Standing:
             self._woken = True
             self._task.cancel()
 
+    def _unbound(self, principal: Principal) -> RunstoreError | None:
+        """A refusal once the principal is no longer bound to the stream's
+        namespace (docs/namespaces.md): as a new call into it would be refused."""
+        namespace = self._namespace
+        if namespace is None or EVERY in principal.namespaces:
+            return None
+        if namespace in principal.namespaces:
+            return None
+        return PermissionDeniedError(
+            f"principal {principal.name!r} is not bound to namespace {namespace!r}",
+            details={"method": self._method, "namespace": namespace},
+        )
+
     async def next_of(self, responses: AsyncIterator[Any]) -> Any:
         """The stream's next response; StopAsyncIteration at its end or once
         it is refused while waiting for one."""
         self._waiting = True
         try:
+            if self._namespace is None:
+                # Decided by the namespace concern inside the stream, in this task.
+                self._namespace = resolved_namespace()
             return await anext(responses)
         except asyncio.CancelledError:
             if not self._woken:
