@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeAlias
 
@@ -152,7 +152,13 @@ class Authentication:
                 decision = _DECISION.get()
                 if not isinstance(decision, Principal):
                     decision = await _settle(method, decision, context)
-                standing = _Standing(method, decision, context, certificates=certificates)
+                standing = _Standing(
+                    method,
+                    decision,
+                    context,
+                    certificates=certificates,
+                    current=lambda: principals_file.current,
+                )
                 principals_file.listen(standing.reloaded)
                 # A reload between this call's admission and ``listen`` told no
                 # one: judge the stream once against the set installed now.
@@ -190,6 +196,7 @@ class _Standing:
 
     __slots__ = (
         "_certificates",
+        "_current",
         "_loop",
         "_method",
         "_namespace",
@@ -202,9 +209,16 @@ class _Standing:
     )
 
     def __init__(
-        self, method: str, principal: Principal, context: Context, *, certificates: bool
+        self,
+        method: str,
+        principal: Principal,
+        context: Context,
+        *,
+        certificates: bool,
+        current: Callable[[], Principals],
     ) -> None:
         self._method = method
+        self._current = current
         self._principal = principal
         metadata = context.invocation_metadata()
         self._token = bearer_token(tuple(metadata) if metadata is not None else None)
@@ -261,14 +275,19 @@ class _Standing:
             details={"method": self._method, "namespace": namespace},
         )
 
+    def _learn_namespace(self) -> None:
+        """The namespace concern decides it inside the stream, in this task: once
+        it has, the stream is judged against the principals installed now (a
+        reload before this moment could not check the namespace)."""
+        self._namespace = resolved_namespace()
+        if self._namespace is not None:
+            self.judge(self._current())
+
     async def next_of(self, responses: AsyncIterator[Any]) -> Any:
         """The stream's next response; StopAsyncIteration at its end or once
         it is refused while waiting for one."""
         self._waiting = True
         try:
-            if self._namespace is None:
-                # Decided by the namespace concern inside the stream, in this task.
-                self._namespace = resolved_namespace()
             return await anext(responses)
         except asyncio.CancelledError:
             if not self._woken:
@@ -276,6 +295,8 @@ class _Standing:
             raise StopAsyncIteration from None
         finally:
             self._waiting = False
+            if self._namespace is None:
+                self._learn_namespace()
             if self._woken:
                 self._woken = False
                 assert self._task is not None
