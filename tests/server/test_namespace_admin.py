@@ -336,3 +336,18 @@ async def test_the_python_clients_act_in_the_namespace_they_name(admin: Admin) -
             RemoteStore(admin.target, namespace=bad)
     with pytest.raises(ValueError, match="not both"):
         RemoteStore(admin.target, namespace=name, metadata=((NAMESPACE_KEY, name),))
+
+
+async def test_concurrent_creates_of_one_name_make_one_namespace(admin: Admin) -> None:
+    """Creates of one name racing (side by side on PostgreSQL, where the
+    backend retries a transaction that lost): one wins, the others answer
+    ALREADY_EXISTS, never INTERNAL."""
+    name = unique("race")
+    outcomes = await asyncio.gather(
+        *(admin.client.create_namespace(name) for _ in range(8)), return_exceptions=True
+    )
+    created = [outcome for outcome in outcomes if not isinstance(outcome, BaseException)]
+    assert len(created) == 1, outcomes
+    assert all(
+        isinstance(outcome, NamespaceExistsError) for outcome in outcomes if outcome not in created
+    ), outcomes
