@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from runstore.contract.auth_file import hash_token
+from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.server.app import RunningServer, build_server, create_stores, open_database
 from runstore.server.config import ServerConfig
 from runstore.server.db.migrate import async_url
@@ -36,6 +37,8 @@ class Entry:
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     certificates: Sequence[str] = ()
     with_token: bool = True
+    namespaces: Sequence[str] | None = None
+    """Written as the principal's ``namespaces`` when given (default: ["default"])."""
 
 
 def write_auth_file(path: Path, principals: Mapping[str, Entry]) -> Path:
@@ -47,6 +50,8 @@ def write_auth_file(path: Path, principals: Mapping[str, Entry]) -> Path:
             table["token_sha256"] = hash_token(entry.token)
         if entry.certificates:
             table["certificates"] = list(entry.certificates)
+        if entry.namespaces is not None:
+            table["namespaces"] = list(entry.namespaces)
         tables.append(table)
     path.write_text(tomli_w.dumps({"principal": tables}))
     return path
@@ -64,6 +69,8 @@ async def running_server(config: ServerConfig) -> AsyncIterator[RunningServer]:
         db = await stack.enter_async_context(open_database(config))
         running = await build_server(config, create_stores(config, db))
         stack.push_async_callback(running.server.stop, None)
+        if running.namespaces is not None:
+            stack.push_async_callback(running.namespaces.close)
         yield running
 
 
@@ -90,23 +97,26 @@ async def dump_database(database_url: str) -> dict[str, list[tuple[Any, ...]]]:
 
 
 class _WithToken(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
-    """Adds a bearer token to every unary call of a channel."""
+    """Adds a bearer token (and a namespace) to every unary call of a channel."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, namespace: str | None = None) -> None:
         self._token = token
+        self._namespace = namespace
 
     async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         metadata = grpc.aio.Metadata(*(details.metadata or ()))
         metadata.add("authorization", f"Bearer {self._token}")
+        if self._namespace is not None:
+            metadata.add(NAMESPACE_KEY, self._namespace)
         details = grpc.aio.ClientCallDetails(
             details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
         )
         return await continuation(details, request)
 
 
-def channel_with_token(target: str, token: str) -> grpc.aio.Channel:
-    """A plaintext channel whose unary calls all carry ``token``."""
-    return grpc.aio.insecure_channel(target, interceptors=[_WithToken(token)])
+def channel_with_token(target: str, token: str, namespace: str | None = None) -> grpc.aio.Channel:
+    """A plaintext channel whose unary calls all carry ``token`` (and ``namespace``)."""
+    return grpc.aio.insecure_channel(target, interceptors=[_WithToken(token, namespace)])
 
 
 async def handshake_fails(target: str, tls: Any, token: str | None = None) -> None:

@@ -24,6 +24,7 @@ from grpc_status import rpc_status
 from runstore.contract import lifecycle
 from runstore.v1 import context_store_pb2_grpc as ctx_grpc
 from runstore.v1 import memory_store_pb2_grpc as ms_grpc
+from runstore.v1 import namespace_admin_pb2_grpc as na_grpc
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
 from runstore.v1 import session_admin_pb2 as sa
@@ -324,6 +325,7 @@ class Store:
     admin: sa_grpc.SessionAdminStub = field(init=False)
     memory: ms_grpc.MemoryStoreStub = field(init=False)
     context: ctx_grpc.ContextStoreStub = field(init=False)
+    namespaces: na_grpc.NamespaceAdminStub = field(init=False)
     target: str = ""
 
     def __post_init__(self) -> None:
@@ -331,6 +333,7 @@ class Store:
         self.admin = sa_grpc.SessionAdminStub(self.channel)
         self.memory = ms_grpc.MemoryStoreStub(self.channel)
         self.context = ctx_grpc.ContextStoreStub(self.channel)
+        self.namespaces = na_grpc.NamespaceAdminStub(self.channel)
 
     async def session(self, session_id: str | None = None) -> str:
         session_id = session_id or unique("session")
@@ -479,6 +482,8 @@ async def serving(database_url: str, *, migrate: bool = True) -> AsyncIterator[S
         db = await stack.enter_async_context(open_database(config))
         running = await build_server(config, create_stores(config, db))
         stack.push_async_callback(running.server.stop, None)
+        if running.namespaces is not None:
+            stack.push_async_callback(running.namespaces.close)
         target = f"127.0.0.1:{running.port}"
         channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
         yield Store(channel, target=target)

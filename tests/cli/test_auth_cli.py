@@ -118,10 +118,10 @@ async def test_the_auth_commands_manage_a_running_servers_principals(tmp_path: P
         listed = await shell(*_auth("list", auth_file=auth_file))
         assert listed.code == 0, listed.err
         header, *rows = listed.out.splitlines()
-        assert header.split() == ["NAME", "ROLE", "KIND", "CERTIFICATES"]
+        assert header.split() == ["NAME", "ROLE", "KIND", "NAMESPACES", "CERTIFICATES"]
         assert [row.split() for row in rows] == [
-            ["ops", "admin", "token", "-"],
-            ["dashboards", "reader", "cert", "dashboards-1"],
+            ["ops", "admin", "token", "default", "-"],
+            ["dashboards", "reader", "cert", "default", "dashboards-1"],
         ]
         new = new_token_file.read_text().strip()
         for secret in (old, new, hash_token(old), hash_token(new)):
@@ -148,6 +148,18 @@ async def test_the_auth_commands_manage_a_running_servers_principals(tmp_path: P
         (["add-cert", "--name", "c", "--role", "reader", "--identity", "ops-cn"], "already mapped"),
         (["add-cert", "--name", "c", "--role", "reader", "--identity", "a b"], "without spaces"),
         (["rotate", "--name", "certified"], "has no token to rotate"),
+        (
+            ["add-token", "--name", "x", "--role", "host", "--namespace", "Team_A"],
+            "'Team_A' is not a namespace name",
+        ),
+        (
+            ["add-token", "--name", "x", "--role", "host", "--namespace", "*", "--namespace", "a"],
+            '"*" (every namespace) must be alone',
+        ),
+        (
+            ["add-cert", "--name", "certified", "--identity", "z", "--namespace", "team-a"],
+            "edit its namespaces by hand",
+        ),
     ],
 )
 async def test_mistakes_are_one_line_and_exit_2_and_leave_the_file_alone(
@@ -224,5 +236,6 @@ async def test_writes_are_atomic_keep_the_mode_and_the_comments_elsewhere(tmp_pa
     assert _mode(auth_file) == 0o640
     as_json = await shell(*_auth("list", auth_file=auth_file), "--json")
     assert (
-        as_json.out.strip() == '{"name": "b", "role": "host", "kind": "token", "certificates": []}'
+        as_json.out.strip() == '{"name": "b", "role": "host", "kind": "token", '
+        '"namespaces": ["default"], "certificates": []}'
     )

@@ -57,7 +57,7 @@ def test_the_operator_commands_run_without_the_server(client_only: Path) -> None
 
     help_ = _run(client_only / "runstore", "sessions", "list", "--help")
     assert "sessions by creation time" in help_.stdout and "--target" in help_.stdout
-    for command in ("runs", "records", "export", "health", "auth"):
+    for command in ("runs", "records", "export", "health", "auth", "namespaces"):
         assert _run(client_only / "runstore", command, "--help").returncode == 0
 
     for module in ("sqlalchemy", "runstore.server"):

@@ -57,6 +57,7 @@ def test_a_fake_distribution_adds_exactly_its_command() -> None:
         "export",
         "health",
         "auth",
+        "namespaces",
         "serve",
         "migrate",
         "backup",

@@ -21,6 +21,38 @@ from tests.support import Store, now_ms, ts
 HASH = hash_token("a-token")
 
 
+_HOST = f'[[principal]]\nname = "x"\nrole = "host"\ntoken_sha256 = "{HASH}"\n'
+
+
+def test_a_principal_is_bound_to_its_namespaces_or_to_default() -> None:
+    principals = parse_principals(
+        f"""
+        [[principal]]
+        name = "team-a-host"
+        role = "host"
+        token_sha256 = "{HASH}"
+        namespaces = ["team-a", "team-b"]
+
+        [[principal]]
+        name = "operator"
+        role = "admin"
+        certificates = ["operator"]
+        namespaces = ["*"]
+
+        [[principal]]
+        name = "old"
+        role = "worker"
+        certificates = ["old"]
+        """
+    )
+    bound = {principal.name: principal.namespaces for principal in principals}
+    assert bound == {
+        "team-a-host": ("team-a", "team-b"),
+        "operator": ("*",),
+        "old": ("default",),
+    }
+
+
 def test_a_principal_is_found_by_its_token_or_its_certificate() -> None:
     principals = parse_principals(
         f"""
@@ -56,6 +88,11 @@ def test_a_principal_is_found_by_its_token_or_its_certificate() -> None:
         ('[[principal]]\nname = "x"\nrole = "host"', "needs 'token_sha256' or 'certificates'"),
         ('[[principal]]\nname = "x"\nrole = "host"\ncertificate = ["a"]', "unknown key"),
         ("principals = []", "unknown top-level key"),
+        (f'{_HOST}namespaces = "team-a"', "'namespaces' must be a non-empty list"),
+        (f"{_HOST}namespaces = []", "'namespaces' must be a non-empty list"),
+        (f'{_HOST}namespaces = ["Team_A"]', "'Team_A' is not a namespace name"),
+        (f'{_HOST}namespaces = ["*", "team-a"]', "must be alone in the list"),
+        (f'{_HOST}namespaces = ["a", "a"]', "names a namespace twice"),
         (
             f'[[principal]]\nname = "x"\nrole = "host"\ntoken_sha256 = "{HASH}"\n'
             f'[[principal]]\nname = "x"\nrole = "reader"\ncertificates = ["c"]',

@@ -20,11 +20,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.server.app import SERVICE_NAMES
 from runstore.server.auth import roles
 from runstore.server.config import ServerConfig
 from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import memory_store_pb2 as ms
+from runstore.v1 import namespace_admin_pb2 as na
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
@@ -55,12 +57,15 @@ class Secured:
     tokens: dict[str, str]
     database_url: str
 
-    def metadata(self, caller: str) -> tuple[tuple[str, str], ...] | None:
+    def metadata(self, caller: str) -> tuple[tuple[str, str], ...]:
+        # Every call names the namespace "default" (the admin is bound to "*",
+        # so it must; the others act there anyway): the roles are under test.
+        in_default = ((NAMESPACE_KEY, "default"),)
         if caller == "none":
-            return None
+            return in_default
         if caller == "bogus":
-            return bearer(secrets.token_urlsafe(24))
-        return bearer(self.tokens[caller])
+            return (*bearer(secrets.token_urlsafe(24)), *in_default)
+        return (*bearer(self.tokens[caller]), *in_default)
 
 
 @pytest.fixture(
@@ -74,7 +79,9 @@ async def secured(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Secured]:
     directory = tmp_path_factory.mktemp("matrix")
-    entries = {role: Entry(role) for role in ROLES}
+    # The admin may manage namespaces (bound to every one); the other roles
+    # are bound to "default" (no namespaces key).
+    entries = {role: Entry(role, namespaces=["*"] if role == "admin" else None) for role in ROLES}
     auth_file = write_auth_file(directory / "auth.toml", entries)
     if request.param == "sqlite":
         async for secured in _serve(f"sqlite:///{directory / 'runstore.db'}", auth_file, entries):
@@ -92,7 +99,7 @@ async def _serve(url: str, auth_file: Path, entries: dict[str, Entry]) -> AsyncI
     async with running_server(config) as running:
         target = f"127.0.0.1:{running.port}"
         async with (
-            channel_with_token(target, entries["admin"].token) as admin,
+            channel_with_token(target, entries["admin"].token, namespace="default") as admin,
             grpc.aio.insecure_channel(target) as anonymous,
         ):
             yield Secured(
@@ -331,6 +338,37 @@ async def _list_context_transcript(store: Store) -> Any:
     return ctx.ListTranscriptRequest(key=await _context_key(store))
 
 
+async def _namespace(store: Store) -> str:
+    name = unique("ns")
+    await store.namespaces.CreateNamespace(
+        na.CreateNamespaceRequest(namespace=na.Namespace(name=name))
+    )
+    return name
+
+
+async def _create_namespace(store: Store) -> Any:
+    return na.CreateNamespaceRequest(namespace=na.Namespace(name=unique("ns")))
+
+
+async def _get_namespace(store: Store) -> Any:
+    return na.GetNamespaceRequest(name=await _namespace(store))
+
+
+async def _list_namespaces(store: Store) -> Any:
+    return na.ListNamespacesRequest(page_size=1)
+
+
+async def _update_namespace(store: Store) -> Any:
+    return na.UpdateNamespaceRequest(
+        namespace=na.Namespace(name=await _namespace(store), description="changed"),
+        update_mask={"paths": ["description"]},
+    )
+
+
+async def _delete_namespace(store: Store) -> Any:
+    return na.DeleteNamespaceRequest(name=await _namespace(store))
+
+
 BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.RuntimeStore/LoadSessionStatus": ("runtime", _session_status),
     "/runstore.v1.RuntimeStore/StartRootRun": ("runtime", _root_request),
@@ -368,6 +406,11 @@ BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.ContextStore/DeleteContext": ("context", _delete_context),
     "/runstore.v1.ContextStore/AppendTranscript": ("context", _append_transcript),
     "/runstore.v1.ContextStore/ListTranscript": ("context", _list_context_transcript),
+    "/runstore.v1.NamespaceAdmin/CreateNamespace": ("namespaces", _create_namespace),
+    "/runstore.v1.NamespaceAdmin/GetNamespace": ("namespaces", _get_namespace),
+    "/runstore.v1.NamespaceAdmin/ListNamespaces": ("namespaces", _list_namespaces),
+    "/runstore.v1.NamespaceAdmin/UpdateNamespace": ("namespaces", _update_namespace),
+    "/runstore.v1.NamespaceAdmin/DeleteNamespace": ("namespaces", _delete_namespace),
 }
 
 READ_ONLY_PREFIXES = ("Load", "List", "Get", "Watch")
@@ -436,6 +479,9 @@ def test_the_table_gives_each_role_what_the_security_page_says() -> None:
         service = method.split("/")[1]
         read_only = name.startswith(READ_ONLY_PREFIXES) or "Reflection" in service
         assert "admin" in allowed, method
+        if service == "runstore.v1.NamespaceAdmin":
+            assert allowed == {"admin"}, method  # and bound to "*" (docs/namespaces.md)
+            continue
         assert ("reader" in allowed) == read_only, method
         if read_only or service in ("runstore.v1.MemoryStore", "runstore.v1.ContextStore"):
             assert "host" in allowed, method

@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 
 from bench import listings as seeded
 from runstore.contract.model import RunFilter, RunStatus, SessionFilter, SessionStatus
+from runstore.server import call_namespace
 from runstore.server.db import migrate
 from runstore.server.db.listings import ListingStatements
 from runstore.server.db.postgres import asyncpg_dsn
@@ -34,48 +35,54 @@ AFTER = (2000 * 1_000_000, "r2000")
 DONE = frozenset({RunStatus.COMPLETED, RunStatus.FAILED})
 
 ORDER_INDEX = {
-    "sessions": "ix_sessions_created_at_s_created_at_ns_session_id",
-    "runs": "ix_runs_started_at_ms_run_id",
+    "sessions": "ix_sessions_namespace_created_at_s_created_at_ns_session_id",
+    "runs": "ix_runs_namespace_started_at_ms_run_id",
 }
 
+_RUNS_BY_SESSION = "ix_runs_namespace_session_id_started_at_ms_run_id"
+
 SESSION_SHAPES: list[tuple[str, SessionFilter[int], str]] = [
-    ("no filter", SessionFilter(), "ix_sessions_created_at_s_created_at_ns_session_id"),
+    ("no filter", SessionFilter(), "ix_sessions_namespace_created_at_s_created_at_ns_session_id"),
     (
         "time range",
         SessionFilter(created_after=1000, created_before=10**9),
-        "ix_sessions_created_at_s_created_at_ns_session_id",
+        "ix_sessions_namespace_created_at_s_created_at_ns_session_id",
     ),
     (
         "status",
         SessionFilter(statuses=frozenset({SessionStatus.ENDED})),
-        "ix_sessions_status_created_at_s_created_at_ns_session_id",
+        "ix_sessions_namespace_status_created_at_session_id",
     ),
 ]
 RUN_SHAPES: list[tuple[str, RunFilter[int], str]] = [
-    ("no filter", RunFilter(), "ix_runs_started_at_ms_run_id"),
+    ("no filter", RunFilter(), "ix_runs_namespace_started_at_ms_run_id"),
     (
         "time range",
         RunFilter(started_after=1, started_before=10**15),
-        "ix_runs_started_at_ms_run_id",
+        "ix_runs_namespace_started_at_ms_run_id",
     ),
-    ("session", RunFilter(session_id="s4001"), "ix_runs_session_id_started_at_ms_run_id"),
-    ("sessionless", RunFilter(sessionless_only=True), "ix_runs_session_id_started_at_ms_run_id"),
-    ("agent", RunFilter(agent_id="agent-3"), "ix_runs_agent_id_started_at_ms_run_id"),
+    ("session", RunFilter(session_id="s4001"), "ix_runs_namespace_session_id_started_at_ms_run_id"),
+    (
+        "sessionless",
+        RunFilter(sessionless_only=True),
+        "ix_runs_namespace_session_id_started_at_ms_run_id",
+    ),
+    ("agent", RunFilter(agent_id="agent-3"), "ix_runs_namespace_agent_id_started_at_ms_run_id"),
     (
         "status",
         RunFilter(statuses=frozenset({RunStatus.COMPLETED})),
-        "ix_runs_status_started_at_ms_run_id",
+        "ix_runs_namespace_status_started_at_ms_run_id",
     ),
-    ("two statuses", RunFilter(statuses=DONE), "ix_runs_status_started_at_ms_run_id"),
+    ("two statuses", RunFilter(statuses=DONE), "ix_runs_namespace_status_started_at_ms_run_id"),
     (
         "session and statuses",
         RunFilter(session_id="s4001", statuses=DONE),
-        "ix_runs_session_id_status_started_at_ms_run_id",
+        "ix_runs_namespace_session_id_status_started_at_ms_run_id",
     ),
     (
         "agent and statuses",
         RunFilter(agent_id="agent-3", statuses=DONE),
-        "ix_runs_agent_id_status_started_at_ms_run_id",
+        "ix_runs_namespace_agent_id_status_started_at_ms_run_id",
     ),
 ]
 SHAPES = [("sessions", *shape) for shape in SESSION_SHAPES] + [
@@ -87,7 +94,9 @@ def _statement(dialect: Any, kind: str, query: Any) -> Any:
     statements = ListingStatements(dialect)
     after = (AFTER[0] // 1000, "s2000") if kind == "sessions" else AFTER
     build = statements.sessions if kind == "sessions" else statements.runs
-    return build(query, after, 101)
+    compiled, params = build(query, after, 101)
+    # Every call binds its namespace (SqlTransaction); the seeded rows are in default.
+    return compiled, {**params, "namespace": call_namespace.DEFAULT}
 
 
 @pytest.fixture(scope="module")

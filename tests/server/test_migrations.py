@@ -265,3 +265,83 @@ async def test_retention_columns_are_backfilled(empty_url: str) -> None:
     assert finished == {"done": 4242, "busy": None, "paused": None}
     assert written["saved"] == 77  # its last save
     assert before_ns <= written["transcript-only"] <= time.time_ns()  # the migration's time
+
+
+_NAMESPACED_TABLES = (
+    "sessions",
+    "session_tombstones",
+    "run_tombstones",
+    "runs",
+    "records",
+    "memory_runs",
+    "memory_events",
+    "memory_appends",
+    "context_keys",
+    "context_versions",
+    "context_transcript",
+    "context_appends",
+)
+
+
+async def test_existing_rows_move_into_the_default_namespace(empty_url: str) -> None:
+    await _run_sync(empty_url, _upgrade_to("0006_exact_times"))
+    await _run_sync(empty_url, _seed_revision_0006)
+    await _run_sync(empty_url, _upgrade_to("0007_retention"))
+    await migrate.upgrade(empty_url)
+    assert await _run_sync(empty_url, _differences) == []
+
+    def read(connection: Connection) -> Any:
+        namespaces = {
+            table: set(
+                connection.execute(text(f"SELECT DISTINCT namespace FROM {table}")).scalars()
+            )
+            for table in _NAMESPACED_TABLES
+        }
+        rows = connection.execute(text("SELECT name, state FROM namespaces")).all()
+        # The same run ID in another namespace is another row (the key grew).
+        connection.execute(
+            text(
+                "INSERT INTO runs (namespace, run_id, agent_id, session_id, parent_run_id, "
+                "started_at_ms, labels, start_outcome, status, cancellation_reason, "
+                "updated_at, start_key, parent_link_key, cancellation_key, suspension_key, "
+                "terminal_key) SELECT 'team-b', run_id, agent_id, session_id, parent_run_id, "
+                "started_at_ms, labels, start_outcome, status, cancellation_reason, "
+                "updated_at, start_key, parent_link_key, cancellation_key, suspension_key, "
+                "terminal_key FROM runs WHERE run_id = 'done'"
+            )
+        )
+        connection.commit()
+        return namespaces, rows
+
+    namespaces, rows = await _run_sync(empty_url, read)
+    assert namespaces["runs"] == {"default"}
+    assert namespaces["records"] == {"default"}
+    assert namespaces["context_keys"] == {"default"}
+    assert all(found <= {"default"} for found in namespaces.values())
+    assert [tuple(row) for row in rows] == [("default", "active")]
+
+    # Downgrading would merge team-b's run into default's: refused.
+    with pytest.raises(RuntimeError, match="namespace other than 'default'"):
+        await _run_sync(empty_url, _downgrade_to("0007_retention"))
+
+    def drop_team_b(connection: Connection) -> None:
+        connection.execute(text("DELETE FROM runs WHERE namespace = 'team-b'"))
+        connection.commit()
+
+    await _run_sync(empty_url, drop_team_b)
+    await _run_sync(empty_url, _downgrade_to("0007_retention"))
+
+    def runs_after(connection: Connection) -> Any:
+        return sorted(connection.execute(text("SELECT run_id FROM runs")).scalars())
+
+    assert await _run_sync(empty_url, runs_after) == ["busy", "done", "paused"]
+
+
+def _downgrade_to(revision: str) -> Any:
+    def downgrade(connection: Connection) -> None:
+        config = migrate._alembic_config()
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+        connection.commit()
+
+    return downgrade

@@ -17,6 +17,8 @@ from typing import Any
 import asyncpg
 import pytest
 
+from runstore.server.call_namespace import DEFAULT
+from runstore.server.core.ports import run_key, session_key
 from runstore.server.db.postgres import asyncpg_dsn
 from runstore.v1 import runtime_store_pb2 as rs
 from tests import postgres
@@ -131,7 +133,9 @@ async def test_commits_during_one_notify_are_coalesced_into_the_next() -> None:
         got = await asyncio.wait_for(collect(stream, 1 + len(runs)), 30)
         stream.cancel()
         assert len(sent) == 2, "five commits during one NOTIFY leave in one more"
-        assert {f"r:{run.id}" for run in runs} | {f"s:{session}"} <= _keys(sent[1])
+        assert {run_key(DEFAULT, run.id) for run in runs} | {
+            session_key(DEFAULT, session)
+        } <= _keys(sent[1])
         assert sorted(run_id for run_id, _ in got) == sorted(
             [trigger.id, *(run.id for run in runs)]
         )
@@ -160,7 +164,7 @@ async def test_a_failed_write_sends_no_notification() -> None:
         writer_db.wakeups._anyone_listening = anyone  # type: ignore[method-assign]
         await append(writer, run, "once", payload=b'{"n":1}')
         await asyncio.wait_for(one_sent.wait(), 30)
-        assert f"r:{run.id}" in _keys(sent[0])
+        assert run_key(DEFAULT, run.id) in _keys(sent[0])
         sent.clear()
         failure = await fails(
             writer.runtime.AppendRunRecord(

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from runstore.cli.plugins import Command
 from runstore.contract.auth_file import (
+    DEFAULT_NAMESPACES,
     ROLES,
     AuthFileError,
     add_certificates,
@@ -122,8 +123,18 @@ def _with_new_token(args: argparse.Namespace, change: Callable[[str], str]) -> s
 def _add_token(args: argparse.Namespace) -> str:
     role = _role(args.role)
     assert role is not None
-    where = _with_new_token(args, lambda token: add_token(args.auth_file, args.name, role, token))
-    return f"added principal {args.name!r} (role {role}) to {args.auth_file}; {where}"
+    where = _with_new_token(
+        args,
+        lambda token: add_token(args.auth_file, args.name, role, token, args.namespace),
+    )
+    return (
+        f"added principal {args.name!r} (role {role}, namespaces "
+        f"{_bound(args.namespace)}) to {args.auth_file}; {where}"
+    )
+
+
+def _bound(namespaces: list[str] | tuple[str, ...] | None) -> str:
+    return ", ".join(namespaces or DEFAULT_NAMESPACES)
 
 
 def _rotate(args: argparse.Namespace) -> str:
@@ -135,11 +146,13 @@ def _rotate(args: argparse.Namespace) -> str:
 
 
 def _add_cert(args: argparse.Namespace) -> str:
-    principal = add_certificates(args.auth_file, args.name, _role(args.role), args.identity)
+    principal = add_certificates(
+        args.auth_file, args.name, _role(args.role), args.identity, args.namespace
+    )
     identities = ", ".join(repr(i) for i in args.identity)
     return (
         f"mapped certificate {identities} to principal {principal.name!r} "
-        f"(role {principal.role}) in {args.auth_file}"
+        f"(role {principal.role}, namespaces {_bound(principal.namespaces)}) in {args.auth_file}"
     )
 
 
@@ -153,10 +166,21 @@ def _list(args: argparse.Namespace) -> str | None:
     if args.json:
         for p in principals:
             fields = {"name": p.name, "role": p.role, "kind": kind(p)}
-            print(json.dumps({**fields, "certificates": list(p.certificates)}))
+            print(
+                json.dumps(
+                    {
+                        **fields,
+                        "namespaces": list(p.namespaces),
+                        "certificates": list(p.certificates),
+                    }
+                )
+            )
         return None
-    rows = [(p.name, p.role, kind(p), ", ".join(p.certificates) or "-") for p in principals]
-    headers = ("NAME", "ROLE", "KIND", "CERTIFICATES")
+    rows = [
+        (p.name, p.role, kind(p), _bound(p.namespaces), ", ".join(p.certificates) or "-")
+        for p in principals
+    ]
+    headers = ("NAME", "ROLE", "KIND", "NAMESPACES", "CERTIFICATES")
     widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
     for row in (headers, *rows):
         print(
@@ -185,6 +209,16 @@ def _token_out(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="let --token-out overwrite FILE")
 
 
+def _namespaces_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        metavar="NS",
+        help='a namespace the principal may act in (repeatable; "*" for every one; '
+        "default: default)",
+    )
+
+
 def add_arguments(auth: argparse.ArgumentParser) -> None:
     actions = auth.add_subparsers(dest="auth_command", required=True, metavar="ACTION")
 
@@ -201,6 +235,7 @@ def add_arguments(auth: argparse.ArgumentParser) -> None:
     _file_argument(add, created=True)
     add.add_argument("--name", required=True, help="the principal's unique name")
     add.add_argument("--role", required=True, metavar="ROLE", help=", ".join(sorted(ROLES)))
+    _namespaces_argument(add)
     _token_out(add)
 
     rotate = action("rotate", _rotate, "replace a principal's token with a new one (shown once)")
@@ -227,6 +262,7 @@ def add_arguments(auth: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="e.g. spiffe://example.org/worker/eu-1, worker-eu-1.internal, or a CN (repeatable)",
     )
+    _namespaces_argument(cert)
 
     remove = action("remove", _remove, "delete a principal (its calls are refused after SIGHUP)")
     _file_argument(remove)

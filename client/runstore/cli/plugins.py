@@ -22,7 +22,9 @@ from typing import Final, TextIO
 
 ENTRY_POINT_GROUP: Final = "runstore.commands"
 
-BUILTIN_NAMES: Final = frozenset({"sessions", "runs", "records", "export", "health", "auth"})
+BUILTIN_NAMES: Final = frozenset(
+    {"sessions", "runs", "records", "export", "health", "auth", "namespaces"}
+)
 """runstore-client's own commands: no entry point may take these names."""
 
 SERVER_DISTRIBUTION: Final = "runstore-server"

@@ -37,6 +37,7 @@ BUILTIN_MODULES: Final[Mapping[str, str]] = {
     "export": "runstore.cli.export",
     "health": "runstore.cli.health",
     "auth": "runstore.cli.auth",
+    "namespaces": "runstore.cli.namespaces",
 }
 """Each built-in command (``BUILTIN_NAMES``) and the module whose ``COMMAND`` it is."""
 

@@ -24,6 +24,7 @@ from runstore.cli.output import Output
 from runstore.client import (
     NO_RETRY,
     InvalidTokenError,
+    RemoteNamespaceAdmin,
     RemoteSessionAdmin,
     RemoteStore,
     RetryPolicy,
@@ -39,6 +40,8 @@ from runstore.contract.durations import parse_duration
 from runstore.contract.errors import RunstoreError, UnavailableError
 from runstore.contract.metadata import READ_LAG_METADATA
 from runstore.contract.model import ListPage
+from runstore.contract.namespaces import NAME_RULE as NAMESPACE_RULE
+from runstore.contract.namespaces import is_valid_name as is_valid_namespace
 
 DEFAULT_TARGET: Final = "127.0.0.1:50051"
 FOLLOW_RETRY: Final = RetryPolicy(initial=0.1, maximum=2.0, deadline=60.0)
@@ -88,6 +91,13 @@ def connection_options(parser: argparse.ArgumentParser) -> None:
         "--token",
         metavar="TOKEN",
         help="bearer token on the command line (visible to other users: avoid)",
+    )
+    group.add_argument(
+        "--namespace",
+        metavar="NS",
+        default=os.environ.get("RUNSTORE_NAMESPACE") or None,
+        help="the namespace the command acts in (env RUNSTORE_NAMESPACE; default: the "
+        "token's only namespace, or default; docs/namespaces.md)",
     )
     group.add_argument(
         "--timeout",
@@ -200,6 +210,7 @@ class ConnectionSettings:
     timeout: float
     tls: TLSConfig | None
     token: str | None
+    namespace: str | None = None
 
 
 def connection_settings(args: argparse.Namespace, warn: TextIO) -> ConnectionSettings:
@@ -209,7 +220,14 @@ def connection_settings(args: argparse.Namespace, warn: TextIO) -> ConnectionSet
         timeout=checked_timeout(args.timeout),
         tls=_tls(args),
         token=_token(args, warn),
+        namespace=checked_namespace(args.namespace),
     )
+
+
+def checked_namespace(text: str | None) -> str | None:
+    if text is not None and not is_valid_namespace(text):
+        raise UsageError(f"--namespace must match {NAMESPACE_RULE}, not {text!r}")
+    return text
 
 
 class Clients:
@@ -229,8 +247,11 @@ class Clients:
             "timeout": settings.timeout,
             "retry": NO_RETRY,
             "token": settings.token,
+            "namespace": settings.namespace,
         }
         self.admin = RemoteSessionAdmin(**options)
+        self.namespaces = RemoteNamespaceAdmin(**options)
+        """NamespaceAdmin (it ignores the namespace the options name)."""
         self.store = RemoteStore(**options)
         self.follower = RemoteStore(**{**options, "retry": FOLLOW_RETRY})
         """For ``--follow``: reconnects (resuming its cursor) for up to a minute."""

@@ -53,6 +53,7 @@ from runstore.client.model import (
     SessionPage,
     SessionStatus,
 )
+from runstore.client.namespaces import NamespaceInfo, NamespaceSettings, RemoteNamespaceAdmin
 from runstore.client.protocols import SessionAdmin, Store
 from runstore.client.remote import (
     Keepalive,
@@ -84,6 +85,12 @@ from runstore.contract.errors import (
     InternalError,
     InvalidArgumentError,
     InvalidTranscriptPositionError,
+    NamespaceError,
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+    NamespaceProtectedError,
+    NamespaceRequiredError,
+    NamespaceTombstonedError,
     NotFoundError,
     OverloadedError,
     ParentRunIDRequiredError,
@@ -145,6 +152,14 @@ __all__ = [
     "Keepalive",
     "MemoryEvent",
     "MemorySnapshot",
+    "NamespaceError",
+    "NamespaceExistsError",
+    "NamespaceInfo",
+    "NamespaceNotFoundError",
+    "NamespaceProtectedError",
+    "NamespaceRequiredError",
+    "NamespaceSettings",
+    "NamespaceTombstonedError",
     "NotFoundError",
     "OneShotChildRunStart",
     "OneShotChildRunStartResult",
@@ -159,6 +174,7 @@ __all__ = [
     "ReadArgumentError",
     "RemoteContextStore",
     "RemoteMemoryStore",
+    "RemoteNamespaceAdmin",
     "RemoteSessionAdmin",
     "RemoteStore",
     "RetryClock",

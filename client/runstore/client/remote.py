@@ -60,7 +60,10 @@ from runstore.client.retry import (
 )
 from runstore.client.tokens import clean_token
 from runstore.contract.errors import RunstoreError, UnavailableError
+from runstore.contract.metadata import NAMESPACE_KEY, namespace_metadata
 from runstore.contract.model import Item, ListPage
+from runstore.contract.namespaces import NAME_RULE as NAMESPACE_RULE
+from runstore.contract.namespaces import is_valid_name as is_valid_namespace
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
 from runstore.v1 import session_admin_pb2 as sa
@@ -230,6 +233,7 @@ class _Client:
         token: TokenSource | None = None,
         timeout: float | None = 10.0,
         metadata: Sequence[tuple[str, str]] = (),
+        namespace: str | None = None,
         retry: RetryPolicy = DEFAULT_RETRY,
         keepalive: Keepalive | None = Keepalive(),
         options: Sequence[tuple[str, Any]] = (),
@@ -246,6 +250,14 @@ class _Client:
             raise ValueError("tls= configures a channel this client opens; not with channel=")
         if token is not None and any(key.lower() == "authorization" for key, _ in metadata):
             raise ValueError("pass token= or an authorization metadata entry, not both")
+        if namespace is not None:
+            if not is_valid_namespace(namespace):
+                raise ValueError(f"namespace= must match {NAMESPACE_RULE}, not {namespace!r}")
+            if any(key.lower() == NAMESPACE_KEY for key, _ in metadata):
+                raise ValueError(f"pass namespace= or a {NAMESPACE_KEY} metadata entry, not both")
+            metadata = (*metadata, *namespace_metadata(namespace))
+        self.namespace = namespace
+        """The namespace every call acts in (docs/namespaces.md); None: the server decides."""
         self._connection = _Connection.of(target, tls, credentials)
         """What a failed handshake is diagnosed with (``runstore.client.handshake``)."""
         if tls is not None:
@@ -335,6 +347,9 @@ class RemoteStore(_Client):
             before any call.
         timeout: Seconds each attempt may take (the server gets the deadline).
         metadata: Sent with every call.
+        namespace: The namespace every call acts in, sent as
+            ``x-runstore-namespace`` (docs/namespaces.md); None lets the server
+            decide (the principal's only namespace, or ``default``).
         retry: How transient failures are retried; ``NO_RETRY`` disables it.
         keepalive: HTTP/2 keepalive settings; None disables pings.
         options: Extra gRPC channel options.

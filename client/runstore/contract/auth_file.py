@@ -9,6 +9,7 @@
     name = "worker-eu-1"
     role = "worker"
     certificates = ["spiffe://example.org/worker/eu-1"]   # SAN URI, SAN DNS or CN
+    namespaces = ["team-a", "team-b"]   # default ["default"]; ["*"] every namespace
 
 The file holds hashes only, never a token. The server reads it
 (``runstore.server.auth``); ``runstore auth`` writes it (``add_token``,
@@ -33,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from runstore.contract.namespaces import DEFAULT, binding_problem
+
 ADMIN: Final = "admin"
 """Everything, including administration RPCs added later without a table entry of their own."""
 HOST: Final = "host"
@@ -46,7 +49,10 @@ ROLES: Final = frozenset({ADMIN, HOST, WORKER, READER})
 """A principal holds exactly one of these; the server maps each to its methods."""
 
 _HEX_SHA256: Final = re.compile(r"[0-9a-f]{64}")
-_KEYS: Final = frozenset({"name", "role", "token_sha256", "certificates"})
+_KEYS: Final = frozenset({"name", "role", "token_sha256", "certificates", "namespaces"})
+
+DEFAULT_NAMESPACES: Final = (DEFAULT,)
+"""The binding of a principal whose entry has no ``namespaces``."""
 
 
 class AuthFileError(ValueError):
@@ -68,6 +74,8 @@ class Principal:
     """SHA-256 of the bearer token (raw bytes); empty for certificate-only principals."""
     certificates: tuple[str, ...] = ()
     """Client-certificate identities that prove this principal under mTLS."""
+    namespaces: tuple[str, ...] = DEFAULT_NAMESPACES
+    """The namespaces it may act in; ``("*",)`` for every one (docs/namespaces.md)."""
 
 
 def parse_auth_file(text: str, source: str = "auth file") -> tuple[Principal, ...]:
@@ -129,11 +137,16 @@ def _principal(entry: object, where: str) -> Principal:
         raise AuthFileError(f"{where}: 'certificates' must be a list of non-empty strings")
     if not token_hash and not certificates:
         raise AuthFileError(f"{where}: needs 'token_sha256' or 'certificates'")
+    namespaces = entry.get("namespaces", list(DEFAULT_NAMESPACES))
+    problem = binding_problem(namespaces)
+    if problem is not None:
+        raise AuthFileError(f"{where}: 'namespaces' {problem}")
     return Principal(
         name=name,
         role=str(role),
         token_digest=bytes.fromhex(token_hash),
         certificates=tuple(certificates),
+        namespaces=tuple(namespaces),
     )
 
 
@@ -198,24 +211,54 @@ def _appended(text: str, entry: Mapping[str, Any]) -> str:
     )
 
 
-def add_token(path: Path, name: str, role: str, token: str | None = None) -> str:
-    """Adds a principal with a new random token (or ``token``) to ``path``
-    (created if missing, mode 0600) and returns the token; only its hash is written."""
+def _check_namespaces(namespaces: list[str] | None) -> None:
+    if namespaces is not None and (problem := binding_problem(namespaces)) is not None:
+        raise AuthFileError(f"--namespace: the list {problem}")
+
+
+def _with_namespaces(entry: dict[str, Any], namespaces: list[str] | None) -> dict[str, Any]:
+    """``entry`` with its ``namespaces`` key, written only when not the default."""
+    if namespaces is not None and tuple(namespaces) != DEFAULT_NAMESPACES:
+        entry["namespaces"] = list(namespaces)
+    return entry
+
+
+def add_token(
+    path: Path,
+    name: str,
+    role: str,
+    token: str | None = None,
+    namespaces: list[str] | None = None,
+) -> str:
+    """Adds a principal with a new random token (or ``token``), bound to
+    ``namespaces`` (default ``["default"]``), to ``path`` (created if missing,
+    mode 0600) and returns the token; only its hash is written."""
     _check_role(role)
+    _check_namespaces(namespaces)
     text = _read_text(path, must_exist=False)
     existing = parse_auth_file(text, str(path))
     if any(principal.name == name for principal in existing):
         raise AuthFileError(f"{path}: a principal named {name!r} already exists")
     token = new_token() if token is None else token
-    entry: Mapping[str, Any] = {"name": name, "role": role, "token_sha256": hash_token(token)}
+    entry = _with_namespaces(
+        {"name": name, "role": role, "token_sha256": hash_token(token)}, namespaces
+    )
     _replace(path, _appended(text, entry))
     return token
 
 
-def add_certificates(path: Path, name: str, role: str | None, identities: list[str]) -> Principal:
+def add_certificates(
+    path: Path,
+    name: str,
+    role: str | None,
+    identities: list[str],
+    namespaces: list[str] | None = None,
+) -> Principal:
     """Maps client-certificate ``identities`` to the principal ``name``: a new
-    one with ``role`` (required then), or an existing one, whose role ``role``
-    must match when given. Returns the principal as written."""
+    one with ``role`` (required then) and ``namespaces`` (default
+    ``["default"]``), or an existing one, whose role and namespaces must match
+    when given. Returns the principal as written."""
+    _check_namespaces(namespaces)
     if not identities:
         raise AuthFileError("give at least one certificate identity")
     for identity in identities:
@@ -234,13 +277,20 @@ def add_certificates(path: Path, name: str, role: str | None, identities: list[s
     if current is None:
         if role is None:
             raise AuthFileError(f"{path}: no principal named {name!r}; give --role to add one")
-        entry: dict[str, Any] = {"name": name, "role": role, "certificates": identities}
+        entry = _with_namespaces(
+            {"name": name, "role": role, "certificates": identities}, namespaces
+        )
         updated = _appended(text, entry)
     else:
         if role is not None and role != current.role:
             raise AuthFileError(
                 f"{path}: principal {name!r} has role {current.role}, not {role} "
                 "(a principal has one role)"
+            )
+        if namespaces is not None and tuple(namespaces) != current.namespaces:
+            raise AuthFileError(
+                f"{path}: principal {name!r} is bound to {list(current.namespaces)}, "
+                f"not {namespaces}; edit its namespaces by hand"
             )
         changed = _with_certificates(current, [*current.certificates, *identities])
         updated = _edited(path, text, name, changed)
@@ -286,7 +336,7 @@ def _fields(principal: Principal) -> dict[str, Any]:
         fields["token_sha256"] = principal.token_digest.hex()
     if principal.certificates:
         fields["certificates"] = list(principal.certificates)
-    return fields
+    return _with_namespaces(fields, list(principal.namespaces))
 
 
 def _with_certificates(principal: Principal, identities: list[str]) -> dict[str, Any]:

@@ -433,3 +433,50 @@ class CorruptStateError(ContractError):
     reason = "STORED_STATE_CORRUPT"
     code = "DATA_LOSS"
     default_message = "stored run is missing a required lifecycle record"
+
+
+# --- Namespaces (docs/namespaces.md) -------------------------------------------
+
+
+class NamespaceError(ContractError):
+    """About a namespace; metadata ``namespace`` names it."""
+
+    @property
+    def namespace(self) -> str:
+        return self.details.get("namespace", "")
+
+
+class NamespaceRequiredError(NamespaceError, InvalidArgumentError):
+    """The call names no namespace and its principal is bound to several (or
+    to every one): send ``x-runstore-namespace`` (``namespace=`` in the client)."""
+
+    reason = "NAMESPACE_REQUIRED"
+    default_message = "a namespace is required: send x-runstore-namespace"
+
+
+class NamespaceNotFoundError(NamespaceError, NotFoundError):
+    """The namespace does not exist, or is being deleted."""
+
+    reason = "NAMESPACE_NOT_FOUND"
+    default_message = "namespace not found"
+
+
+class NamespaceExistsError(NamespaceError, ConflictError):
+    """CreateNamespace named a namespace that exists."""
+
+    reason = "NAMESPACE_ALREADY_EXISTS"
+    default_message = "namespace already exists"
+
+
+class NamespaceTombstonedError(NamespaceError, PreconditionError):
+    """The name belonged to a deleted namespace and is never reused."""
+
+    reason = "NAMESPACE_TOMBSTONED"
+    default_message = "namespace name was deleted and cannot be reused"
+
+
+class NamespaceProtectedError(NamespaceError, PreconditionError):
+    """The namespace ``default`` always exists and cannot be deleted."""
+
+    reason = "NAMESPACE_PROTECTED"
+    default_message = "the default namespace cannot be deleted"

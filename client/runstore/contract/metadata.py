@@ -14,3 +14,13 @@ READ_LAG_TOLERATED: Final = "tolerated"
 
 READ_LAG_METADATA: Final = ((READ_LAG_KEY, READ_LAG_TOLERATED),)
 """The metadata entry, as the Python client's ``metadata=`` takes it."""
+
+NAMESPACE_KEY: Final = "x-runstore-namespace"
+"""The namespace a call acts in (docs/namespaces.md). Without it, a principal
+bound to exactly one namespace acts there; with authentication off, in
+``default``."""
+
+
+def namespace_metadata(namespace: str | None) -> tuple[tuple[str, str], ...]:
+    """The metadata entry naming ``namespace`` (none when it is None or empty)."""
+    return ((NAMESPACE_KEY, namespace),) if namespace else ()

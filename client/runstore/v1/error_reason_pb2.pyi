@@ -179,6 +179,28 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     (§9.10.2): its ID is a tombstone and a start cannot re-create it. Use a
     new run ID.
     """
+    NAMESPACE_REQUIRED: _ErrorReason.ValueType  # 36
+    """INVALID_ARGUMENT; permanent; metadata "metadata" (x-runstore-namespace).
+    The call names no namespace and its principal is bound to more than one
+    (or to "*"). Send x-runstore-namespace (docs/namespaces.md).
+    """
+    NAMESPACE_NOT_FOUND: _ErrorReason.ValueType  # 37
+    """NOT_FOUND; permanent; metadata "namespace". The namespace does not exist
+    or is being deleted. Create it (NamespaceAdmin) or name another one.
+    """
+    NAMESPACE_ALREADY_EXISTS: _ErrorReason.ValueType  # 38
+    """ALREADY_EXISTS; permanent; metadata "namespace". CreateNamespace named a
+    namespace that exists. Use it, or choose another name.
+    """
+    NAMESPACE_TOMBSTONED: _ErrorReason.ValueType  # 39
+    """FAILED_PRECONDITION; permanent; metadata "namespace". The name belonged to
+    a deleted namespace and is never reused (its data may remain in backups
+    and exports). Choose another name.
+    """
+    NAMESPACE_PROTECTED: _ErrorReason.ValueType  # 40
+    """FAILED_PRECONDITION; permanent; metadata "namespace". The namespace
+    "default" always exists and cannot be deleted.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper): ...
 
@@ -328,5 +350,27 @@ RUN_PURGED: ErrorReason.ValueType  # 35
 """FAILED_PRECONDITION; permanent. Retention deleted this sessionless run
 (§9.10.2): its ID is a tombstone and a start cannot re-create it. Use a
 new run ID.
+"""
+NAMESPACE_REQUIRED: ErrorReason.ValueType  # 36
+"""INVALID_ARGUMENT; permanent; metadata "metadata" (x-runstore-namespace).
+The call names no namespace and its principal is bound to more than one
+(or to "*"). Send x-runstore-namespace (docs/namespaces.md).
+"""
+NAMESPACE_NOT_FOUND: ErrorReason.ValueType  # 37
+"""NOT_FOUND; permanent; metadata "namespace". The namespace does not exist
+or is being deleted. Create it (NamespaceAdmin) or name another one.
+"""
+NAMESPACE_ALREADY_EXISTS: ErrorReason.ValueType  # 38
+"""ALREADY_EXISTS; permanent; metadata "namespace". CreateNamespace named a
+namespace that exists. Use it, or choose another name.
+"""
+NAMESPACE_TOMBSTONED: ErrorReason.ValueType  # 39
+"""FAILED_PRECONDITION; permanent; metadata "namespace". The name belonged to
+a deleted namespace and is never reused (its data may remain in backups
+and exports). Choose another name.
+"""
+NAMESPACE_PROTECTED: ErrorReason.ValueType  # 40
+"""FAILED_PRECONDITION; permanent; metadata "namespace". The namespace
+"default" always exists and cannot be deleted.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

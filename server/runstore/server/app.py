@@ -35,6 +35,7 @@ from runstore.server.console.server import (
 )
 from runstore.server.core.context import ContextStore
 from runstore.server.core.memory import MemoryStore
+from runstore.server.core.namespaces import NamespaceDirectory, NamespaceStore
 from runstore.server.core.ports import Database, Wakeups
 from runstore.server.core.store import PageLimits, RuntimeStore
 from runstore.server.core.watch import NoWakeups, RecordWatch, WatchSettings
@@ -48,6 +49,7 @@ from runstore.server.metrics import Metrics, MetricsEndpoint
 from runstore.server.retention import RetentionSettings, RetentionTask
 from runstore.server.servicers.context_store import ContextStoreServicer
 from runstore.server.servicers.memory_store import MemoryStoreServicer
+from runstore.server.servicers.namespace_admin import NamespaceAdminServicer
 from runstore.server.servicers.runtime_store import RuntimeStoreServicer
 from runstore.server.servicers.session_admin import SessionAdminServicer
 from runstore.v1 import (
@@ -55,6 +57,8 @@ from runstore.v1 import (
     context_store_pb2_grpc,
     memory_store_pb2,
     memory_store_pb2_grpc,
+    namespace_admin_pb2,
+    namespace_admin_pb2_grpc,
     runtime_store_pb2,
     runtime_store_pb2_grpc,
     session_admin_pb2,
@@ -68,6 +72,7 @@ SERVICE_NAMES = (
     session_admin_pb2.DESCRIPTOR.services_by_name["SessionAdmin"].full_name,
     memory_store_pb2.DESCRIPTOR.services_by_name["MemoryStore"].full_name,
     context_store_pb2.DESCRIPTOR.services_by_name["ContextStore"].full_name,
+    namespace_admin_pb2.DESCRIPTOR.services_by_name["NamespaceAdmin"].full_name,
 )
 
 
@@ -103,6 +108,8 @@ class RunningServer:
     retention: RetentionTask | None = None
     console: ConsoleServer | None = None
     """The web console (``--console-listen``), served in the same event loop."""
+    namespaces: NamespaceStore | None = None
+    """NamespaceAdmin's store, whose background purges stop with the server."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +191,10 @@ class Stores:
     probe: Probe | None = None
     """What the health service checks (the database), if it can be checked."""
     retention: RetentionTask | None = None
-    """The background retention task, when a ``--retain-*`` flag is set."""
+    """The background retention task: ``--retain-*`` flags, and namespaces' overrides."""
+    namespaces: NamespaceStore | None = None
+    """Which namespaces exist, and their administration (docs/namespaces.md);
+    None serves the namespace ``default`` only, without NamespaceAdmin."""
 
 
 def create_stores(config: ServerConfig, db: Database) -> Stores:
@@ -204,15 +214,14 @@ def create_stores(config: ServerConfig, db: Database) -> Stores:
     )
     retention = RetentionSettings.from_config(config)
     return Stores(
+        namespaces=NamespaceStore(db, NamespaceDirectory(db)),
         probe=db if isinstance(db, Probe) else None,
         runtime=runtime,
         memory=MemoryStore(db, page_limit=config.page_limit, page_bytes=page_bytes),
         context=context,
-        retention=(
-            RetentionTask(runtime, context, db.retention_lock, retention)  # type: ignore[attr-defined]
-            if retention.on
-            else None
-        ),
+        # Always: a namespace's retention overrides apply even when no
+        # --retain-* flag is set (docs/namespaces.md, "Storage").
+        retention=RetentionTask(runtime, context, db.retention_lock, retention),  # type: ignore[attr-defined]
         watch=RecordWatch(
             runtime,
             wakeups,
@@ -308,7 +317,11 @@ async def build_server(
     security = security if security is not None else Security.from_config(config)
     telemetry = telemetry or Telemetry()
     interceptors = server_interceptors(
-        config, security, telemetry.metrics, telemetry.tracer_provider
+        config,
+        security,
+        telemetry.metrics,
+        telemetry.tracer_provider,
+        stores.namespaces.directory if stores.namespaces is not None else None,
     )
     server = grpc.aio.server(
         options=server_options(config, reuse_port=reuse_port), interceptors=interceptors
@@ -325,6 +338,10 @@ async def build_server(
     context_store_pb2_grpc.add_ContextStoreServicer_to_server(
         ContextStoreServicer(stores.context), server
     )
+    if stores.namespaces is not None:
+        namespace_admin_pb2_grpc.add_NamespaceAdminServicer_to_server(
+            NamespaceAdminServicer(stores.namespaces), server
+        )
 
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -359,10 +376,20 @@ async def build_server(
     if stores.retention is not None:
         stores.retention.metrics = telemetry.metrics
         stores.retention.start()
-        log.info("retention on: %s", stores.retention.settings.describe())
+        if stores.retention.settings.on:
+            log.info("retention on: %s", stores.retention.settings.describe())
     running = RunningServer(
-        server, port, health_servicer, security, stores.watch, monitor, stores.retention
+        server,
+        port,
+        health_servicer,
+        security,
+        stores.watch,
+        monitor,
+        stores.retention,
+        namespaces=stores.namespaces,
     )
+    if stores.namespaces is not None:
+        await stores.namespaces.resume_purges()
     if config.console_listen:
         try:
             running.console = await start_console(config, stores.runtime, stores.watch, security)
@@ -481,6 +508,8 @@ async def shutdown(running: RunningServer, grace: float) -> None:
         await running.monitor.stop()
     if running.retention is not None:
         await running.retention.stop(grace)
+    if running.namespaces is not None:
+        await running.namespaces.close()
     await running.health.enter_graceful_shutdown()
     running.watch.close()
     if running.console is not None:

@@ -20,3 +20,18 @@ def current() -> str:
 
 def set_current(name: str) -> None:
     _CURRENT.set(name)
+
+
+_NAMESPACES: ContextVar[tuple[str, ...] | None] = ContextVar(
+    "runstore_principal_namespaces", default=None
+)
+
+
+def namespaces() -> tuple[str, ...] | None:
+    """The namespaces the authenticated principal is bound to; None when no
+    principal was admitted (authentication off, or the call refused)."""
+    return _NAMESPACES.get()
+
+
+def set_namespaces(bound: tuple[str, ...]) -> None:
+    _NAMESPACES.set(bound)

@@ -37,6 +37,7 @@ ACCESS_FIELDS: Final = (
     "reason",
     "duration_ms",
     "principal",
+    "namespace",
     "peer",
     "request_id",
 )

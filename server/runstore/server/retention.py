@@ -13,6 +13,10 @@ the database's retention lock (PostgreSQL: an advisory lock on a connection
 of its own; SQLite: one server, one pass at a time); the others skip that
 pass. Even without the lock every purge would happen once, as the store's
 re-checks make concurrent on-demand calls safe; the lock only saves the work.
+
+A pass runs per active namespace, one after another, each in its own keys:
+a namespace's retention overrides (its row in ``namespaces``) replace the
+server's settings for it (docs/namespaces.md).
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from runstore.contract.durations import format_duration
+from runstore.server import call_namespace
 from runstore.server.config import ServerConfig, parse_duration
 from runstore.server.core.context import ContextStore
-from runstore.server.core.model import Nanos
+from runstore.server.core.model import NamespaceRetention, Nanos
 from runstore.server.core.store import RuntimeStore
 from runstore.server.metrics import Metrics
 
@@ -167,7 +172,11 @@ class RetentionTask:
             await self._wait(self.settings.interval)
 
     async def run_pass(self) -> PassReport:
-        """One pass, if this replica holds the retention lock; logged and counted."""
+        """One pass, if this replica holds the retention lock; logged and
+        counted. With no ``--retain-*`` setting and no namespace's override,
+        nothing to do: not run, not logged, not counted."""
+        if not self.settings.on and not await self._overridden():
+            return PassReport(ran=False)
         now = self._clock()
         started = time.perf_counter()
         try:
@@ -194,18 +203,61 @@ class RetentionTask:
         )
         return report
 
+    async def _overridden(self) -> bool:
+        """Whether a namespace has a retention override of its own."""
+        try:
+            namespaces = await self._runtime.namespace_retention()
+        except Exception as exc:  # retention is off: a failed look is no pass's failure
+            log.debug("cannot read the namespaces' retention overrides: %s", exc)
+            return False
+        return any(
+            ns.ended_sessions is not None or ns.sessionless_runs is not None for ns in namespaces
+        )
+
     async def _purge(self, now: Nanos, started: float) -> PassReport:
-        settings, batch = self.settings, self.settings.batch
+        """Each active namespace in turn, with its own overrides, in the
+        namespace's keys (``call_namespace``); the caller's namespace after."""
+        caller = call_namespace.current()
+        totals = [0, 0, 0]
+        try:
+            for namespace in await self._runtime.namespace_retention():
+                if self.stopping.is_set():
+                    break
+                call_namespace.set_current(namespace.name)
+                for index, count in enumerate(await self._purge_namespace(namespace, now)):
+                    totals[index] += count
+        finally:
+            call_namespace.set_current(caller)
+        sessions, runs, contexts = totals
+        return PassReport(True, sessions, runs, contexts, time.perf_counter() - started)
+
+    async def _purge_namespace(
+        self, namespace: NamespaceRetention, now: Nanos
+    ) -> tuple[int, int, int]:
+        """One namespace's purges (the current one), each in bounded batches:
+        its overrides, else the server's settings."""
+        batch = self.settings.batch
+        ended_sessions = (
+            self.settings.ended_sessions
+            if namespace.ended_sessions is None
+            else namespace.ended_sessions
+        )
+        sessionless_runs = (
+            self.settings.sessionless_runs
+            if namespace.sessionless_runs is None
+            else namespace.sessionless_runs
+        )
+        settings = self.settings
         sessions = runs = contexts = 0
-        if settings.ended_sessions is not None:
-            cut = now - round(settings.ended_sessions * NANOS_PER_SECOND)
+        if ended_sessions is not None:
+            cut = now - round(ended_sessions * NANOS_PER_SECOND)
             while not self.stopping.is_set():
                 ids, more = await self._runtime.purge_ended_sessions(cut, batch)
                 sessions += len(ids)
                 if not (more and ids):
                     break
-        if settings.sessionless_runs is not None:
-            cut = now - round(settings.sessionless_runs * NANOS_PER_SECOND)
+        if sessionless_runs is not None:
+            cut = now - round(sessionless_runs * NANOS_PER_SECOND)
             while not self.stopping.is_set():
                 ids, more = await self._runtime.purge_sessionless_runs(cut, batch)
                 runs += len(ids)
@@ -218,7 +270,7 @@ class RetentionTask:
                 contexts += count
                 if not more:
                     break
-        return PassReport(True, sessions, runs, contexts, time.perf_counter() - started)
+        return sessions, runs, contexts
 
     def _count(self, outcome: str, seconds: float | None = None) -> None:
         if self.metrics is None:

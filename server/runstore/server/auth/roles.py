@@ -25,6 +25,8 @@ _RUNTIME: Final = "/runstore.v1.RuntimeStore/"
 _SESSIONS: Final = "/runstore.v1.SessionAdmin/"
 _MEMORY: Final = "/runstore.v1.MemoryStore/"
 _CONTEXT: Final = "/runstore.v1.ContextStore/"
+_NAMESPACES: Final = "/runstore.v1.NamespaceAdmin/"
+_ADMIN: Final = frozenset({ADMIN})
 
 OPEN_METHODS: Final = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
 """Methods anyone may call, with or without credentials."""
@@ -69,6 +71,13 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
     _CONTEXT + "DeleteContext": _HOST_WORKER,
     _CONTEXT + "AppendTranscript": _HOST_WORKER,
     _CONTEXT + "ListTranscript": _EVERYONE,
+    # NamespaceAdmin: admins only, and only those bound to every namespace ("*",
+    # checked by interceptors.namespaces; docs/namespaces.md).
+    _NAMESPACES + "CreateNamespace": _ADMIN,
+    _NAMESPACES + "GetNamespace": _ADMIN,
+    _NAMESPACES + "ListNamespaces": _ADMIN,
+    _NAMESPACES + "UpdateNamespace": _ADMIN,
+    _NAMESPACES + "DeleteNamespace": _ADMIN,
     # Reflection: any valid principal (it names every method, so not anonymous).
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": _EVERYONE,
     "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo": _EVERYONE,
@@ -80,6 +89,9 @@ AUDITED_METHODS: Final = frozenset(
         _SESSIONS + "PurgeSession",
         _SESSIONS + "PurgeEndedSessions",
         _SESSIONS + "PurgeSessionlessRuns",
+        _NAMESPACES + "CreateNamespace",
+        _NAMESPACES + "UpdateNamespace",
+        _NAMESPACES + "DeleteNamespace",
     }
 )
 """Methods logged with the calling principal's name, whatever the outcome."""

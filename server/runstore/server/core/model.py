@@ -18,6 +18,7 @@ from typing import TypeAlias
 
 from runstore.contract import model as contract
 from runstore.contract.model import NO_RECORD, AppendResult, Checkpoint, RunStartOutcome, RunStatus
+from runstore.server import call_namespace
 
 Nanos = int
 """UTC nanoseconds since the Unix epoch."""
@@ -86,6 +87,16 @@ class RunFinish:
 
 
 @dataclass(frozen=True, slots=True)
+class NamespaceRetention:
+    """An active namespace's retention overrides in seconds (None: the
+    server's ``--retain-*`` setting applies), docs/namespaces.md."""
+
+    name: str
+    ended_sessions: float | None = None
+    sessionless_runs: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RecordDraft:
     """A RunRecord as a caller supplies it (§3.7): no ID yet, maybe no timestamp."""
 
@@ -97,6 +108,9 @@ class RecordDraft:
     type: str
     payload: bytes
     timestamp: Nanos | None
+    namespace: str = field(default_factory=call_namespace.current)
+    """The namespace of the call that made the draft (on the event loop): a
+    group commit writes each of its rows in its own (docs/namespaces.md)."""
 
 
 @dataclass(frozen=True, slots=True)

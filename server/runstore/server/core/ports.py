@@ -21,6 +21,7 @@ from runstore.server.core.model import (
     ContextHead,
     ContextVersion,
     MemoryEvent,
+    NamespaceRetention,
     Nanos,
     PageKey,
     RecordDraft,
@@ -32,6 +33,7 @@ from runstore.server.core.model import (
     Session,
     StoredAppend,
 )
+from runstore.server.core.namespace_model import NamespaceTransaction
 
 T = TypeVar("T")
 
@@ -68,7 +70,7 @@ class RecordTarget:
     """The run's record under the event key, if any."""
 
 
-class Transaction(Protocol):
+class Transaction(NamespaceTransaction, Protocol):
     """Named operations inside one database transaction.
 
     ``for_update=True`` asks a backend with row locks to lock the row until the
@@ -136,6 +138,11 @@ class Transaction(Protocol):
 
     async def purgeable_sessions(self, ended_before: Nanos, limit: int) -> list[str]:
         """Ended before ``ended_before``, no running run; oldest ended first."""
+        ...
+
+    async def namespace_retention(self) -> list[NamespaceRetention]:
+        """Every active namespace (whatever the transaction's) with its
+        retention overrides, by name."""
         ...
 
     async def run_purged(self, run_id: str) -> bool:
@@ -351,11 +358,12 @@ class Wakeups(Protocol):
         ...
 
 
-def session_key(session_id: str) -> str:
-    """The wake-up key of a session's records."""
-    return f"s:{session_id}"
+def session_key(namespace: str, session_id: str) -> str:
+    """The wake-up key of a session's records in ``namespace`` (a namespace
+    name has no ``:``, so keys of two namespaces never meet)."""
+    return f"s:{namespace}:{session_id}"
 
 
-def run_key(run_id: str) -> str:
-    """The wake-up key of a run's records."""
-    return f"r:{run_id}"
+def run_key(namespace: str, run_id: str) -> str:
+    """The wake-up key of a run's records in ``namespace``."""
+    return f"r:{namespace}:{run_id}"

@@ -13,7 +13,7 @@ from typing import Any, Final, TypeVar
 
 from runstore.contract.model import RunStatus, SessionStatus
 from runstore.server.core import validation
-from runstore.server.core.model import Nanos, RunFinish, Session
+from runstore.server.core.model import NamespaceRetention, Nanos, RunFinish, Session
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.section import Section
 
@@ -35,6 +35,14 @@ purge, so skipped families cost a bounded amount of work per call."""
 
 class RetentionPurges(Section):
     """The purges a retention pass runs."""
+
+    async def namespace_retention(self) -> list[NamespaceRetention]:
+        """Every active namespace with its retention overrides."""
+
+        async def read(tx: Transaction) -> list[NamespaceRetention]:
+            return await tx.namespace_retention()
+
+        return await self._db.read(read)
 
     async def purge_ended_sessions(
         self, ended_before: Nanos | None, limit: int

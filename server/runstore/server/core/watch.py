@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from runstore.contract.errors import OverloadedError, RunNotFoundError, UnavailableError
 from runstore.contract.model import RunStatus
+from runstore.server import call_namespace
 from runstore.server.config import DEFAULTS
 from runstore.server.core import paging
 from runstore.server.core.model import RunRecord
@@ -92,7 +93,9 @@ class RecordWatch:
         async def read(position: int) -> tuple[paging.Cut, bool]:
             return await self._store.session_records_after(session_id, position), False
 
-        async for batch in self._stream(session_key(session_id), after, read):
+        async for batch in self._stream(
+            session_key(call_namespace.current(), session_id), after, read
+        ):
             yield batch
 
     async def run(self, run_id: str, cursor: str) -> AsyncIterator[WatchBatch]:
@@ -115,7 +118,7 @@ class RecordWatch:
             ended = run.status.is_terminal or run.status is RunStatus.SUSPENDED
             return cut, ended and not cut.more
 
-        async for batch in self._stream(run_key(run_id), after, read):
+        async for batch in self._stream(run_key(call_namespace.current(), run_id), after, read):
             yield batch
 
     async def _stream(

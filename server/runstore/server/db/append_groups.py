@@ -58,6 +58,7 @@ runs the full rules), or the error to raise to the caller."""
 
 _COLUMNS: Final = (
     ("request", "int4"),
+    ("namespace", "text"),
     ("run_id", "text"),
     ("agent_id", "text"),
     ("session_id", "text"),
@@ -68,7 +69,9 @@ _COLUMNS: Final = (
     ("payload_size", "int4"),
     ("timestamp_ms", "int8"),
 )
-"""The group's input, one column per field, one row per record."""
+"""The group's input, one column per field, one row per record. Each row
+carries its own namespace (``RecordDraft.namespace``): one group may hold
+calls of several namespaces, and every match below is within one."""
 
 
 def _request_condition(precondition: Precondition) -> str:
@@ -82,8 +85,8 @@ def _request_condition(precondition: Precondition) -> str:
             return "w.agent_id = i.agent_id AND w.session_id = i.session_id"
         case Precondition.KEY_FREE:
             return (
-                "NOT EXISTS (SELECT 1 FROM records AS prior"
-                " WHERE prior.run_id = i.run_id AND prior.event_key = i.event_key)"
+                "NOT EXISTS (SELECT 1 FROM records AS prior WHERE prior.namespace = i.namespace"
+                " AND prior.run_id = i.run_id AND prior.event_key = i.event_key)"
             )
         case Precondition.SESSION_ACTIVE:
             return "(i.session_id = '' OR w.session_active)"
@@ -106,47 +109,53 @@ def _group_append(preconditions: Sequence[Precondition], source: str, row_locks:
     return f"""
 WITH input AS ({source}),
 active_sessions AS (
-    SELECT s.session_id FROM sessions AS s
-    WHERE s.session_id IN (SELECT session_id FROM input WHERE session_id <> '')
+    SELECT s.namespace, s.session_id FROM sessions AS s
+    WHERE (s.namespace, s.session_id) IN
+          (SELECT namespace, session_id FROM input WHERE session_id <> '')
       AND s.status = '{SessionStatus.ACTIVE.value}'
-    {for_update.format("s.session_id")}
+    {for_update.format("s.namespace, s.session_id")}
 ),
 writable_runs AS (
-    SELECT r.run_id, r.agent_id, r.session_id,
-           r.session_id IN (SELECT session_id FROM active_sessions) AS session_active
+    SELECT r.namespace, r.run_id, r.agent_id, r.session_id,
+           (r.namespace, r.session_id) IN (SELECT namespace, session_id FROM active_sessions)
+               AS session_active
     FROM runs AS r
-    WHERE r.run_id IN (SELECT run_id FROM input)
+    WHERE (r.namespace, r.run_id) IN (SELECT namespace, run_id FROM input)
       AND r.status = '{RunStatus.RUNNING.value}'
-      AND (r.session_id = '' OR r.session_id IN (SELECT session_id FROM active_sessions))
-    {for_update.format("r.run_id")}
+      AND (r.session_id = ''
+           OR (r.namespace, r.session_id) IN (SELECT namespace, session_id FROM active_sessions))
+    {for_update.format("r.namespace, r.run_id")}
 ),
 accepted AS (
-    SELECT i.request FROM input AS i LEFT JOIN writable_runs AS w ON w.run_id = i.run_id
+    SELECT i.request FROM input AS i
+    LEFT JOIN writable_runs AS w ON w.namespace = i.namespace AND w.run_id = i.run_id
     GROUP BY i.request
     HAVING min(CASE WHEN {checks} THEN 1 ELSE 0 END) = 1
 ),
 numbered AS (
     SELECT i.*,
-           row_number() OVER (PARTITION BY i.run_id ORDER BY i.ordinal) AS run_rank,
-           row_number() OVER (PARTITION BY i.session_id ORDER BY i.ordinal) AS session_rank
+           row_number() OVER (PARTITION BY i.namespace, i.run_id ORDER BY i.ordinal) AS run_rank,
+           row_number() OVER (PARTITION BY i.namespace, i.session_id ORDER BY i.ordinal)
+               AS session_rank
     FROM input AS i
     WHERE i.request IN (SELECT request FROM accepted)
 )
-INSERT INTO records (run_id, record_id, event_key, agent_id, session_id, turn_id, type,
-                     payload, payload_size, timestamp_ms, session_position)
-SELECT n.run_id,
+INSERT INTO records (namespace, run_id, record_id, event_key, agent_id, session_id, turn_id,
+                     type, payload, payload_size, timestamp_ms, session_position)
+SELECT n.namespace, n.run_id,
        (SELECT COALESCE(max(last.record_id), 0) FROM records AS last
-        WHERE last.run_id = n.run_id) + n.run_rank,
+        WHERE last.namespace = n.namespace AND last.run_id = n.run_id) + n.run_rank,
        n.event_key, n.agent_id, n.session_id, n.turn_id, n.type,
        n.payload, n.payload_size, n.timestamp_ms,
        CASE WHEN n.session_id = '' THEN NULL ELSE
            (SELECT COALESCE(max(last.session_position), 0) FROM records AS last
-            WHERE last.session_id = n.session_id AND last.session_position IS NOT NULL)
+            WHERE last.namespace = n.namespace AND last.session_id = n.session_id
+              AND last.session_position IS NOT NULL)
            + n.session_rank
        END
 FROM numbered AS n
 ORDER BY n.ordinal
-RETURNING run_id, event_key, record_id
+RETURNING namespace, run_id, event_key, record_id
 """
 
 
@@ -191,6 +200,7 @@ def group_arguments(batches: Sequence[Sequence[RecordDraft]]) -> list[list[Any]]
         for record in batch:
             row = row_codecs.record_params(record)
             row["request"] = request
+            row["namespace"] = record.namespace
             for column, (name, _) in zip(columns, _COLUMNS, strict=True):
                 column.append(row[name])
     return columns
@@ -202,13 +212,14 @@ def group_results(
     """Each request's IDs in its records' order, or None when the group did
     not write it (a request is written whole or not at all); counted on
     ``tx``, whose commit wakes the watchers of what it wrote."""
-    ids = {(str(row[0]), str(row[1])): int(row[2]) for row in rows}
+    ids = {(str(row[0]), str(row[1]), str(row[2])): int(row[3]) for row in rows}
     results: list[list[int] | None] = []
     for batch in batches:
-        if (batch[0].run_id, batch[0].event_key) not in ids:
+        first = batch[0]
+        if (first.namespace, first.run_id, first.event_key) not in ids:
             results.append(None)
             continue
-        results.append([ids[(record.run_id, record.event_key)] for record in batch])
+        results.append([ids[(r.namespace, r.run_id, r.event_key)] for r in batch])
         tx.count_appended(batch[0], len(batch))
     return results
 
@@ -224,9 +235,12 @@ class _Request:
 
 def _affinity(batch: Sequence[RecordDraft]) -> str:
     """What a request's statement locks first: its session, or its run when
-    sessionless. Two groups of one replica never share one (``AppendGroups``)."""
+    sessionless, in its namespace. Two groups of one replica never share one
+    (``AppendGroups``)."""
     first = batch[0]
-    return f"s:{first.session_id}" if first.session_id else f"r:{first.run_id}"
+    if first.session_id:
+        return f"s:{first.namespace}:{first.session_id}"
+    return f"r:{first.namespace}:{first.run_id}"
 
 
 class AppendGroups:
@@ -317,7 +331,7 @@ class AppendGroups:
         waits for the next group, whose statement sees the earlier one's
         record). Callers already gone are dropped."""
         group: list[_Request] = []
-        keys: set[tuple[str, str]] = set()
+        keys: set[tuple[str, str, str]] = set()
         records = size = 0
         later: list[_Request] = []
         while self._waiting:
@@ -330,7 +344,7 @@ class AppendGroups:
             ):
                 self._waiting.appendleft(request)
                 break
-            own = {(record.run_id, record.event_key) for record in request.batch}
+            own = {(r.namespace, r.run_id, r.event_key) for r in request.batch}
             if request.affinity in self._busy or own & keys:
                 later.append(request)
                 continue

@@ -33,7 +33,9 @@ from runstore.server.db.compiled import Compiled, compile_for
 from runstore.server.db.fast_path_sql import run_guard
 from runstore.server.db.record_writes import (
     INSERTED_RECORD_COLUMNS,
+    in_namespace,
     inserted_record,
+    namespace_param,
     next_record_id,
     next_session_position,
 )
@@ -44,7 +46,9 @@ from runstore.server.db.schema import records, runs
 def _by_keys(count: int) -> Any:
     keys: list[Any] = [bindparam(f"event_key_{index}") for index in range(count)]
     return select(*RECORD_COLUMNS).where(
-        records.c.run_id == bindparam("run_id"), records.c.event_key.in_(keys)
+        in_namespace(records),
+        records.c.run_id == bindparam("run_id"),
+        records.c.event_key.in_(keys),
     )
 
 
@@ -59,7 +63,10 @@ def _next_numbers() -> Any:
 
 def _insert(count: int) -> Any:
     rows: list[dict[str, Any]] = [
-        {name: bindparam(f"{name}_{index}") for name in INSERTED_RECORD_COLUMNS}
+        {
+            name: namespace_param() if name == "namespace" else bindparam(f"{name}_{index}")
+            for name in INSERTED_RECORD_COLUMNS
+        }
         for index in range(count)
     ]
     return insert(records).values(rows)
@@ -159,7 +166,7 @@ class RecordBatchStatements:
             row = row_codecs.record_params(record)
             row["record_id"] = first_id + index
             row["session_position"] = first_position + index if record.session_id else None
-            for name in INSERTED_RECORD_COLUMNS:
+            for name in INSERTED_RECORD_COLUMNS[1:]:  # the namespace is the call's
                 params[f"{name}_{index}"] = row[name]
         return statement, params
 

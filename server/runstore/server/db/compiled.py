@@ -28,12 +28,15 @@ class Compiled:
     defaults: Mapping[str, Any]
     """Values of the statement's constants (binds that are not parameters)."""
     _getter: Callable[[Mapping[str, Any]], Any] | None = None
+    positional: bool = False
+    """Whether the driver takes a tuple (asyncpg): one without parameters
+    takes ``()`` whatever ``params`` holds (every call binds ``namespace``)."""
 
     def args(self, params: Mapping[str, Any]) -> Any:
         """The driver's arguments for ``params``: a mapping or a tuple."""
         merged = {**self.defaults, **params} if self.defaults else params
         if self._getter is None:
-            return merged
+            return () if self.positional else merged
         values = self._getter(merged)
         return values if len(self.names) > 1 else (values,)
 
@@ -48,4 +51,4 @@ def compile_for(statement: ClauseElement, dialect: Dialect) -> Compiled:
         if not bind.required
     }
     getter = operator.itemgetter(*names) if names else None
-    return Compiled(str(compiled), names, defaults, getter)
+    return Compiled(str(compiled), names, defaults, getter, bool(compiled.positional))

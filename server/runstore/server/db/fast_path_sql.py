@@ -39,7 +39,9 @@ from runstore.server.core.fast_paths import APPEND, END, START, Precondition
 from runstore.server.db.record_writes import (
     INSERTED_RECORD_COLUMNS,
     active_session,
+    in_namespace,
     inserted_record,
+    namespace_param,
     next_record_id,
     next_session_position,
 )
@@ -60,7 +62,7 @@ def run_guard(
     (``any_reason``, or ``reason`` / ``or_reason``). A sessionless run
     (``in_session`` false) has no session to check."""
     run_id = bindparam("run_id", type_=Text)
-    conditions: list[ColumnElement[bool]] = [runs.c.run_id == run_id]
+    conditions: list[ColumnElement[bool]] = [in_namespace(runs), runs.c.run_id == run_id]
     for precondition in preconditions:
         match precondition:
             case Precondition.RUN_RUNNING:
@@ -87,7 +89,9 @@ def run_guard(
                     if len(event_keys) == 1
                     else prior.c.event_key.in_(event_keys)
                 )
-                conditions.append(~exists().where(prior.c.run_id == run_id, key))
+                conditions.append(
+                    ~exists().where(in_namespace(prior), prior.c.run_id == run_id, key)
+                )
             case Precondition.SESSION_ACTIVE:
                 if in_session:
                     conditions.append(active_session(row_locks))
@@ -108,10 +112,12 @@ def start_guard(preconditions: Sequence[Precondition], row_locks: bool, fused: b
             case Precondition.SESSION_ACTIVE:
                 conditions.append(active_session(row_locks))
             case Precondition.RUN_NOT_PURGED:
-                conditions.append(~exists().where(run_tombstones.c.run_id == run_id))
+                conditions.append(
+                    ~exists().where(in_namespace(run_tombstones), run_tombstones.c.run_id == run_id)
+                )
             case Precondition.RUN_ID_FREE:
                 if not fused:
-                    conditions.append(~exists().where(runs.c.run_id == run_id))
+                    conditions.append(~exists().where(in_namespace(runs), runs.c.run_id == run_id))
             case _:
                 raise ValueError(f"not a condition on a new run: {precondition}")
     return conditions
@@ -161,8 +167,11 @@ def _start_if_new(fused: bool, row_locks: bool) -> Any:
     Otherwise (SQLite, whose single writer runs it inside a transaction) the
     caller appends the record.
     """
-    values = [bindparam(column.name, type_=column.type) for column in RUN_COLUMNS]
-    columns = [column.name for column in RUN_COLUMNS]
+    values = [
+        namespace_param(),
+        *(bindparam(column.name, type_=column.type) for column in RUN_COLUMNS),
+    ]
+    columns = ["namespace", *(column.name for column in RUN_COLUMNS)]
     source = select(*values).where(*start_guard(START, row_locks, fused))
     if fused:
         new_run = (

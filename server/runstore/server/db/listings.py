@@ -26,6 +26,7 @@ from sqlalchemy.engine import Dialect
 from runstore.contract.model import RunFilter, SessionFilter
 from runstore.server.core.model import NANOS_PER_MILLI, Nanos, PageKey
 from runstore.server.db.compiled import Compiled, compile_for
+from runstore.server.db.record_writes import in_namespace
 from runstore.server.db.row_codecs import RUN_COLUMNS, SESSION_COLUMNS, split_nanos
 from runstore.server.db.schema import runs, sessions
 
@@ -103,12 +104,12 @@ def _sessions_statement(shape: _Shape) -> Select[Any]:
         sessions.c.session_id,
         sessions.c.status,
         shape,
-        [],
+        [in_namespace(sessions)],
     )
 
 
 def _runs_statement(shape: _Shape) -> Select[Any]:
-    conditions: list[ColumnElement[bool]] = []
+    conditions: list[ColumnElement[bool]] = [in_namespace(runs)]
     if shape.session:
         conditions.append(runs.c.session_id == bindparam("session_id"))
     if shape.agent:

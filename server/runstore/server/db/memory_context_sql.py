@@ -10,6 +10,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement
 
+from runstore.server.db.record_writes import in_namespace, namespace_param
 from runstore.server.db.schema import (
     context_appends,
     context_keys,
@@ -32,17 +33,22 @@ def memory_context_sources(dialect: Dialect) -> dict[str, ClauseElement]:
     def binds(table: Any) -> dict[str, Any]:
         return {column.name: bindparam(column.name) for column in table.columns}
 
-    memory_run = (memory_runs.c.agent_id == bindparam("agent_id")) & (
-        memory_runs.c.run_id == bindparam("run_id")
+    memory_run = (
+        in_namespace(memory_runs)
+        & (memory_runs.c.agent_id == bindparam("agent_id"))
+        & (memory_runs.c.run_id == bindparam("run_id"))
     )
     memory_count = select(memory_runs.c.event_count).where(memory_run)
-    context_key = context_keys.c.context_key == bindparam("context_key")
+    context_key = in_namespace(context_keys) & (
+        context_keys.c.context_key == bindparam("context_key")
+    )
     head = select(context_keys.c.version, context_keys.c.transcript_count, context_keys.c.saved_at)
     return {
         "memory_event_count": memory_count,
         "memory_run_create": _insert_if_missing(
             dialect,
             memory_runs,
+            namespace=namespace_param(),
             agent_id=bindparam("agent_id"),
             run_id=bindparam("run_id"),
             event_count=0,
@@ -56,6 +62,7 @@ def memory_context_sources(dialect: Dialect) -> dict[str, ClauseElement]:
             memory_events.c.labels,
         )
         .where(
+            in_namespace(memory_events),
             memory_events.c.agent_id == bindparam("agent_id"),
             memory_events.c.run_id == bindparam("run_id"),
             memory_events.c.position >= bindparam("after"),
@@ -69,16 +76,19 @@ def memory_context_sources(dialect: Dialect) -> dict[str, ClauseElement]:
         "memory_append_request": select(
             memory_appends.c.digest, memory_appends.c.first_position, memory_appends.c.count
         ).where(
+            in_namespace(memory_appends),
             memory_appends.c.agent_id == bindparam("agent_id"),
             memory_appends.c.run_id == bindparam("run_id"),
             memory_appends.c.key_digest == bindparam("key_digest"),
         ),
         "insert_memory_append": insert(memory_appends).values(binds(memory_appends)),
         "delete_memory_events": delete(memory_events).where(
+            in_namespace(memory_events),
             memory_events.c.agent_id == bindparam("agent_id"),
             memory_events.c.run_id == bindparam("run_id"),
         ),
         "delete_memory_appends": delete(memory_appends).where(
+            in_namespace(memory_appends),
             memory_appends.c.agent_id == bindparam("agent_id"),
             memory_appends.c.run_id == bindparam("run_id"),
         ),
@@ -87,6 +97,7 @@ def memory_context_sources(dialect: Dialect) -> dict[str, ClauseElement]:
         "context_create": _insert_if_missing(
             dialect,
             context_keys,
+            namespace=namespace_param(),
             context_key=bindparam("context_key"),
             version=0,
             saved_at=None,
@@ -97,6 +108,7 @@ def memory_context_sources(dialect: Dialect) -> dict[str, ClauseElement]:
         "context_version": select(
             context_versions.c.version, context_versions.c.snapshot, context_versions.c.saved_at
         ).where(
+            in_namespace(context_versions),
             context_versions.c.context_key == bindparam("context_key"),
             context_versions.c.version == bindparam("version"),
         ),
@@ -109,21 +121,25 @@ def memory_context_sources(dialect: Dialect) -> dict[str, ClauseElement]:
             written_at=bindparam("saved_at"),
         ),
         "prune_context_versions": delete(context_versions).where(
+            in_namespace(context_versions),
             context_versions.c.context_key == bindparam("context_key"),
             context_versions.c.version < bindparam("keep_from"),
         ),
         "delete_context_versions": delete(context_versions).where(
-            context_versions.c.context_key == bindparam("context_key")
+            in_namespace(context_versions),
+            context_versions.c.context_key == bindparam("context_key"),
         ),
         "delete_context_transcript": delete(context_transcript).where(
-            context_transcript.c.context_key == bindparam("context_key")
+            in_namespace(context_transcript),
+            context_transcript.c.context_key == bindparam("context_key"),
         ),
         "delete_context_appends": delete(context_appends).where(
-            context_appends.c.context_key == bindparam("context_key")
+            in_namespace(context_appends), context_appends.c.context_key == bindparam("context_key")
         ),
         "delete_context_key": delete(context_keys).where(context_key),
         "context_transcript": select(context_transcript.c.message)
         .where(
+            in_namespace(context_transcript),
             context_transcript.c.context_key == bindparam("context_key"),
             context_transcript.c.position >= bindparam("after"),
         )
@@ -139,13 +155,14 @@ def memory_context_sources(dialect: Dialect) -> dict[str, ClauseElement]:
         # --retain-contexts: keys not written since the cut-off, oldest first,
         # locked; a key a writer holds is skipped (it is being written now).
         "stale_contexts": select(context_keys.c.context_key)
-        .where(context_keys.c.written_at < bindparam("written_before"))
+        .where(in_namespace(context_keys), context_keys.c.written_at < bindparam("written_before"))
         .order_by(context_keys.c.written_at, context_keys.c.context_key)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True),
         "context_append_request": select(
             context_appends.c.digest, context_appends.c.first_position, context_appends.c.count
         ).where(
+            in_namespace(context_appends),
             context_appends.c.context_key == bindparam("context_key"),
             context_appends.c.idempotency_key == bindparam("idempotency_key"),
         ),

@@ -49,6 +49,7 @@ from runstore.server.db.append_groups import (
     group_results,
 )
 from runstore.server.db.compiled import Compiled
+from runstore.server.db.connect_pacing import ConnectPacing as ConnectPacing  # tests use it here
 from runstore.server.db.statements import Statements
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.db.urls import asyncpg_dsn as asyncpg_dsn  # tests and tools use it here
@@ -109,13 +110,16 @@ class _PostgresTransaction(SqlTransaction):
         self._conn = conn
 
     async def _one(self, statement: Compiled, **params: Any) -> Any:
+        params["namespace"] = self.namespace
         return await self._conn.fetchrow(statement.sql, *statement.args(params))
 
     async def _all(self, statement: Compiled, **params: Any) -> list[Any]:
+        params["namespace"] = self.namespace
         result: list[Any] = await self._conn.fetch(statement.sql, *statement.args(params))
         return result
 
     async def _run(self, statement: Compiled, **params: Any) -> None:
+        params["namespace"] = self.namespace
         await self._conn.execute(statement.sql, *statement.args(params))
 
     async def _one_unless_conflict(self, statement: Compiled, **params: Any) -> Any:
@@ -131,7 +135,10 @@ class _PostgresTransaction(SqlTransaction):
             return []
 
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
-        await self._conn.executemany(statement.sql, [statement.args(row) for row in rows])
+        namespace = {"namespace": self.namespace}
+        await self._conn.executemany(
+            statement.sql, [statement.args({**row, **namespace}) for row in rows]
+        )
 
     async def append_group(
         self, batches: Sequence[Sequence[RecordDraft]]
@@ -254,76 +261,6 @@ SELECT CASE
     ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0)
 END::float8
 """
-
-
-class ConnectPacing:
-    """Paces new connections to a database that refuses them, so a restart
-    seen by many replicas is not met by a storm of reconnects.
-
-    While connections open, nothing waits. After a failed attempt the next
-    one may start only after a pause that doubles with each failure (from
-    ``first_pause`` to ``longest_pause``), half of it random so replicas
-    drift apart, and only one attempt at a time: a connect waits for the
-    pause (when it ends within the connect's ``timeout``, else it fails at
-    once) or for the attempt under way, and fails if that attempt failed,
-    without touching the database (its caller answers UNAVAILABLE). A
-    success ends the pacing. So one replica makes at most one attempt per
-    pause while the database is down, and reaches it again at most
-    ``longest_pause`` after it is back."""
-
-    def __init__(self, first_pause: float = 0.05, longest_pause: float = 2.0) -> None:
-        self.first_pause = first_pause
-        self.longest_pause = longest_pause
-        self._failures = 0
-        self._next_attempt = 0.0
-        self._attempt: asyncio.Future[bool] | None = None
-        """The outcome of the paced attempt under way, if one is."""
-
-    async def connect(self, *args: Any, **kwargs: Any) -> Any:
-        """``asyncpg.connect``, paced (also the pool's ``connect`` hook)."""
-        loop = asyncio.get_running_loop()
-        while self._failures:
-            if self._attempt is not None:
-                if not await asyncio.shield(self._attempt):
-                    raise ConnectionRefusedError("the database refused the paced attempt")
-                break
-            wait = self._next_attempt - loop.time()
-            if wait > 0:
-                timeout = kwargs.get("timeout")
-                if timeout is not None and wait > timeout:
-                    raise ConnectionRefusedError("the database refused the last connection")
-                await asyncio.sleep(wait)
-                continue  # another caller may have begun the attempt meanwhile
-            return await self._attempt_paced(loop, args, kwargs)
-        return await self._connect(args, kwargs)
-
-    async def _attempt_paced(
-        self, loop: asyncio.AbstractEventLoop, args: Any, kwargs: dict[str, Any]
-    ) -> Any:
-        attempt = self._attempt = loop.create_future()
-        succeeded = False
-        try:
-            conn = await self._connect(args, kwargs)
-            succeeded = True
-            return conn
-        finally:
-            self._attempt = None
-            attempt.set_result(succeeded)
-
-    async def _connect(self, args: Any, kwargs: dict[str, Any]) -> Any:
-        try:
-            conn = await asyncpg.connect(*args, **kwargs)
-        except Exception:  # not a cancelled caller: that says nothing of the database
-            self._failed()
-            raise
-        self._failures = 0
-        return conn
-
-    def _failed(self) -> None:
-        self._failures += 1
-        pause = min(self.longest_pause, self.first_pause * 2.0 ** min(self._failures, 30))
-        pause = pause / 2 + random.uniform(0, pause / 2)
-        self._next_attempt = asyncio.get_running_loop().time() + pause
 
 
 RETENTION_LOCK_KEY: Final = 0x72657461696E6564  # "retained"

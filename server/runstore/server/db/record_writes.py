@@ -1,15 +1,39 @@
 """What every statement that writes a record shares: the next ID of its run,
 the next position of its session, the columns of an ``INSERT ... SELECT`` of a
-record, and the condition that its session is active."""
+record, the condition that its session is active, and the namespace every
+statement reads and writes in (``in_namespace``, docs/namespaces.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Select, Text, bindparam, exists, func, literal_column, select
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Select,
+    Text,
+    bindparam,
+    exists,
+    func,
+    literal_column,
+    select,
+)
 
 from runstore.contract.model import SessionStatus
 from runstore.server.db.schema import records, sessions
+
+
+def namespace_param() -> BindParameter[str]:
+    """The call's namespace, bound as ``namespace`` in every statement:
+    ``SqlTransaction`` adds it to every statement's parameters, taken from
+    ``call_namespace`` on the event loop when the call's work was submitted."""
+    return bindparam("namespace", type_=Text)
+
+
+def in_namespace(table: Any) -> ColumnElement[bool]:
+    """``table``'s rows of the call's namespace (``table`` may be an alias)."""
+    condition: ColumnElement[bool] = table.c.namespace == namespace_param()
+    return condition
 
 
 def next_record_id(prior: Any, run_id: Any) -> Any:
@@ -17,7 +41,7 @@ def next_record_id(prior: Any, run_id: Any) -> Any:
     read through the primary key (``prior`` is an alias of ``records``)."""
     return (
         select(func.coalesce(func.max(prior.c.record_id), 0) + literal_column("1"))
-        .where(prior.c.run_id == run_id)
+        .where(in_namespace(prior), prior.c.run_id == run_id)
         .scalar_subquery()
     )
 
@@ -27,12 +51,17 @@ def next_session_position(prior: Any, session_id: Any) -> Any:
     session's lock), read through the position index."""
     return (
         select(func.coalesce(func.max(prior.c.session_position), 0) + literal_column("1"))
-        .where(prior.c.session_id == session_id, prior.c.session_position.is_not(None))
+        .where(
+            in_namespace(prior),
+            prior.c.session_id == session_id,
+            prior.c.session_position.is_not(None),
+        )
         .scalar_subquery()
     )
 
 
 INSERTED_RECORD_COLUMNS = (
+    "namespace",
     "run_id",
     "record_id",
     "event_key",
@@ -62,6 +91,7 @@ def active_session(row_locks: bool) -> Any:
     """The condition that the bound session exists and is active, locking it
     first when the backend takes row locks (the store's lock order)."""
     active: Select[Any] = select(literal_column("1")).where(
+        in_namespace(sessions),
         sessions.c.session_id == bindparam("session_id", type_=Text),
         sessions.c.status == SessionStatus.ACTIVE.value,
     )

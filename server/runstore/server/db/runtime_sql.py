@@ -25,9 +25,21 @@ from sqlalchemy.sql import ClauseElement
 
 from runstore.contract import lifecycle
 from runstore.contract.model import RunStatus, SessionStatus
-from runstore.server.db.record_writes import next_record_id, next_session_position
+from runstore.server.db.record_writes import (
+    in_namespace,
+    namespace_param,
+    next_record_id,
+    next_session_position,
+)
 from runstore.server.db.row_codecs import RECORD_COLUMNS, RUN_COLUMNS, SESSION_COLUMNS
-from runstore.server.db.schema import records, run_tombstones, runs, session_tombstones, sessions
+from runstore.server.db.schema import (
+    namespaces,
+    records,
+    run_tombstones,
+    runs,
+    session_tombstones,
+    sessions,
+)
 
 
 def _bounded_page(page: Select[Any], order: str) -> Select[Any]:
@@ -60,7 +72,7 @@ def _bounded_page(page: Select[Any], order: str) -> Select[Any]:
 def _record_page(*conditions: Any, order: str = "record_id", extra: Sequence[Any] = ()) -> Any:
     page = (
         select(*extra, *RECORD_COLUMNS, records.c.payload_size)
-        .where(*conditions)
+        .where(in_namespace(records), *conditions)
         .order_by(records.c[order])
     )
     return _bounded_page(page, order)
@@ -70,9 +82,14 @@ def _record_target() -> Any:
     """A run with its session and the record under one key: everything a
     record write checks, in one statement (no locks: see ``_lock_run``)."""
     existing = records.alias("existing")
-    joined = runs.outerjoin(sessions, sessions.c.session_id == runs.c.session_id).outerjoin(
+    joined = runs.outerjoin(
+        sessions,
+        (sessions.c.namespace == runs.c.namespace) & (sessions.c.session_id == runs.c.session_id),
+    ).outerjoin(
         existing,
-        (existing.c.run_id == runs.c.run_id) & (existing.c.event_key == bindparam("event_key")),
+        (existing.c.namespace == runs.c.namespace)
+        & (existing.c.run_id == runs.c.run_id)
+        & (existing.c.event_key == bindparam("event_key")),
     )
     return (
         select(
@@ -81,7 +98,7 @@ def _record_target() -> Any:
             *(existing.c[column.name] for column in RECORD_COLUMNS),
         )
         .select_from(joined)
-        .where(runs.c.run_id == bindparam("run_id"))
+        .where(in_namespace(runs), runs.c.run_id == bindparam("run_id"))
     )
 
 
@@ -98,18 +115,20 @@ def _lock_run() -> Any:
     after the lock is held reads everything as committed.
     """
     session_of_run = (
-        select(runs.c.session_id).where(runs.c.run_id == bindparam("run_id")).scalar_subquery()
+        select(runs.c.session_id)
+        .where(in_namespace(runs), runs.c.run_id == bindparam("run_id"))
+        .scalar_subquery()
     )
     locked_session = (
         select(sessions.c.session_id)
-        .where(sessions.c.session_id == session_of_run)
+        .where(in_namespace(sessions), sessions.c.session_id == session_of_run)
         .with_for_update()
         .subquery("locked_session")
     )
     session_locked = select(func.count()).select_from(locked_session).scalar_subquery() >= 0
     return (
         select(runs.c.run_id)
-        .where(runs.c.run_id == bindparam("run_id"), session_locked)
+        .where(in_namespace(runs), runs.c.run_id == bindparam("run_id"), session_locked)
         .with_for_update()
     )
 
@@ -126,6 +145,7 @@ def _insert_record(in_session: bool) -> Any:
         for column in (*RECORD_COLUMNS, records.c.payload_size)
         if column.name != "record_id"
     }
+    values["namespace"] = namespace_param()
     values["record_id"] = next_id
     if in_session:
         values["session_position"] = next_session_position(prior, bindparam("session_id"))
@@ -138,7 +158,7 @@ def _run_change() -> Any:
 
     return (
         update(runs)
-        .where(runs.c.run_id == bindparam("run_id"))
+        .where(in_namespace(runs), runs.c.run_id == bindparam("run_id"))
         .values(
             status=keep("status"),
             cancellation_reason=keep("cancellation_reason"),
@@ -176,12 +196,14 @@ def _purgeable_sessionless_runs() -> Any:
     return (
         select(runs.c.run_id, runs.c.finished_at_ms)
         .where(
+            in_namespace(runs),
             _SESSIONLESS,
             runs.c.parent_run_id == literal_column("''"),
             runs.c.finished_at_ms < cut,
             tuple_(runs.c.finished_at_ms, runs.c.run_id)
             > tuple_(bindparam("after_ms", type_=BigInteger), bindparam("after_run_id")),
             ~exists().where(
+                child.c.namespace == runs.c.namespace,
                 child.c.parent_run_id == runs.c.run_id,
                 # Both literal: they imply the children index's predicate.
                 child.c.parent_run_id != literal_column("''"),
@@ -195,29 +217,35 @@ def _purgeable_sessionless_runs() -> Any:
 
 
 def runtime_sources() -> dict[str, ClauseElement]:
-    session_by_id = select(*SESSION_COLUMNS).where(sessions.c.session_id == bindparam("session_id"))
-    run_by_id = select(*RUN_COLUMNS).where(runs.c.run_id == bindparam("run_id"))
+    session_by_id = select(*SESSION_COLUMNS).where(
+        in_namespace(sessions), sessions.c.session_id == bindparam("session_id")
+    )
+    run_by_id = select(*RUN_COLUMNS).where(in_namespace(runs), runs.c.run_id == bindparam("run_id"))
     return {
         "session": session_by_id,
         "session_for_update": session_by_id.with_for_update(),
         "session_of_run_for_update": select(sessions.c.session_id)
         .where(
+            in_namespace(sessions),
             sessions.c.session_id
             == select(runs.c.session_id)
-            .where(runs.c.run_id == bindparam("run_id"))
-            .scalar_subquery()
+            .where(in_namespace(runs), runs.c.run_id == bindparam("run_id"))
+            .scalar_subquery(),
         )
         .with_for_update(),
         "is_tombstoned": select(literal_column("1")).where(
-            session_tombstones.c.session_id == bindparam("session_id")
+            in_namespace(session_tombstones),
+            session_tombstones.c.session_id == bindparam("session_id"),
         ),
         "run": run_by_id,
         "run_for_update": run_by_id.with_for_update(),
         "record_by_key": select(*RECORD_COLUMNS).where(
+            in_namespace(records),
             records.c.run_id == bindparam("run_id"),
             records.c.event_key == bindparam("event_key"),
         ),
         "record_by_id": select(*RECORD_COLUMNS).where(
+            in_namespace(records),
             records.c.run_id == bindparam("run_id"),
             records.c.record_id == bindparam("record_id"),
         ),
@@ -251,20 +279,23 @@ def runtime_sources() -> dict[str, ClauseElement]:
             ),
         ),
         "runs_by_session": select(*RUN_COLUMNS)
-        .where(runs.c.session_id == bindparam("session_id"))
+        .where(in_namespace(runs), runs.c.session_id == bindparam("session_id"))
         .order_by(runs.c.started_at_ms, runs.c.run_id),
         "session_has_running_runs": select(
             exists().where(
+                in_namespace(runs),
                 runs.c.session_id == bindparam("session_id"),
                 runs.c.status == RunStatus.RUNNING.value,
             )
         ),
         "purgeable_sessions": select(sessions.c.session_id)
         .where(
+            in_namespace(sessions),
             sessions.c.status == SessionStatus.ENDED.value,
             tuple_(sessions.c.ended_at_s, sessions.c.ended_at_ns)
             < tuple_(bindparam("ended_before_s"), bindparam("ended_before_ns")),
             ~exists().where(
+                runs.c.namespace == sessions.c.namespace,
                 runs.c.session_id == sessions.c.session_id,
                 runs.c.status == RunStatus.RUNNING.value,
             ),
@@ -272,6 +303,7 @@ def runtime_sources() -> dict[str, ClauseElement]:
         .order_by(sessions.c.ended_at_s, sessions.c.ended_at_ns, sessions.c.session_id)
         .limit(bindparam("limit")),
         "insert_session": insert(sessions).values(
+            namespace=namespace_param(),
             session_id=bindparam("session_id"),
             status=bindparam("status"),
             created_at_s=bindparam("created_at_s"),
@@ -280,43 +312,66 @@ def runtime_sources() -> dict[str, ClauseElement]:
             ended_at_ns=None,
         ),
         "end_session": update(sessions)
-        .where(sessions.c.session_id == bindparam("session_id"))
+        .where(in_namespace(sessions), sessions.c.session_id == bindparam("session_id"))
         .values(
             status=SessionStatus.ENDED.value,
             ended_at_s=bindparam("ended_at_s"),
             ended_at_ns=bindparam("ended_at_ns"),
         ),
         "purge_records": delete(records).where(
+            in_namespace(records),
             records.c.session_id == bindparam("session_id"),
             records.c.session_position.is_not(None),
         ),
-        "purge_runs": delete(runs).where(runs.c.session_id == bindparam("session_id")),
-        "purge_session": delete(sessions).where(sessions.c.session_id == bindparam("session_id")),
+        "purge_runs": delete(runs).where(
+            in_namespace(runs), runs.c.session_id == bindparam("session_id")
+        ),
+        "purge_session": delete(sessions).where(
+            in_namespace(sessions), sessions.c.session_id == bindparam("session_id")
+        ),
         "insert_tombstone": insert(session_tombstones).values(
-            session_id=bindparam("session_id"), purged_at=bindparam("purged_at")
+            namespace=namespace_param(),
+            session_id=bindparam("session_id"),
+            purged_at=bindparam("purged_at"),
         ),
         "run_tombstoned": select(literal_column("1")).where(
-            run_tombstones.c.run_id == bindparam("run_id")
+            in_namespace(run_tombstones), run_tombstones.c.run_id == bindparam("run_id")
         ),
         "insert_run_tombstone": insert(run_tombstones).values(
-            run_id=bindparam("run_id"), purged_at=bindparam("purged_at")
+            namespace=namespace_param(),
+            run_id=bindparam("run_id"),
+            purged_at=bindparam("purged_at"),
         ),
         "purgeable_sessionless_runs": _purgeable_sessionless_runs(),
+        # Not in one namespace: retention runs per namespace (docs/namespaces.md).
+        "namespace_retention": select(
+            namespaces.c.name,
+            namespaces.c.retain_ended_sessions_s,
+            namespaces.c.retain_sessionless_runs_s,
+        )
+        .where(namespaces.c.state == literal_column("'active'"))
+        .order_by(namespaces.c.name),
         "run_ending_for_update": select(*RUN_ENDING_COLUMNS)
-        .where(runs.c.run_id == bindparam("run_id"))
+        .where(in_namespace(runs), runs.c.run_id == bindparam("run_id"))
         .with_for_update(),
         "child_run_endings_for_update": select(*RUN_ENDING_COLUMNS)
         .where(
+            in_namespace(runs),
             runs.c.parent_run_id == bindparam("run_id"),
             runs.c.parent_run_id != literal_column("''"),
             _SESSIONLESS,
         )
         .order_by(runs.c.run_id)
         .with_for_update(),
-        "delete_run_records": delete(records).where(records.c.run_id == bindparam("run_id")),
-        "delete_run": delete(runs).where(runs.c.run_id == bindparam("run_id")),
+        "delete_run_records": delete(records).where(
+            in_namespace(records), records.c.run_id == bindparam("run_id")
+        ),
+        "delete_run": delete(runs).where(in_namespace(runs), runs.c.run_id == bindparam("run_id")),
         "insert_run": insert(runs).values(
-            {column.name: bindparam(column.name) for column in RUN_COLUMNS}
+            {
+                "namespace": namespace_param(),
+                **{column.name: bindparam(column.name) for column in RUN_COLUMNS},
+            }
         ),
         "change_run": _run_change(),
         "record_target": _record_target(),

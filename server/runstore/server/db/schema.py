@@ -10,6 +10,7 @@ no difference). Types are portable between SQLite and PostgreSQL:
   whole milliseconds (V1, V3), one BIGINT ``<name>_ms``; times the server's own
   clock sets (``updated_at``, ``saved_at``, ``written_at``, ``purged_at``) are
   BIGINT UTC nanoseconds;
+* every key starts with ``namespace`` (docs/namespaces.md);
 * IDs and keys are text; a sessionless run has ``session_id = ''`` (§3.4);
 * payloads and checkpoints are bytes, stored byte for byte (D2);
 * labels are a JSON object with sorted keys, compared as maps (V7).
@@ -20,6 +21,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Column,
+    Double,
     Index,
     Integer,
     LargeBinary,
@@ -39,9 +41,17 @@ NAMING_CONVENTION = {
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
+
+def _namespace() -> Column[str]:
+    """The first column of every key (docs/namespaces.md): the same IDs in two
+    namespaces are two independent objects."""
+    return Column("namespace", Text, primary_key=True, server_default=text("'default'"))
+
+
 sessions = Table(
     "sessions",
     metadata,
+    _namespace(),
     Column("session_id", Text, primary_key=True),
     Column("status", String(16), nullable=False),
     Column("created_at_s", BigInteger, nullable=False),
@@ -49,13 +59,21 @@ sessions = Table(
     Column("ended_at_s", BigInteger, nullable=True),
     Column("ended_at_ns", Integer, nullable=True),
     # ListSessions (§9.8.1): the order, alone and after a status.
-    Index(None, "created_at_s", "created_at_ns", "session_id"),
-    Index(None, "status", "created_at_s", "created_at_ns", "session_id"),
+    Index(None, "namespace", "created_at_s", "created_at_ns", "session_id"),
+    Index(
+        "ix_sessions_namespace_status_created_at_session_id",
+        "namespace",
+        "status",
+        "created_at_s",
+        "created_at_ns",
+        "session_id",
+    ),
 )
 
 session_tombstones = Table(
     "session_tombstones",
     metadata,
+    _namespace(),
     Column("session_id", Text, primary_key=True),
     Column("purged_at", BigInteger, nullable=False),
 )
@@ -63,6 +81,7 @@ session_tombstones = Table(
 run_tombstones = Table(
     "run_tombstones",
     metadata,
+    _namespace(),
     # A sessionless run deleted by retention (§9.10.2): its ID is never reused,
     # so a delayed retry of its start answers RUN_PURGED instead of re-creating it.
     Column("run_id", Text, primary_key=True),
@@ -72,6 +91,7 @@ run_tombstones = Table(
 runs = Table(
     "runs",
     metadata,
+    _namespace(),
     Column("run_id", Text, primary_key=True),
     Column("agent_id", Text, nullable=False),
     Column("session_id", Text, nullable=False),
@@ -97,16 +117,17 @@ runs = Table(
     Column("finished_at_ms", BigInteger, nullable=True),
     # ListRunsBySession (ordered, Q10) and PurgeSession's running-run check;
     # ListRuns by session, and sessionless runs (session_id '').
-    Index(None, "session_id", "started_at_ms", "run_id"),
+    Index(None, "namespace", "session_id", "started_at_ms", "run_id"),
     # ListRuns (§9.8.2): the order alone and after each equality filter.
-    Index(None, "started_at_ms", "run_id"),
-    Index(None, "agent_id", "started_at_ms", "run_id"),
-    Index(None, "status", "started_at_ms", "run_id"),
-    Index(None, "session_id", "status", "started_at_ms", "run_id"),
-    Index(None, "agent_id", "status", "started_at_ms", "run_id"),
+    Index(None, "namespace", "started_at_ms", "run_id"),
+    Index(None, "namespace", "agent_id", "started_at_ms", "run_id"),
+    Index(None, "namespace", "status", "started_at_ms", "run_id"),
+    Index(None, "namespace", "session_id", "status", "started_at_ms", "run_id"),
+    Index(None, "namespace", "agent_id", "status", "started_at_ms", "run_id"),
     # Sessionless retention: finished roots oldest first, and a run's one-shot children.
     Index(
         None,
+        "namespace",
         "finished_at_ms",
         "run_id",
         sqlite_where=text("session_id = '' AND parent_run_id = ''"),
@@ -114,6 +135,7 @@ runs = Table(
     ),
     Index(
         None,
+        "namespace",
         "parent_run_id",
         sqlite_where=text("session_id = '' AND parent_run_id <> ''"),
         postgresql_where=text("session_id = '' AND parent_run_id <> ''"),
@@ -123,6 +145,7 @@ runs = Table(
 records = Table(
     "records",
     metadata,
+    _namespace(),
     Column("run_id", Text, primary_key=True),
     Column("record_id", BigInteger, primary_key=True),
     Column("event_key", Text, nullable=False),
@@ -140,10 +163,11 @@ records = Table(
     # never skip a record that commits later.
     Column("session_position", BigInteger, nullable=True),
     # Exact retries and event conflicts look records up by key (§6.1).
-    Index(None, "run_id", "event_key", unique=True),
+    Index(None, "namespace", "run_id", "event_key", unique=True),
     # ListSessionRunRecords pages by position; PurgeSession deletes by session.
     Index(
         None,
+        "namespace",
         "session_id",
         "session_position",
         unique=True,
@@ -152,11 +176,38 @@ records = Table(
     ),
 )
 
+# --- Namespaces (docs/namespaces.md) ---
+
+namespaces = Table(
+    "namespaces",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("description", Text, nullable=False, server_default=text("''")),
+    Column("retain_ended_sessions_s", Double, nullable=True),
+    Column("retain_sessionless_runs_s", Double, nullable=True),
+    Column("quota_writes_per_s", Double, nullable=True),
+    Column("quota_reads_per_s", Double, nullable=True),
+    Column("quota_watch_streams", Integer, nullable=True),
+    Column("quota_stored_bytes", BigInteger, nullable=True),
+)
+
+namespace_tombstones = Table(
+    "namespace_tombstones",
+    metadata,
+    # A deleted namespace's name: never re-created while its data may remain.
+    Column("name", Text, primary_key=True),
+    Column("deleted_at", BigInteger, nullable=False),
+)
+
 # --- Product memory (§12, D5): their own tables, no link to the runtime store ---
 
 memory_runs = Table(
     "memory_runs",
     metadata,
+    _namespace(),
     Column("agent_id", Text, primary_key=True),
     Column("run_id", Text, primary_key=True),
     # Events stored: the next event's position. Locked by appenders.
@@ -166,6 +217,7 @@ memory_runs = Table(
 memory_events = Table(
     "memory_events",
     metadata,
+    _namespace(),
     Column("agent_id", Text, primary_key=True),
     Column("run_id", Text, primary_key=True),
     Column("position", BigInteger, primary_key=True),
@@ -179,6 +231,7 @@ memory_events = Table(
 memory_appends = Table(
     "memory_appends",
     metadata,
+    _namespace(),
     Column("agent_id", Text, primary_key=True),
     Column("run_id", Text, primary_key=True),
     # SHA-256 of the idempotency key: three 1 KiB keys would overflow a
@@ -193,6 +246,7 @@ memory_appends = Table(
 context_keys = Table(
     "context_keys",
     metadata,
+    _namespace(),
     Column("context_key", Text, primary_key=True),
     # The current snapshot version (0: none yet); locked by savers.
     Column("version", BigInteger, nullable=False),
@@ -201,12 +255,13 @@ context_keys = Table(
     # The last SaveContext or AppendTranscript of the key (server clock):
     # --retain-contexts deletes keys not written for that long.
     Column("written_at", BigInteger, nullable=False),
-    Index(None, "written_at", "context_key"),
+    Index(None, "namespace", "written_at", "context_key"),
 )
 
 context_versions = Table(
     "context_versions",
     metadata,
+    _namespace(),
     Column("context_key", Text, primary_key=True),
     Column("version", BigInteger, primary_key=True),
     # A serialised runstore.v1.ContextSnapshot, byte for byte.
@@ -217,6 +272,7 @@ context_versions = Table(
 context_transcript = Table(
     "context_transcript",
     metadata,
+    _namespace(),
     Column("context_key", Text, primary_key=True),
     Column("position", BigInteger, primary_key=True),
     # A serialised runstore.v1.ContextMessage, byte for byte.
@@ -226,6 +282,7 @@ context_transcript = Table(
 context_appends = Table(
     "context_appends",
     metadata,
+    _namespace(),
     Column("context_key", Text, primary_key=True),
     Column("idempotency_key", Text, primary_key=True),
     Column("digest", LargeBinary, nullable=False),

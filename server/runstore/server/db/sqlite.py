@@ -33,6 +33,7 @@ from runstore.contract.errors import (
     RunstoreError,
     UnavailableError,
 )
+from runstore.server import call_namespace
 from runstore.server.config import DEFAULTS, SQLITE_SYNCHRONOUS_LEVELS
 from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
@@ -99,16 +100,22 @@ class _SqliteTransaction(SqlTransaction):
         self._conn = conn
 
     async def _one(self, statement: Compiled, **params: Any) -> Any:
+        params["namespace"] = self.namespace
         return self._conn.execute(statement.sql, statement.args(params)).fetchone()
 
     async def _all(self, statement: Compiled, **params: Any) -> list[Any]:
+        params["namespace"] = self.namespace
         return self._conn.execute(statement.sql, statement.args(params)).fetchall()
 
     async def _run(self, statement: Compiled, **params: Any) -> None:
+        params["namespace"] = self.namespace
         self._conn.execute(statement.sql, statement.args(params))
 
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
-        self._conn.executemany(statement.sql, [statement.args(row) for row in rows])
+        namespace = {"namespace": self.namespace}
+        self._conn.executemany(
+            statement.sql, [statement.args({**row, **namespace}) for row in rows]
+        )
 
     async def append_group(
         self, batches: Sequence[Sequence[RecordDraft]]
@@ -160,12 +167,12 @@ def _send_appends_together(
     sharing a run and key with an earlier one, and all of them when the
     statement fails on a constraint, are left to run one by one."""
     chosen: dict[int, _GroupedAppend] = {}
-    keys: set[tuple[str, str]] = set()
+    keys: set[tuple[str, str, str]] = set()
     records = 0
     for index, fn in enumerate(functions):
         if not isinstance(fn, _GroupedAppend):
             continue
-        own = {(record.run_id, record.event_key) for record in fn.batch}
+        own = {(record.namespace, record.run_id, record.event_key) for record in fn.batch}
         if own & keys or records + len(fn.batch) > _MOST_RECORDS_TOGETHER:
             continue
         chosen[index] = fn
@@ -189,7 +196,10 @@ _Job = tuple[
     Callable[[Transaction], Coroutine[Any, Any, Any]],
     asyncio.Future[Any],
     asyncio.AbstractEventLoop,
+    str,
 ]
+"""A transaction function, its caller's future and loop, and the namespace
+of the call that submitted it (read on the event loop, docs/namespaces.md)."""
 
 
 def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -395,10 +405,12 @@ class _Worker(threading.Thread):
         number = self._wakeups.begin_commit() if self._wakeups is not None else 0
         if self.figures is not None:
             self.figures.sqlite_batch(len(group))
-        outcomes = run_group(conn, tx, [fn for fn, _, _ in group], self._begin)
+        outcomes = run_group(
+            conn, tx, [fn for fn, _, _, _ in group], [ns for _, _, _, ns in group], self._begin
+        )
         keys, tx.touched = tx.touched, set()
         loops: dict[asyncio.AbstractEventLoop, _Resolved] = {}
-        for (_, future, loop), (result, error) in zip(group, outcomes, strict=True):
+        for (_, future, loop, _), (result, error) in zip(group, outcomes, strict=True):
             loops.setdefault(loop, []).append((future, result, error))
         if self._syncer is not None:
             self._syncer.submit(_Synced(loops, number, keys, self._wakeups))
@@ -416,6 +428,7 @@ def run_group(
     conn: sqlite3.Connection,
     tx: _SqliteTransaction,
     functions: list[Callable[[Transaction], Coroutine[Any, Any, Any]]],
+    namespaces: list[str],
     begin: str,
 ) -> list[_Outcome]:
     """Runs ``functions`` one after another in one transaction and commits once.
@@ -437,6 +450,7 @@ def run_group(
                 if index in excluded or index in together:
                     continue
                 changes = conn.total_changes
+                tx.namespace = namespaces[index]
                 outcomes[index] = _run_one(tx, fn)
                 if outcomes[index][1] is not None and conn.total_changes != changes:
                     excluded.add(index)
@@ -636,7 +650,7 @@ class SqliteDatabase:
         bound.remaining(until, timeout)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        jobs.put((fn, future, loop))
+        jobs.put((fn, future, loop, call_namespace.current()))
         # The bound passing or the call being cancelled settles the future:
         # the worker drops the job if it has not started it; a running SQLite
         # transaction cannot be interrupted and finishes (or not) unobserved.
@@ -668,5 +682,5 @@ class SqliteDatabase:
         if not self._workers:
             raise UnavailableError("database is not open")
         future: asyncio.Future[None] = loop.create_future()
-        self._writes.put((probe, future, loop))
+        self._writes.put((probe, future, loop, call_namespace.DEFAULT))
         await asyncio.wait_for(future, max(0.0, until - loop.time()))

@@ -15,6 +15,7 @@ from runstore.server.db.compiled import Compiled, compile_for
 from runstore.server.db.fast_path_sql import fast_path_sources
 from runstore.server.db.listings import ListingStatements
 from runstore.server.db.memory_context_sql import memory_context_sources
+from runstore.server.db.namespace_sql import NamespaceStatements
 from runstore.server.db.runtime_sql import runtime_sources
 
 
@@ -47,6 +48,7 @@ class Statements:
     run_tombstoned: Compiled
     insert_run_tombstone: Compiled
     purgeable_sessionless_runs: Compiled
+    namespace_retention: Compiled
     run_ending_for_update: Compiled
     child_run_endings_for_update: Compiled
     delete_run_records: Compiled
@@ -94,6 +96,8 @@ class Statements:
     """ListSessions and ListRuns, compiled per filter shape on first use."""
     record_batches: RecordBatchStatements
     """AppendRunRecords, compiled per batch size on first use."""
+    namespaces: NamespaceStatements
+    """NamespaceAdmin's and the namespace purge's (``namespace_sql``)."""
 
     @classmethod
     def compile(cls, dialect: Dialect) -> Statements:
@@ -107,4 +111,5 @@ class Statements:
             **compiled,
             listings=ListingStatements(dialect),
             record_batches=RecordBatchStatements(dialect),
+            namespaces=NamespaceStatements.compile(dialect),
         )

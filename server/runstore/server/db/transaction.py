@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from runstore.contract.model import RunFilter, RunStatus, SessionFilter
+from runstore.server import call_namespace
 from runstore.server.core.model import (
     NANOS_PER_MILLI,
     ContextHead,
     ContextVersion,
     MemoryEvent,
+    NamespaceRetention,
     Nanos,
     PageKey,
     RecordDraft,
@@ -38,6 +40,7 @@ from runstore.server.core.ports import (
 )
 from runstore.server.db import row_codecs
 from runstore.server.db.compiled import Compiled
+from runstore.server.db.namespace_sql import NamespaceOperations, NamespaceStatements
 from runstore.server.db.statements import Statements
 
 _RUN_WIDTH = len(row_codecs.RUN_COLUMNS)
@@ -59,7 +62,7 @@ def _run_finish(row: Any) -> RunFinish:
     )
 
 
-class SqlTransaction(Transaction):
+class SqlTransaction(NamespaceOperations, Transaction):
     """Every named operation of ``Transaction`` as SQL, over three primitives
     each backend provides (``_one``, ``_all``, ``_run``)."""
 
@@ -85,14 +88,22 @@ class SqlTransaction(Transaction):
 
     def __init__(self, statements: Statements) -> None:
         self._sql = statements
+        self.namespace = call_namespace.current()
+        """The namespace every statement reads and writes in (bound as
+        ``namespace``): the call's, read on the event loop. SQLite's worker
+        threads set it per job from the job's submission instead."""
         self.touched: set[str] = set()
         """Wake-up keys (``core.ports.session_key``/``run_key``) of what this
         transaction wrote; the backend wakes watchers after the commit."""
 
+    @property
+    def _namespace_sql(self) -> NamespaceStatements:
+        return self._sql.namespaces
+
     def _touch(self, run_id: str, session_id: str) -> None:
-        self.touched.add(run_key(run_id))
+        self.touched.add(run_key(self.namespace, run_id))
         if session_id:
-            self.touched.add(session_key(session_id))
+            self.touched.add(session_key(self.namespace, session_id))
 
     async def append_requests(
         self, batches: Sequence[Sequence[RecordDraft]]
@@ -102,6 +113,9 @@ class SqlTransaction(Transaction):
         (``append_group``); one alone in its own, simpler one."""
         if len(batches) > 1:
             return await self.append_group(batches)
+        # Alone: its own statement, in its own namespace (a group's task may
+        # run in another call's context).
+        self.namespace = batches[0][0].namespace
         if len(batch := batches[0]) > 1:
             return [await self.append_records_if_writable(batch)]
         record_id = await self.append_if_writable(batch[0])
@@ -115,8 +129,11 @@ class SqlTransaction(Transaction):
 
     def count_appended(self, record: RecordDraft, count: int) -> None:
         """``count`` records of ``record``'s run written outside the named
-        operations (``append_groups``): counted, and its watchers woken at commit."""
-        self._touch(record.run_id, record.session_id)
+        operations (``append_groups``): counted, and its watchers woken at
+        commit (in the record's own namespace: a group mixes namespaces)."""
+        self.touched.add(run_key(record.namespace, record.run_id))
+        if record.session_id:
+            self.touched.add(session_key(record.namespace, record.session_id))
         self.records_appended += count
 
     async def _one(self, statement: Compiled, **params: Any) -> Any:
@@ -253,6 +270,17 @@ class SqlTransaction(Transaction):
         )
         return [str(row[0]) for row in rows]
 
+    async def namespace_retention(self) -> list[NamespaceRetention]:
+        rows = await self._all(self._sql.namespace_retention)
+        return [
+            NamespaceRetention(
+                str(row[0]),
+                None if row[1] is None else float(row[1]),
+                None if row[2] is None else float(row[2]),
+            )
+            for row in rows
+        ]
+
     async def run_purged(self, run_id: str) -> bool:
         return await self._one(self._sql.run_tombstoned, run_id=run_id) is not None
 
@@ -284,7 +312,7 @@ class SqlTransaction(Transaction):
         await self._run(self._sql.delete_run_records, run_id=run_id)
         await self._run(self._sql.delete_run, run_id=run_id)
         await self._run(self._sql.insert_run_tombstone, run_id=run_id, purged_at=purged_at)
-        self.touched.add(run_key(run_id))
+        self.touched.add(run_key(self.namespace, run_id))
         self.runs_purged += 1
 
     async def insert_session(self, session: Session) -> None:
@@ -311,7 +339,7 @@ class SqlTransaction(Transaction):
         await self._run(self._sql.purge_runs, session_id=session_id)
         await self._run(self._sql.purge_session, session_id=session_id)
         await self._run(self._sql.insert_tombstone, session_id=session_id, purged_at=purged_at)
-        self.touched.add(session_key(session_id))
+        self.touched.add(session_key(self.namespace, session_id))
         self.sessions_purged += 1
 
     async def insert_run(self, run: RunState) -> None:

@@ -1,9 +1,9 @@
 """The server's interceptor chain: every cross-cutting concern, in one order.
 
 Each concern (request ids, access logs and metrics, authentication and roles,
-limits, request parsing, the database bound) lives in its own module of this
-package and is added here, so servicers stay thin and never see them. The
-list runs outermost first: a concern that must see every call, including ones
+the call's namespace, limits, request parsing, the database bound) lives in its
+own module of this package and is added here, so servicers stay thin and
+never see them. The list runs outermost first: a concern that must see every call, including ones
 refused later, sits earlier. The concerns make one grpc interceptor
 (``handlers.Chain``), which wraps each method's handler once and reuses it;
 OpenTelemetry's own interceptor, when tracing, sits just outside it, so every
@@ -19,11 +19,13 @@ import grpc
 from runstore.server import tracing
 from runstore.server.auth import Security
 from runstore.server.config import ServerConfig
+from runstore.server.core.namespaces import NamespaceDirectory
 from runstore.server.interceptors.auth import Authentication
 from runstore.server.interceptors.calls import CallObserver
 from runstore.server.interceptors.db_bound import DatabaseBound
 from runstore.server.interceptors.handlers import Chain, Concern
 from runstore.server.interceptors.limits import Limits
+from runstore.server.interceptors.namespaces import NamespaceResolution
 from runstore.server.interceptors.parsing import RequestParsing
 from runstore.server.interceptors.read_lag import ReadLag
 from runstore.server.interceptors.request_ids import RequestIds
@@ -31,9 +33,13 @@ from runstore.server.metrics import Metrics
 
 
 def concerns(
-    config: ServerConfig, security: Security | None = None, metrics: Metrics | None = None
+    config: ServerConfig,
+    security: Security | None = None,
+    metrics: Metrics | None = None,
+    namespaces: NamespaceDirectory | None = None,
 ) -> list[Concern]:
-    """The concerns of the chain, outermost first."""
+    """The concerns of the chain, outermost first (without ``namespaces``,
+    only the namespace ``default`` is served)."""
     security = security or Security()
     chain: list[Concern] = []
     # 1. Request ids: taken from x-request-id or generated, first, so that every
@@ -54,19 +60,24 @@ def concerns(
         )
     )
 
-    # 4. The budget of response bytes in flight (docs/limits.md). It serialises
+    # 4. The namespace the call acts in (docs/namespaces.md), right after the
+    #    principal is known: the store's keys need it, and a refusal here says
+    #    nothing about any session or run.
+    chain.append(NamespaceResolution(namespaces, authenticated=security.principals is not None))
+
+    # 5. The budget of response bytes in flight (docs/limits.md). It serialises
     #    unary responses: from here outward a response is its bytes.
     chain.append(Limits(config.max_response_bytes_in_flight))
 
-    # 5. Request parsing: unparsable bodies become MALFORMED_REQUEST, so no
+    # 6. Request parsing: unparsable bodies become MALFORMED_REQUEST, so no
     #    handler ever sees a message that did not parse.
     chain.append(RequestParsing())
 
-    # 6. Database operation bound: marks when each call started, innermost, so
+    # 7. Database operation bound: marks when each call started, innermost, so
     #    the bound counts from the call reaching the store (docs/limits.md).
     chain.append(DatabaseBound())
 
-    # 7. Record listings the caller lets lag go to the standby of
+    # 8. Record listings the caller lets lag go to the standby of
     #    --read-database-url, when there is one (docs/failover.md).
     if config.read_database_url:
         chain.append(ReadLag())
@@ -78,11 +89,12 @@ def server_interceptors(
     security: Security | None = None,
     metrics: Metrics | None = None,
     tracer_provider: Any | None = None,
+    namespaces: NamespaceDirectory | None = None,
 ) -> list[grpc.aio.ServerInterceptor]:
     """The interceptors ``build_server`` installs, outermost first: the call's
     span when tracing, then the chain of concerns."""
     interceptors: list[grpc.aio.ServerInterceptor] = []
     if tracer_provider is not None:
         interceptors.append(tracing.server_interceptor(tracer_provider))
-    interceptors.append(Chain(concerns(config, security, metrics)))
+    interceptors.append(Chain(concerns(config, security, metrics, namespaces)))
     return interceptors

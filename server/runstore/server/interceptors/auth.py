@@ -15,18 +15,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeAlias
 
 import grpc
 
 from runstore.contract.errors import PermissionDeniedError, RunstoreError, UnauthenticatedError
+from runstore.contract.namespaces import EVERY
 from runstore.server import call_principal
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, Principals, PrincipalsFile
 from runstore.server.error_status import to_status
 from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
+from runstore.server.interceptors.namespaces import resolved as resolved_namespace
 from runstore.server.interceptors.parsing import parsed_request
 
 log = logging.getLogger(__name__)
@@ -116,6 +118,8 @@ class Authentication:
                 _log_refused(method, principal)
             _DECISION.set(refusal)
             return
+        assert principal is not None
+        call_principal.set_namespaces(principal.namespaces)
         _DECISION.set(principal)
 
     def wrap(self, method: str, handler: Handler) -> Handler:
@@ -148,7 +152,13 @@ class Authentication:
                 decision = _DECISION.get()
                 if not isinstance(decision, Principal):
                     decision = await _settle(method, decision, context)
-                standing = _Standing(method, decision, context, certificates=certificates)
+                standing = _Standing(
+                    method,
+                    decision,
+                    context,
+                    certificates=certificates,
+                    current=lambda: principals_file.current,
+                )
                 principals_file.listen(standing.reloaded)
                 # A reload between this call's admission and ``listen`` told no
                 # one: judge the stream once against the set installed now.
@@ -186,8 +196,10 @@ class _Standing:
 
     __slots__ = (
         "_certificates",
+        "_current",
         "_loop",
         "_method",
+        "_namespace",
         "_principal",
         "_task",
         "_token",
@@ -197,9 +209,16 @@ class _Standing:
     )
 
     def __init__(
-        self, method: str, principal: Principal, context: Context, *, certificates: bool
+        self,
+        method: str,
+        principal: Principal,
+        context: Context,
+        *,
+        certificates: bool,
+        current: Callable[[], Principals],
     ) -> None:
         self._method = method
+        self._current = current
         self._principal = principal
         metadata = context.invocation_metadata()
         self._token = bearer_token(tuple(metadata) if metadata is not None else None)
@@ -210,6 +229,8 @@ class _Standing:
         self._task = asyncio.current_task()
         self._waiting = False
         self._woken = False
+        self._namespace: str | None = None
+        """The namespace the stream acts in, once decided (inside the stream)."""
         self.refusal: RunstoreError | None = None
 
     def reloaded(self, principals: Principals) -> None:
@@ -226,6 +247,9 @@ class _Standing:
             principal = principals.by_certificate(self._certificates)
         refusal = _refusal(self._method, principal, token_sent=self._token is not None)
         if refusal is None:
+            assert principal is not None
+            refusal = self._unbound(principal)
+        if refusal is None:
             return
         self.refusal = refusal
         log.warning(
@@ -237,6 +261,27 @@ class _Standing:
         if self._waiting and self._task is not None:
             self._woken = True
             self._task.cancel()
+
+    def _unbound(self, principal: Principal) -> RunstoreError | None:
+        """A refusal once the principal is no longer bound to the stream's
+        namespace (docs/namespaces.md): as a new call into it would be refused."""
+        namespace = self._namespace
+        if namespace is None or EVERY in principal.namespaces:
+            return None
+        if namespace in principal.namespaces:
+            return None
+        return PermissionDeniedError(
+            f"principal {principal.name!r} is not bound to namespace {namespace!r}",
+            details={"method": self._method, "namespace": namespace},
+        )
+
+    def _learn_namespace(self) -> None:
+        """The namespace concern decides it inside the stream, in this task: once
+        it has, the stream is judged against the principals installed now (a
+        reload before this moment could not check the namespace)."""
+        self._namespace = resolved_namespace()
+        if self._namespace is not None:
+            self.judge(self._current())
 
     async def next_of(self, responses: AsyncIterator[Any]) -> Any:
         """The stream's next response; StopAsyncIteration at its end or once
@@ -250,6 +295,8 @@ class _Standing:
             raise StopAsyncIteration from None
         finally:
             self._waiting = False
+            if self._namespace is None:
+                self._learn_namespace()
             if self._woken:
                 self._woken = False
                 assert self._task is not None
@@ -266,6 +313,7 @@ async def _settle(method: str, decision: _Decision, context: Context) -> Princip
         refusal = _refusal(method, principal, token_sent=False)
         if refusal is None:
             assert principal is not None
+            call_principal.set_namespaces(principal.namespaces)
             return principal
         if principal is not None and method in roles.AUDITED_METHODS:
             _log_refused(method, principal)
@@ -323,10 +371,19 @@ async def _run_audited(
     finally:
         code = context.code() if outcome != "ok" else None
         log.info(
-            "%s session_id=%r by principal %r (role %s): %s",
+            "%s %s by principal %r (role %s): %s",
             name,
-            getattr(parsed_request(request), "session_id", ""),
+            _subject(parsed_request(request)),
             principal.name,
             principal.role or "none, authentication off",
             outcome if code is None else f"{outcome} ({getattr(code, 'name', code)})",
         )
+
+
+def _subject(request: Any) -> str:
+    """What an audited call is about: its session, or the namespace it manages."""
+    if hasattr(request, "session_id"):
+        return f"session_id={request.session_id!r}"
+    namespace = getattr(request, "namespace", None)
+    name = getattr(request, "name", None) or getattr(namespace, "name", "")
+    return f"namespace={name!r}"

@@ -7,7 +7,7 @@ call metrics (``grpc_server_started_total``, ``grpc_server_handled_total``,
 ``grpc_server_msg_sent_total``, the last two per message of a stream),
 ``runstore_calls_in_flight`` and
 ``runstore_errors_total{reason}``, and the access-log line (method, gRPC
-code, ErrorInfo reason, duration, principal, peer, request id). Neither
+code, ErrorInfo reason, duration, principal, namespace, peer, request id). Neither
 payloads nor metadata values other than the request id are ever logged.
 
 The code is the one the call ended with: OK when the behaviour returned,
@@ -29,6 +29,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from runstore.server import call_principal, call_request_id
 from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
+from runstore.server.interceptors.namespaces import resolved as resolved_namespace
 from runstore.server.logs import ACCESS_LOGGER
 from runstore.server.metrics import GO_CODE_NAMES, MethodFigures, Metrics, grpc_type
 
@@ -178,6 +179,7 @@ class CallObserver:
                 "reason": reason or None,
                 "duration_ms": round(seconds * 1000, 3),
                 "principal": call_principal.current() or None,
+                "namespace": resolved_namespace(),
                 "peer": peer,
                 "request_id": call_request_id.current() or None,
             }

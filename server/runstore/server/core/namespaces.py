@@ -1,0 +1,336 @@
+"""Namespaces: which exist (``NamespaceDirectory``, what the interceptor chain
+asks on every call) and their administration (``NamespaceStore``, behind
+``runstore.v1.NamespaceAdmin``), including the background purge of a deleted
+namespace's data (docs/namespaces.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from runstore.contract.errors import (
+    NamespaceExistsError,
+    NamespaceNotFoundError,
+    NamespaceProtectedError,
+    NamespaceTombstonedError,
+    ReadArgumentError,
+    ValidationError,
+)
+from runstore.contract.namespaces import DEFAULT, NAME_RULE, is_valid_name
+from runstore.server import call_namespace
+from runstore.server.core.listing import page_size
+from runstore.server.core.model import Nanos
+from runstore.server.core.namespace_model import ACTIVE, DELETING, Namespace
+from runstore.server.core.ports import Database, Transaction
+
+log = logging.getLogger(__name__)
+
+REFRESH_SECONDS: Final = 2.0
+"""How old the set of active namespaces a replica checks calls against may be:
+a namespace created or deleted on another replica is seen within this long
+(on the replica that made the change, at once)."""
+
+PURGE_BATCH_ROWS: Final = 1000
+"""Rows one purge transaction deletes at most, so a namespace of any size is
+deleted without one long transaction holding locks or the SQLite writer."""
+
+MAX_DESCRIPTION_CHARS: Final = 1024
+
+CHANGEABLE: Final = (
+    "description",
+    "retain_ended_sessions_s",
+    "retain_sessionless_runs_s",
+    "quota_writes_per_s",
+    "quota_reads_per_s",
+    "quota_watch_streams",
+    "quota_stored_bytes",
+)
+"""The fields UpdateNamespace may change (``Namespace`` attribute names)."""
+
+
+class NamespaceDirectory:
+    """The active namespaces, read from the ``namespaces`` table at most every
+    ``refresh_seconds`` and shared by every call of this replica; changes this
+    replica makes apply to it at once. ``default`` is always active."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        refresh_seconds: float = REFRESH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._db = db
+        self._refresh_seconds = refresh_seconds
+        self._clock = clock
+        self._active: frozenset[str] = frozenset({DEFAULT})
+        self._loaded_at: float | None = None
+        self._loading: asyncio.Future[None] | None = None
+
+    async def is_active(self, name: str) -> bool:
+        """Whether calls may act in ``name`` (as of at most ``refresh_seconds`` ago)."""
+        if name == DEFAULT:
+            return True
+        loaded_at = self._loaded_at
+        if loaded_at is None or self._clock() - loaded_at >= self._refresh_seconds:
+            await self._refresh()
+        return name in self._active
+
+    def created(self, name: str) -> None:
+        self._active = self._active | {name}
+
+    def deleted(self, name: str) -> None:
+        self._active = self._active - {name}
+
+    async def _refresh(self) -> None:
+        """One read of the table, shared by the calls that find the set stale."""
+        if self._loading is not None:
+            await asyncio.shield(self._loading)
+            return
+        loading = self._loading = asyncio.get_running_loop().create_future()
+        try:
+            names = await self._db.read(_active_names)
+        except BaseException as exc:
+            loading.set_exception(exc)
+            loading.exception()  # retrieved: the calls waiting on it raise it themselves
+            raise
+        else:
+            self._active = frozenset({DEFAULT, *names})
+            self._loaded_at = self._clock()
+            loading.set_result(None)
+        finally:
+            self._loading = None
+
+
+async def _active_names(tx: Transaction) -> list[str]:
+    return await tx.active_namespace_names()
+
+
+def _check_name(name: str, field: str) -> None:
+    if not is_valid_name(name):
+        raise ValidationError(
+            f"{field} must match {NAME_RULE}, not {name!r}",
+            field=field,
+            details={"rule": NAME_RULE},
+        )
+
+
+def check_settings(namespace: Namespace, field_of: Mapping[str, str]) -> None:
+    """Refuses a description, retention override or quota out of range;
+    ``field_of`` maps attribute names to the request's field paths."""
+    if len(namespace.description) > MAX_DESCRIPTION_CHARS:
+        raise ValidationError(
+            f"{field_of['description']} must be at most {MAX_DESCRIPTION_CHARS} characters",
+            field=field_of["description"],
+        )
+    for attribute in CHANGEABLE[1:]:
+        value = getattr(namespace, attribute)
+        if value is None:
+            continue
+        positive = attribute.startswith("retain_")
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            rule = "greater than 0" if positive else "0 or more"
+            raise ValidationError(
+                f"{field_of[attribute]} must be finite and {rule}, not {value}",
+                field=field_of[attribute],
+            )
+
+
+def _not_found(name: str) -> NamespaceNotFoundError:
+    return NamespaceNotFoundError(f"namespace {name!r} not found", details={"namespace": name})
+
+
+def encode_page_token(last_name: str) -> str:
+    return base64.urlsafe_b64encode(last_name.encode()).decode().rstrip("=")
+
+
+def decode_page_token(token: str) -> str:
+    if not token:
+        return ""
+    try:
+        name = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        name = ""
+    if not is_valid_name(name):
+        raise ReadArgumentError("invalid page_token", field="page_token")
+    return name
+
+
+class NamespaceStore:
+    """Creates, reads, lists, changes and deletes namespaces; a deleted one's
+    data is purged by a background task of this replica, resumed at start for
+    any namespace a stopped replica left half purged."""
+
+    def __init__(
+        self,
+        db: Database,
+        directory: NamespaceDirectory,
+        *,
+        purge_batch_rows: int = PURGE_BATCH_ROWS,
+        clock: Callable[[], Nanos] = time.time_ns,
+    ) -> None:
+        self._db = db
+        self.directory = directory
+        self._purge_batch_rows = purge_batch_rows
+        self._clock = clock
+        self._purges: dict[str, asyncio.Task[None]] = {}
+
+    async def create(self, draft: Namespace, field_of: Mapping[str, str]) -> Namespace:
+        _check_name(draft.name, field_of["name"])
+        check_settings(draft, field_of)
+        now = self._clock()
+        namespace = dataclasses.replace(draft, state=ACTIVE, created_at=now, updated_at=now)
+
+        async def fn(tx: Transaction) -> Namespace:
+            if await tx.namespace_row(namespace.name) is not None:
+                raise NamespaceExistsError(
+                    f"namespace {namespace.name!r} already exists",
+                    details={"namespace": namespace.name},
+                )
+            if await tx.namespace_tombstoned(namespace.name):
+                raise NamespaceTombstonedError(
+                    f"namespace {namespace.name!r} was deleted; its name is not reused",
+                    details={"namespace": namespace.name},
+                )
+            await tx.insert_namespace(namespace)
+            return namespace
+
+        created = await self._db.write(fn)
+        self.directory.created(created.name)
+        return created
+
+    async def get(self, name: str) -> Namespace:
+        _check_name(name, "name")
+
+        async def fn(tx: Transaction) -> Namespace | None:
+            return await tx.namespace_row(name)
+
+        found = await self._db.read(fn)
+        if found is None:
+            raise _not_found(name)
+        return found
+
+    async def list(self, requested_size: int, token: str) -> tuple[list[Namespace], str]:
+        size = page_size(requested_size)
+        after = decode_page_token(token)
+
+        async def fn(tx: Transaction) -> list[Namespace]:
+            return await tx.namespace_page(after, size + 1)
+
+        rows = await self._db.read(fn)
+        if len(rows) <= size:
+            return rows, ""
+        return rows[:size], encode_page_token(rows[size - 1].name)
+
+    async def update(
+        self, name: str, changes: Mapping[str, Any], field_of: Mapping[str, str]
+    ) -> Namespace:
+        _check_name(name, field_of["name"])
+        now = self._clock()
+
+        async def fn(tx: Transaction) -> Namespace:
+            current = await tx.namespace_row(name)
+            if current is None or current.state != ACTIVE:
+                raise _not_found(name)
+            changed = dataclasses.replace(current, **changes, updated_at=now)
+            check_settings(changed, field_of)
+            await tx.update_namespace(changed)
+            return changed
+
+        return await self._db.write(fn)
+
+    async def delete(self, name: str) -> Namespace:
+        _check_name(name, "name")
+        if name == DEFAULT:
+            raise NamespaceProtectedError(
+                "the namespace 'default' cannot be deleted", details={"namespace": name}
+            )
+        now = self._clock()
+
+        async def fn(tx: Transaction) -> Namespace:
+            current = await tx.namespace_row(name)
+            if current is None:
+                raise _not_found(name)
+            if current.state == DELETING:
+                return current
+            deleting = dataclasses.replace(current, state=DELETING, updated_at=now)
+            await tx.update_namespace(deleting)
+            return deleting
+
+        deleting = await self._db.write(fn)
+        self.directory.deleted(name)
+        self._start_purge(name)
+        return deleting
+
+    async def resume_purges(self) -> None:
+        """Starts the purge of every namespace left in state ``deleting``."""
+
+        async def fn(tx: Transaction) -> list[str]:
+            return await tx.deleting_namespace_names()
+
+        for name in await self._db.read(fn):
+            self.directory.deleted(name)
+            self._start_purge(name)
+
+    def _start_purge(self, name: str) -> None:
+        if name in self._purges:
+            return
+        task = asyncio.create_task(self._purge(name), name=f"runstore-namespace-purge-{name}")
+        self._purges[name] = task
+        task.add_done_callback(lambda _: self._purges.pop(name, None))
+
+    async def wait_purged(self, name: str) -> None:
+        """Returns once this replica's purge of ``name`` (if any) has ended."""
+        task = self._purges.get(name)
+        if task is not None:
+            await asyncio.shield(task)
+
+    async def _purge(self, name: str) -> None:
+        """Deletes the namespace's data in bounded transactions, then its row,
+        leaving the name's tombstone. Another replica may purge it at the same
+        time: each batch deletes whatever is still there."""
+        call_namespace.set_current(name)  # this task's context only: its statements' namespace
+        limit = self._purge_batch_rows
+
+        async def batch(tx: Transaction) -> int:
+            return await tx.purge_namespace_rows(name, limit)
+
+        async def drop(tx: Transaction) -> None:
+            current = await tx.namespace_row(name)
+            if current is not None and current.state == DELETING:
+                await tx.drop_namespace(name, self._clock())
+
+        deleted = 0
+        pause = 0.5
+        while True:
+            try:
+                count = await self._db.write(batch)
+                if count == 0:
+                    await self._db.write(drop)
+                    break
+                deleted += count
+                pause = 0.5
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("purge of namespace %r: a batch failed; retrying", name)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 30.0)
+        log.info("namespace %r deleted: %d rows purged", name, deleted)
+
+    async def close(self) -> None:
+        """Stops this replica's purges (a later start resumes them)."""
+        tasks = list(self._purges.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

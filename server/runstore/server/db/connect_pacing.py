@@ -1,0 +1,81 @@
+"""Reconnects that back off, so a database restart seen by many replicas is
+not met by a storm of them (docs/failover.md, "Reconnects and the connection
+budget")."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import asyncpg
+
+
+class ConnectPacing:
+    """Paces new connections to a database that refuses them, so a restart
+    seen by many replicas is not met by a storm of reconnects.
+
+    While connections open, nothing waits. After a failed attempt the next
+    one may start only after a pause that doubles with each failure (from
+    ``first_pause`` to ``longest_pause``), half of it random so replicas
+    drift apart, and only one attempt at a time: a connect waits for the
+    pause (when it ends within the connect's ``timeout``, else it fails at
+    once) or for the attempt under way, and fails if that attempt failed,
+    without touching the database (its caller answers UNAVAILABLE). A
+    success ends the pacing. So one replica makes at most one attempt per
+    pause while the database is down, and reaches it again at most
+    ``longest_pause`` after it is back."""
+
+    def __init__(self, first_pause: float = 0.05, longest_pause: float = 2.0) -> None:
+        self.first_pause = first_pause
+        self.longest_pause = longest_pause
+        self._failures = 0
+        self._next_attempt = 0.0
+        self._attempt: asyncio.Future[bool] | None = None
+        """The outcome of the paced attempt under way, if one is."""
+
+    async def connect(self, *args: Any, **kwargs: Any) -> Any:
+        """``asyncpg.connect``, paced (also the pool's ``connect`` hook)."""
+        loop = asyncio.get_running_loop()
+        while self._failures:
+            if self._attempt is not None:
+                if not await asyncio.shield(self._attempt):
+                    raise ConnectionRefusedError("the database refused the paced attempt")
+                break
+            wait = self._next_attempt - loop.time()
+            if wait > 0:
+                timeout = kwargs.get("timeout")
+                if timeout is not None and wait > timeout:
+                    raise ConnectionRefusedError("the database refused the last connection")
+                await asyncio.sleep(wait)
+                continue  # another caller may have begun the attempt meanwhile
+            return await self._attempt_paced(loop, args, kwargs)
+        return await self._connect(args, kwargs)
+
+    async def _attempt_paced(
+        self, loop: asyncio.AbstractEventLoop, args: Any, kwargs: dict[str, Any]
+    ) -> Any:
+        attempt = self._attempt = loop.create_future()
+        succeeded = False
+        try:
+            conn = await self._connect(args, kwargs)
+            succeeded = True
+            return conn
+        finally:
+            self._attempt = None
+            attempt.set_result(succeeded)
+
+    async def _connect(self, args: Any, kwargs: dict[str, Any]) -> Any:
+        try:
+            conn = await asyncpg.connect(*args, **kwargs)
+        except Exception:  # not a cancelled caller: that says nothing of the database
+            self._failed()
+            raise
+        self._failures = 0
+        return conn
+
+    def _failed(self) -> None:
+        self._failures += 1
+        pause = min(self.longest_pause, self.first_pause * 2.0 ** min(self._failures, 30))
+        pause = pause / 2 + random.uniform(0, pause / 2)
+        self._next_attempt = asyncio.get_running_loop().time() + pause
