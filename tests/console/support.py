@@ -30,6 +30,8 @@ SCRIPT_PAYLOAD: Final = b'{"text":"<script>window.__xss=1</script>"}'
 IMG_PAYLOAD: Final = b'"\\"><img src=x onerror=\\"window.__xss=2\\">"'
 """A JSON string that closes an attribute and opens an image whose onerror runs."""
 TOOL_INPUT_XSS: Final = "<img src=x onerror=window.__xss=3>"
+ELSEWHERE: Final = "reader-of-team-b"
+"""The key in ``ConsoleUnderTest.tokens`` of a reader bound only to namespace team-b."""
 
 
 @dataclass
@@ -69,6 +71,8 @@ async def console_server(
     """The server with its console; with ``tls``, both listen with a certificate
     for localhost that ``tls`` issued (and its CA is ``directory / "ca.crt"``)."""
     entries = {role: Entry(role) for role in ROLES}
+    # A reader of another namespace: the console (which shows "default") must refuse it.
+    entries[ELSEWHERE] = Entry("reader", namespaces=["team-b"])
     cert = key = ""
     if tls is not None:
         cert_path, key_path = tls.server().write(directory, "server")

@@ -23,6 +23,7 @@ import pytest
 
 from runstore.v1 import runtime_store_pb2 as rs
 from tests.console.support import (
+    ELSEWHERE,
     SCRIPT_PAYLOAD,
     ConsoleUnderTest,
     console_server,
@@ -128,6 +129,29 @@ async def test_sign_in_then_list_the_sessions(
         ("runstore_console", True, "Strict")
     ]
     await page.page.screenshot(path=str(shots / "sessions.png"), full_page=True)
+
+
+async def test_a_reader_of_another_namespace_sees_nothing(
+    page: Watched, console: ConsoleUnderTest
+) -> None:
+    """Signed in with a reader bound only to namespace team-b, every screen of
+    the console (which shows namespace default) is refused and shows none of
+    default's sessions or runs."""
+    seeded = console.seeded
+    assert seeded.root is not None
+    await page.page.goto("/sessions")
+    await page.page.wait_for_url("**/login?next=*")
+    await page.page.fill("input[name=token]", console.tokens[ELSEWHERE])
+    await page.page.click("button[type=submit]")
+    await page.page.get_by_text("may not read the console").wait_for()
+    for path in ("/sessions", f"/session?id={seeded.session_id}", f"/run?id={seeded.root.id}"):
+        response = await page.page.goto(path)
+        assert response is not None and response.status == 403, path
+        html = await page.page.content()
+        assert seeded.session_id not in html and seeded.root.id not in html, path
+    # The refusals are the only problems the browser reported (failed loads, 403).
+    assert all("403" in problem for problem in page.problems), page.problems
+    page.problems.clear()
 
 
 async def test_open_a_session_then_a_run(

@@ -24,6 +24,7 @@ from runstore.server.console.server import check_exposure
 from runstore.v1 import runtime_store_pb2 as rs
 from tests.certs import Authority
 from tests.console.support import (
+    ELSEWHERE,
     ConsoleUnderTest,
     console_server,
     seed,
@@ -72,6 +73,7 @@ async def test_no_request_without_a_principal_gets_data(console: ConsoleUnderTes
         ({"authorization": f"Basic {console.tokens['reader']}"}, 401),
         ({"cookie": "runstore_console=forged"}, 401),
         (console.bearer("worker"), 403),
+        (console.bearer(ELSEWHERE), 403),  # a reader, of another namespace
     ]
     async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
         for path, params in _screens(console):

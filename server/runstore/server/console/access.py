@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
+from runstore.contract.namespaces import DEFAULT, EVERY
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, PrincipalsFile
 
@@ -57,9 +58,13 @@ CONSOLE_METHODS: Final = frozenset(
 
 
 def may_view(principal: Principal) -> bool:
-    """Whether ``principal`` may read what the console shows (the one check;
-    a namespace check joins it when namespaces exist)."""
-    return all(roles.allowed(method, principal.role) for method in CONSOLE_METHODS)
+    """Whether ``principal`` may read what the console shows: its role may
+    make the console's reads, and it is bound to the namespace the console
+    shows (``default``; docs/namespaces.md), as a gRPC call there would need."""
+    bound = principal.namespaces
+    return (EVERY in bound or DEFAULT in bound) and all(
+        roles.allowed(method, principal.role) for method in CONSOLE_METHODS
+    )
 
 
 @dataclass(frozen=True, slots=True)

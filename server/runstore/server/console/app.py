@@ -100,7 +100,10 @@ def principal_of(console: Console, request: Request) -> Principal:
             raise Refused(401, "sign in first")
     if console.access.required and not access.may_view(principal):
         raise Refused(
-            403, f"principal {principal.name!r} (role {principal.role}) may not read the console"
+            403,
+            f"principal {principal.name!r} (role {principal.role}, namespaces "
+            f"{', '.join(principal.namespaces)}) may not read the console, which shows "
+            "namespace default",
         )
     return principal
 
