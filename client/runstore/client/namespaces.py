@@ -14,23 +14,9 @@ from google.protobuf import field_mask_pb2
 from runstore.client import convert
 from runstore.client.remote import _Client
 from runstore.contract.model import ListPage
+from runstore.contract.wire import NAMESPACE_SETTINGS, NAMESPACE_STATE_FROM_WIRE
 from runstore.v1 import namespace_admin_pb2 as na
 from runstore.v1 import namespace_admin_pb2_grpc as na_grpc
-
-_STATES: Final = {
-    na.NAMESPACE_STATE_ACTIVE: "active",
-    na.NAMESPACE_STATE_DELETING: "deleting",
-}
-
-_SETTINGS: Final = {
-    "retain_ended_sessions_s": ("retention", "ended_sessions_seconds"),
-    "retain_sessionless_runs_s": ("retention", "sessionless_runs_seconds"),
-    "quota_writes_per_s": ("quotas", "writes_per_second"),
-    "quota_reads_per_s": ("quotas", "reads_per_second"),
-    "quota_watch_streams": ("quotas", "watch_streams"),
-    "quota_stored_bytes": ("quotas", "stored_bytes"),
-}
-"""Each setting's keyword and where the message carries it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +46,7 @@ class NamespaceInfo:
 
 def _to_wire(name: str, settings: Mapping[str, Any]) -> na.Namespace:
     message = na.Namespace(name=name, description=settings.get("description") or "")
-    for keyword, (group, field) in _SETTINGS.items():
+    for keyword, (group, field) in NAMESPACE_SETTINGS.items():
         value = settings.get(keyword)
         if value is not None:
             setattr(getattr(message, group), field, value)
@@ -69,12 +55,12 @@ def _to_wire(name: str, settings: Mapping[str, Any]) -> na.Namespace:
 
 def _from_wire(message: na.Namespace) -> NamespaceInfo:
     settings: dict[str, Any] = {"description": message.description}
-    for keyword, (group, field) in _SETTINGS.items():
+    for keyword, (group, field) in NAMESPACE_SETTINGS.items():
         part = getattr(message, group)
         settings[keyword] = getattr(part, field) if part.HasField(field) else None
     return NamespaceInfo(
         name=message.name,
-        state=_STATES.get(message.state, "unspecified"),
+        state=NAMESPACE_STATE_FROM_WIRE.get(message.state, "unspecified"),
         created_at=convert.from_timestamp(message.create_time),
         updated_at=convert.from_timestamp(message.update_time),
         settings=NamespaceSettings(**settings),
@@ -83,7 +69,7 @@ def _from_wire(message: na.Namespace) -> NamespaceInfo:
 
 _MASK_PATHS: Final = {
     "description": "description",
-    **{keyword: f"{group}.{field}" for keyword, (group, field) in _SETTINGS.items()},
+    **{keyword: f"{group}.{field}" for keyword, (group, field) in NAMESPACE_SETTINGS.items()},
 }
 
 SETTING_NAMES: Final = tuple(field.name for field in fields(NamespaceSettings))

@@ -17,6 +17,7 @@ from typing import Any, Final
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from runstore.contract.model import RunRepairOutcome, RunStartOutcome, RunStatus, SessionStatus
+from runstore.v1 import namespace_admin_pb2 as na
 from runstore.v1 import types_pb2 as pb
 
 NANOS_PER_SECOND: Final = 1_000_000_000
@@ -133,3 +134,26 @@ RUN_META_FIELDS: Final = (
 def copy_fields(source: object, names: tuple[str, ...]) -> dict[str, Any]:
     """``names`` read from ``source`` (a message or a value), as keyword arguments."""
     return {name: getattr(source, name) for name in names}
+
+
+# --- Namespaces (runstore.v1.NamespaceAdmin) ---------------------------------------------
+
+NAMESPACE_STATE_TO_WIRE: Final[Mapping[str, na.NamespaceState.ValueType]] = {
+    "active": na.NAMESPACE_STATE_ACTIVE,
+    "deleting": na.NAMESPACE_STATE_DELETING,
+}
+"""A namespace's state (``active``, or ``deleting`` while its data is purged) on the wire."""
+NAMESPACE_STATE_FROM_WIRE: Final[Mapping[int, str]] = {
+    wire: state for state, wire in NAMESPACE_STATE_TO_WIRE.items()
+}
+
+NAMESPACE_SETTINGS: Final[Mapping[str, tuple[str, str]]] = {
+    "retain_ended_sessions_s": ("retention", "ended_sessions_seconds"),
+    "retain_sessionless_runs_s": ("retention", "sessionless_runs_seconds"),
+    "quota_writes_per_s": ("quotas", "writes_per_second"),
+    "quota_reads_per_s": ("quotas", "reads_per_second"),
+    "quota_watch_streams": ("quotas", "watch_streams"),
+    "quota_stored_bytes": ("quotas", "stored_bytes"),
+}
+"""Each setting of a namespace (its name on both sides) and where the
+``Namespace`` message carries it (group message, field)."""

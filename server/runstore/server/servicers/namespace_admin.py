@@ -8,8 +8,9 @@ from typing import Any, Final, TypeAlias
 import grpc
 
 from runstore.contract.errors import ValidationError
+from runstore.contract.wire import NAMESPACE_SETTINGS, NAMESPACE_STATE_TO_WIRE
 from runstore.server.convert import timestamp_to_wire
-from runstore.server.core.namespace_model import ACTIVE, DELETING, Namespace
+from runstore.server.core.namespace_model import ACTIVE, Namespace
 from runstore.server.core.namespaces import NamespaceStore
 from runstore.server.error_status import maps_errors
 from runstore.v1 import namespace_admin_pb2 as na
@@ -17,22 +18,14 @@ from runstore.v1 import namespace_admin_pb2_grpc as na_grpc
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
 
-_STATES: Final = {ACTIVE: na.NAMESPACE_STATE_ACTIVE, DELETING: na.NAMESPACE_STATE_DELETING}
-
-SETTINGS: Final = {
-    "retain_ended_sessions_s": ("retention", "ended_sessions_seconds"),
-    "retain_sessionless_runs_s": ("retention", "sessionless_runs_seconds"),
-    "quota_writes_per_s": ("quotas", "writes_per_second"),
-    "quota_reads_per_s": ("quotas", "reads_per_second"),
-    "quota_watch_streams": ("quotas", "watch_streams"),
-    "quota_stored_bytes": ("quotas", "stored_bytes"),
-}
-"""Each ``Namespace`` setting and where the message carries it."""
 
 FIELD_OF: Final = {
     "name": "namespace.name",
     "description": "namespace.description",
-    **{attribute: f"namespace.{group}.{field}" for attribute, (group, field) in SETTINGS.items()},
+    **{
+        attribute: f"namespace.{group}.{field}"
+        for attribute, (group, field) in NAMESPACE_SETTINGS.items()
+    },
 }
 """The request field of each ``Namespace`` attribute (ErrorInfo ``field``)."""
 
@@ -45,7 +38,9 @@ MASK_PATHS: Final = {
         "quota_watch_streams",
         "quota_stored_bytes",
     ),
-    **{f"{group}.{field}": (attribute,) for attribute, (group, field) in SETTINGS.items()},
+    **{
+        f"{group}.{field}": (attribute,) for attribute, (group, field) in NAMESPACE_SETTINGS.items()
+    },
 }
 """The update_mask paths UpdateNamespace takes, and the attributes each changes."""
 
@@ -53,12 +48,12 @@ MASK_PATHS: Final = {
 def namespace_to_wire(namespace: Namespace) -> na.Namespace:
     message = na.Namespace(
         name=namespace.name,
-        state=_STATES[namespace.state],
+        state=NAMESPACE_STATE_TO_WIRE[namespace.state],
         description=namespace.description,
         create_time=timestamp_to_wire(namespace.created_at),
         update_time=timestamp_to_wire(namespace.updated_at),
     )
-    for attribute, (group, field) in SETTINGS.items():
+    for attribute, (group, field) in NAMESPACE_SETTINGS.items():
         value = getattr(namespace, attribute)
         if value is not None:
             setattr(getattr(message, group), field, value)
@@ -67,7 +62,7 @@ def namespace_to_wire(namespace: Namespace) -> na.Namespace:
 
 def _settings_from_wire(message: na.Namespace) -> dict[str, Any]:
     settings: dict[str, Any] = {"description": message.description}
-    for attribute, (group, field) in SETTINGS.items():
+    for attribute, (group, field) in NAMESPACE_SETTINGS.items():
         part = getattr(message, group)
         settings[attribute] = getattr(part, field) if part.HasField(field) else None
     return settings
