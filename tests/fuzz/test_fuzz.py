@@ -26,6 +26,7 @@ import json
 import os
 import sqlite3
 import threading
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from contextlib import AsyncExitStack
@@ -37,6 +38,7 @@ import asyncpg
 import grpc
 import pytest
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import field_mask_pb2
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import HealthCheck, given, settings
@@ -49,6 +51,8 @@ from runstore.server.db.postgres import asyncpg_dsn
 from runstore.server.db.schema import metadata
 from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import memory_store_pb2 as ms
+from runstore.v1 import namespace_admin_pb2 as na
+from runstore.v1 import namespace_admin_pb2_grpc as na_grpc
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
@@ -330,6 +334,30 @@ async def _const(message: Message) -> Message:
     return message
 
 
+def _namespace_name() -> str:
+    """A fresh namespace name of the name rule ([a-z0-9][a-z0-9-]*)."""
+    return f"fz-{uuid.uuid4().hex[:12]}"
+
+
+async def _created_namespace(store: Store, world: World) -> str:
+    name = _namespace_name()
+    await na_grpc.NamespaceAdminStub(store.channel).CreateNamespace(
+        na.CreateNamespaceRequest(namespace=na.Namespace(name=name))
+    )
+    return name
+
+
+async def _update_namespace(store: Store, world: World) -> Message:
+    return na.UpdateNamespaceRequest(
+        namespace=na.Namespace(name=await _created_namespace(store, world), description="fuzzed"),
+        update_mask=field_mask_pb2.FieldMask(paths=["description"]),
+    )
+
+
+async def _delete_namespace(store: Store, world: World) -> Message:
+    return na.DeleteNamespaceRequest(name=await _created_namespace(store, world))
+
+
 def _static(make: Callable[[World], Message]) -> Builder:
     async def build(store: Store, world: World) -> Message:
         return make(world)
@@ -433,6 +461,17 @@ BUILDERS: dict[str, Builder] = {
     "/runstore.v1.SessionAdmin/PurgeSessionlessRuns": _static(
         lambda w: sa.PurgeSessionlessRunsRequest(finished_before=ts(-9_000_000_000_000), limit=1)
     ),
+    "/runstore.v1.NamespaceAdmin/CreateNamespace": _static(
+        lambda w: na.CreateNamespaceRequest(namespace=na.Namespace(name=_namespace_name()))
+    ),
+    "/runstore.v1.NamespaceAdmin/GetNamespace": _static(
+        lambda w: na.GetNamespaceRequest(name="default")
+    ),
+    "/runstore.v1.NamespaceAdmin/ListNamespaces": _static(
+        lambda w: na.ListNamespacesRequest(page_size=2)
+    ),
+    "/runstore.v1.NamespaceAdmin/UpdateNamespace": _update_namespace,
+    "/runstore.v1.NamespaceAdmin/DeleteNamespace": _delete_namespace,
     "/runstore.v1.ContextStore/GetContext": _static(
         lambda w: ctx.GetContextRequest(key=w.context_key, version=1)
     ),

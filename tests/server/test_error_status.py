@@ -52,6 +52,12 @@ EXPECTED = {
     "CONTEXT_NOT_FOUND": ("NOT_FOUND", True),
     "CONTEXT_VERSION_NOT_FOUND": ("NOT_FOUND", True),
     "CONTEXT_VERSION_CONFLICT": ("ABORTED", True),
+    # Namespaces (docs/namespaces.md): permanent.
+    "NAMESPACE_REQUIRED": ("INVALID_ARGUMENT", True),
+    "NAMESPACE_NOT_FOUND": ("NOT_FOUND", True),
+    "NAMESPACE_ALREADY_EXISTS": ("ALREADY_EXISTS", True),
+    "NAMESPACE_TOMBSTONED": ("FAILED_PRECONDITION", True),
+    "NAMESPACE_PROTECTED": ("FAILED_PRECONDITION", True),
     # Access (authentication and roles): permanent, never retried.
     "UNAUTHENTICATED": ("UNAUTHENTICATED", True),
     "PERMISSION_DENIED": ("PERMISSION_DENIED", True),

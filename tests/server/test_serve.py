@@ -104,6 +104,11 @@ class GatedDatabase:
     async def read(self, fn: Any) -> Any:
         return await self.inner.read(fn)
 
+    def __getattr__(self, name: str) -> Any:
+        """What is not gated (retention's lock, the namespace directory's reads)
+        is the inner database's."""
+        return getattr(self.inner, name)
+
 
 async def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(tmp_path: Path) -> None:
     config = ServerConfig(listen="127.0.0.1:0", database_url=f"sqlite:///{tmp_path / 'r.db'}")

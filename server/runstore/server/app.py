@@ -214,14 +214,24 @@ def create_stores(config: ServerConfig, db: Database) -> Stores:
     )
     retention = RetentionSettings.from_config(config)
     return Stores(
-        namespaces=NamespaceStore(db, NamespaceDirectory(db)),
+        # The directory's refreshes are the server's own reads, like its health
+        # probes: not measured or traced as the call's that happened to miss the cache.
+        namespaces=NamespaceStore(db, NamespaceDirectory(getattr(db, "inner", db))),
         probe=db if isinstance(db, Probe) else None,
         runtime=runtime,
         memory=MemoryStore(db, page_limit=config.page_limit, page_bytes=page_bytes),
         context=context,
         # Always: a namespace's retention overrides apply even when no
         # --retain-* flag is set (docs/namespaces.md, "Storage").
-        retention=RetentionTask(runtime, context, db.retention_lock, retention),  # type: ignore[attr-defined]
+        retention=RetentionTask(
+            runtime,
+            context,
+            db.retention_lock,  # type: ignore[attr-defined]
+            retention,
+            # Its check for overrides is the server's own read, like the
+            # directory's: only a pass's purges are measured and traced.
+            overrides=RuntimeStore(getattr(db, "inner", db)).namespace_retention,
+        ),
         watch=RecordWatch(
             runtime,
             wakeups,

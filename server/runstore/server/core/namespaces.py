@@ -75,6 +75,10 @@ class NamespaceDirectory:
         self._loaded_at: float | None = None
         self._loading: asyncio.Future[None] | None = None
 
+    async def left_deleting(self) -> list[str]:
+        """The namespaces a stopped replica left half purged (read at start)."""
+        return await self._db.read(_deleting_names)
+
     async def is_active(self, name: str) -> bool:
         """Whether calls may act in ``name`` (as of at most ``refresh_seconds`` ago)."""
         if name == DEFAULT:
@@ -162,6 +166,10 @@ def decode_page_token(token: str) -> str:
     if not is_valid_name(name):
         raise ReadArgumentError("invalid page_token", field="page_token")
     return name
+
+
+async def _deleting_names(tx: Transaction) -> list[str]:
+    return await tx.deleting_namespace_names()
 
 
 class NamespaceStore:
@@ -273,10 +281,7 @@ class NamespaceStore:
     async def resume_purges(self) -> None:
         """Starts the purge of every namespace left in state ``deleting``."""
 
-        async def fn(tx: Transaction) -> list[str]:
-            return await tx.deleting_namespace_names()
-
-        for name in await self._db.read(fn):
+        for name in await self.directory.left_deleting():
             self.directory.deleted(name)
             self._start_purge(name)
 
