@@ -1,6 +1,7 @@
-"""Reconnects that back off, so a database restart seen by many replicas is
-not met by a storm of them (docs/failover.md, "Reconnects and the connection
-budget")."""
+"""The connections a replica opens outside its pool (LISTEN, NOTIFY, locks,
+probes): reconnects that back off, so a database restart seen by many
+replicas is not met by a storm of them (docs/failover.md, "Reconnects and the
+connection budget"), and a close that never leaves one open."""
 
 from __future__ import annotations
 
@@ -79,3 +80,19 @@ class ConnectPacing:
         pause = min(self.longest_pause, self.first_pause * 2.0 ** min(self._failures, 30))
         pause = pause / 2 + random.uniform(0, pause / 2)
         self._next_attempt = asyncio.get_running_loop().time() + pause
+
+
+async def close_connection(conn: Any, within: float) -> None:
+    """Closes ``conn`` politely within ``within`` seconds, or terminates it.
+
+    A close that fails, times out or is cancelled (a task stopped while its
+    connection says goodbye) terminates the connection at once: left half
+    closed, its socket would stay open until the garbage collector found it.
+    A cancellation still propagates; any other failure is the close's own
+    and is not raised."""
+    try:
+        await asyncio.wait_for(conn.close(), within)
+    except BaseException as exc:
+        conn.terminate()
+        if not isinstance(exc, Exception):
+            raise

@@ -50,6 +50,7 @@ from runstore.server.db.append_groups import (
 )
 from runstore.server.db.compiled import Compiled
 from runstore.server.db.connect_pacing import ConnectPacing as ConnectPacing  # tests use it here
+from runstore.server.db.connect_pacing import close_connection
 from runstore.server.db.statements import Statements
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.db.urls import asyncpg_dsn as asyncpg_dsn  # tests and tools use it here
@@ -354,10 +355,7 @@ class PostgresDatabase:
             held = await conn.fetchval("SELECT pg_try_advisory_lock($1)", RETENTION_LOCK_KEY)
             yield bool(held)
         finally:
-            try:
-                await asyncio.wait_for(conn.close(), self.options.operation_timeout)
-            except (TimeoutError, OSError, asyncpg.PostgresError):
-                conn.terminate()
+            await close_connection(conn, self.options.operation_timeout)
 
     def _committed(self, tx: SqlTransaction) -> None:
         if tx.touched and self._wakeups is not None:

@@ -19,6 +19,8 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
+from runstore.server.db.connect_pacing import close_connection
+
 log = logging.getLogger(__name__)
 
 CHANNEL: Final = "runstore_records"
@@ -262,10 +264,7 @@ class PostgresWakeups:
     async def _drop_notifier(self) -> None:
         conn, self._notifier = self._notifier, None
         if conn is not None:
-            try:
-                await asyncio.wait_for(conn.close(), 1)
-            except Exception:
-                conn.terminate()
+            await close_connection(conn, 1)
 
     async def _anyone_listening(self) -> bool:
         """Whether another replica LISTENs: looked up at most every
@@ -329,8 +328,7 @@ class PostgresWakeups:
                 log.warning("LISTEN connection failed (polling meanwhile): %s", exc)
             finally:
                 self.listening.clear()
-                with contextlib.suppress(Exception):
-                    await conn.close(timeout=1)
+                await close_connection(conn, 1)
             failures += 1
             await asyncio.sleep(self._pause(failures))
 
