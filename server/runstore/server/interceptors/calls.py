@@ -19,16 +19,23 @@ went away, UNKNOWN when it raised anything else (what grpc answers then).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from runstore.server import call_principal, call_request_id
-from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
+from runstore.server.interceptors.handlers import (
+    Context,
+    Handler,
+    Steps,
+    admits_nothing,
+    behaviour_of,
+)
 from runstore.server.interceptors.namespaces import resolved as resolved_namespace
 from runstore.server.logs import ACCESS_LOGGER
 from runstore.server.metrics import GO_CODE_NAMES, MethodFigures, Metrics, grpc_type
@@ -36,6 +43,7 @@ from runstore.server.metrics import GO_CODE_NAMES, MethodFigures, Metrics, grpc_
 access_log = logging.getLogger(ACCESS_LOGGER)
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
+_OK = grpc.StatusCode.OK
 
 
 def error_reason(context: grpc.aio.ServicerContext[Any, Any]) -> str:
@@ -80,64 +88,69 @@ class CallObserver:
         self._metrics = metrics
         self._access_log = access_log
 
-    def admit(self, details: grpc.HandlerCallDetails) -> None:
-        pass
+    admit = admits_nothing
 
-    def wrap(self, method: str, handler: Handler) -> Handler:
+    def steps(self, method: str, handler: Handler) -> Steps:
         figures = None
         if self._metrics is not None:
             kind = grpc_type(handler.request_streaming, handler.response_streaming)
             figures = self._metrics.method(method, kind)
         begin = self._begin
         end = self._end
-        requests_streamed = handler.request_streaming
+        _, behaviour = behaviour_of(handler)
+        streamed = inspect.isasyncgenfunction(behaviour)
         # A streamed response a coroutine writes (health's Watch) is counted at
         # each context.write; a returned response once, when the call succeeds.
-        writes_stream = handler.response_streaming
+        writes_stream = handler.response_streaming and not streamed
 
-        def received(request: Any) -> Any:
-            if figures is None:
-                return request
-            if requests_streamed:
-                return _counted(request, figures.received)
-            figures.received.inc()
-            return request
+        def entered(request: Any, context: Context) -> tuple[float, str | None]:
+            return begin(figures, context)
 
-        def unary(behaviour: Unary) -> Unary:
-            async def call(request: Any, context: Context) -> Any:
-                started, peer = begin(figures, context)
-                given: Any = context
-                if figures is not None and writes_stream:
-                    given = _CountingWrites(context, figures.sent)
-                try:
-                    result = await behaviour(received(request), given)
-                except BaseException as exc:
-                    end(method, figures, started, peer, _code_of(exc, context), context)
-                    raise
-                code = _returned_code(context)
-                if figures is not None and not writes_stream and code is grpc.StatusCode.OK:
-                    figures.sent.inc()
-                end(method, figures, started, peer, code, context)
-                return result
+        def failed(state: tuple[float, str | None], exc: BaseException, context: Context) -> None:
+            end(method, figures, state[0], state[1], _code_of(exc, context), context)
 
-            return call
+        def returned(state: tuple[float, str | None], response: Any, context: Context) -> Any:
+            code = _returned_code(context)
+            if figures is not None and not streamed and not writes_stream and code is _OK:
+                figures.sent.inc()
+            end(method, figures, state[0], state[1], code, context)
+            return response
 
-        def stream(behaviour: Streaming) -> Streaming:
-            async def call(request: Any, context: Context) -> AsyncIterator[Any]:
-                started, peer = begin(figures, context)
-                try:
-                    async for response in behaviour(received(request), context):
-                        if figures is not None:
-                            figures.sent.inc()
-                        yield response
-                except BaseException as exc:
-                    end(method, figures, started, peer, _code_of(exc, context), context)
-                    raise
-                end(method, figures, started, peer, _returned_code(context), context)
+        received = None
+        counting = None
+        each = None
+        if figures is not None:
+            received_counter = figures.received
+            sent_counter = figures.sent
+            if handler.request_streaming:
 
-            return call
+                def received(request: Any, context: Context, state: Any) -> Any:
+                    return _counted(request, received_counter)
 
-        return wrapped(handler, unary=unary, stream=stream)
+            else:
+
+                def received(request: Any, context: Context, state: Any) -> Any:
+                    received_counter.inc()
+                    return request
+
+            if writes_stream:
+
+                def counting(context: Context, state: Any) -> Context:
+                    return cast(Context, _CountingWrites(context, sent_counter))
+
+            if streamed:
+
+                def each(state: Any) -> None:
+                    sent_counter.inc()
+
+        return Steps(
+            enter=entered,
+            request=received,
+            context=counting,
+            after=returned,
+            fail=failed,
+            each=each,
+        )
 
     def _begin(self, figures: MethodFigures | None, context: Context) -> tuple[float, str | None]:
         """The call's start time, and its peer when the access log will name it.
