@@ -242,6 +242,10 @@ def _straight_line(behaviour: Callable[..., Any], steps: tuple[Steps, ...]) -> C
         lines += [
             "            return response",
             "        except Refused as refused:",
+            # A refused response is not kept alive by this frame (the traceback
+            # holds it until the exception is collected): Limits' refusals
+            # must free the pages they refuse at once.
+            "            response = None",
             "            await abort(context, refused.error)",
         ]
     tail.append("    except BaseException as exc:")

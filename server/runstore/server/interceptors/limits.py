@@ -69,6 +69,7 @@ class Limits:
 
         def limited(state: None, produced: Any, context: Context) -> bytes:
             response = serialize(produced)
+            del produced  # the message is freed as soon as the chain lets it go
             size = len(response)
             if not budget.try_charge(size):
                 del response
