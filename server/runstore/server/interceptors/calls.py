@@ -162,7 +162,6 @@ class CallObserver:
         """
         if figures is not None:
             figures.started.inc()
-            figures.in_flight.inc()
         peer = context.peer() if self._access_log else None
         return time.perf_counter(), peer
 
@@ -176,14 +175,17 @@ class CallObserver:
         context: Context,
     ) -> None:
         seconds = time.perf_counter() - started
-        failed = code is not grpc.StatusCode.OK
+        failed = code is not _OK
         reason = error_reason(context) if failed else ""
+        namespace = resolved_namespace()
         if figures is not None:
-            figures.in_flight.dec()
+            # Refused before a namespace was decided, or of a service acting in none: "".
+            in_namespace = namespace or ""
             figures.handled(code).inc()
+            figures.calls(code, in_namespace).inc()
             figures.handling.observe(seconds)
             if failed:
-                figures.errors(reason or "NONE").inc()
+                figures.errors_in(in_namespace, reason or "NONE").inc()
         if self._access_log and access_log.isEnabledFor(logging.INFO):
             go_code = GO_CODE_NAMES.get(code, "Unknown")
             fields = {
@@ -192,7 +194,7 @@ class CallObserver:
                 "reason": reason or None,
                 "duration_ms": round(seconds * 1000, 3),
                 "principal": call_principal.current() or None,
-                "namespace": resolved_namespace(),
+                "namespace": namespace,
                 "peer": peer,
                 "request_id": call_request_id.current() or None,
             }
@@ -210,6 +212,35 @@ class CallObserver:
                     extra={"access": fields},
                 )
             )
+
+
+class CallsInFlight:
+    """``runstore_calls_in_flight{namespace}``: right after the namespace concern,
+    so a call is counted under the namespace it acts in ("" for a service that
+    acts in none) from the moment that is decided until it ends; a call refused
+    before (by authentication or the namespace concern) is never in flight."""
+
+    admit = admits_nothing
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def steps(self, method: str, handler: Handler) -> Steps:
+        return Steps(enter=self._entered, after=_left, fail=_failed)
+
+    def _entered(self, request: Any, context: Context) -> Any:
+        gauge = self._metrics.in_flight_in(resolved_namespace() or "")
+        gauge.inc()
+        return gauge
+
+
+def _left(gauge: Any, response: Any, context: Context) -> Any:
+    gauge.dec()
+    return response
+
+
+def _failed(gauge: Any, exc: BaseException, context: Context) -> None:
+    gauge.dec()
 
 
 def _returned_code(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode:
