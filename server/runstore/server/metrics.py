@@ -137,6 +137,19 @@ class MethodFigures:
             )
 
 
+class _InFlight(dict[str, int]):
+    """Counts by namespace; the first count of a namespace makes its gauge child."""
+
+    def __init__(self, gauge: Gauge) -> None:
+        super().__init__()
+        self._gauge = gauge
+
+    def __missing__(self, namespace: str) -> int:
+        self[namespace] = 0
+        self._gauge.labels(namespace).set_function(lambda: self.get(namespace, 0))
+        return 0
+
+
 def _remove(metric: Counter | Gauge, *labels: str) -> None:
     """``metric``'s child of ``labels`` removed, if it exists."""
     with contextlib.suppress(KeyError):
@@ -289,16 +302,11 @@ class Metrics:
         self._methods: dict[str, MethodFigures] = {}
         self._lock = threading.Lock()
         # Label children by namespace, made once: no labels() on a call's path.
-        self._in_flight: dict[str, Gauge] = {}
+        self.calls_in_flight: dict[str, int] = _InFlight(self.in_flight)
+        """Calls in flight by namespace: plain ints (a call changes one without a
+        lock; only the event loop writes them), read by the gauge at scrape time."""
         self._errors: dict[tuple[str, str], Counter] = {}
         self._appended: dict[str, Counter] = {}
-
-    def in_flight_in(self, namespace: str) -> Gauge:
-        """The ``runstore_calls_in_flight`` child of ``namespace``."""
-        child = self._in_flight.get(namespace)
-        if child is None:
-            child = self._in_flight[namespace] = self.in_flight.labels(namespace)
-        return child
 
     def errors_in(self, namespace: str, reason: str) -> Counter:
         """The ``runstore_errors_total`` child of ``reason`` in ``namespace``."""
@@ -317,8 +325,8 @@ class Metrics:
     def forget_namespace(self, namespace: str) -> None:
         """Removes every series of ``namespace``, once its purge has finished:
         the label's values stay bounded by the namespaces that exist."""
-        if namespace in self._in_flight:
-            del self._in_flight[namespace]
+        if namespace in self.calls_in_flight:
+            del self.calls_in_flight[namespace]
             _remove(self.in_flight, namespace)
         for name, reason in [key for key in self._errors if key[0] == namespace]:
             del self._errors[name, reason]

@@ -5,7 +5,8 @@ the call's namespace, limits, request parsing, the database bound) lives in its
 own module of this package and is added here, so servicers stay thin and
 never see them. The list runs outermost first: a concern that must see every call, including ones
 refused later, sits earlier. The concerns make one grpc interceptor
-(``handlers.Chain``), which wraps each method's handler once and reuses it;
+(``handlers.Chain``), which builds one flat coroutine per method running every
+concern's steps (``handlers.Steps``) and reuses it;
 OpenTelemetry's own interceptor, when tracing, sits just outside it, so every
 concern runs inside the call's span.
 """

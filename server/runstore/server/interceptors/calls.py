@@ -223,24 +223,25 @@ class CallsInFlight:
     admit = admits_nothing
 
     def __init__(self, metrics: Metrics) -> None:
-        self._metrics = metrics
+        counts = metrics.calls_in_flight
+
+        def entered(request: Any, context: Context) -> str:
+            namespace = resolved_namespace() or ""
+            counts[namespace] += 1
+            return namespace
+
+        def left(namespace: str, response: Any, context: Context) -> Any:
+            # get: a namespace purged meanwhile has no series to bring back.
+            counts[namespace] = counts.get(namespace, 1) - 1
+            return response
+
+        def failed(namespace: str, exc: BaseException, context: Context) -> None:
+            left(namespace, None, context)
+
+        self._steps = Steps(enter=entered, after=left, fail=failed)
 
     def steps(self, method: str, handler: Handler) -> Steps:
-        return Steps(enter=self._entered, after=_left, fail=_failed)
-
-    def _entered(self, request: Any, context: Context) -> Any:
-        gauge = self._metrics.in_flight_in(resolved_namespace() or "")
-        gauge.inc()
-        return gauge
-
-
-def _left(gauge: Any, response: Any, context: Context) -> Any:
-    gauge.dec()
-    return response
-
-
-def _failed(gauge: Any, exc: BaseException, context: Context) -> None:
-    gauge.dec()
+        return self._steps
 
 
 def _returned_code(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode:
