@@ -4,11 +4,15 @@ One concern does both, around everything later in the chain (so refusals
 by authentication, limits and request parsing count too): the go-grpc-prometheus
 call metrics (``grpc_server_started_total``, ``grpc_server_handled_total``,
 ``grpc_server_handling_seconds``, ``grpc_server_msg_received_total`` and
-``grpc_server_msg_sent_total``, the last two per message of a stream),
-``runstore_calls_in_flight`` and
-``runstore_errors_total{reason}``, and the access-log line (method, gRPC
+``grpc_server_msg_sent_total``, the last two per message of a stream, with
+their own labels only), ``runstore_calls_total{namespace, ...}`` and
+``runstore_errors_total{namespace, reason}``, and the access-log line (method, gRPC
 code, ErrorInfo reason, duration, principal, namespace, peer, request id). Neither
 payloads nor metadata values other than the request id are ever logged.
+``CallsInFlight``, right after the namespace concern, counts
+``runstore_calls_in_flight{namespace}``. The namespace is only ever one the
+namespace concern resolved, "" before that or for a service that acts in none
+(docs/observability.md, "The namespace label").
 
 The code is the one the call ended with: OK when the behaviour returned,
 the aborted code (with its ErrorInfo reason, read back from the status

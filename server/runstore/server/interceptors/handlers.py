@@ -187,8 +187,18 @@ def _straight_line(behaviour: Callable[..., Any], steps: tuple[Steps, ...]) -> C
         if step.enter is not None:
             waits = "await " if inspect.iscoroutinefunction(step.enter) else ""
             body.append(f"s{k} = {waits}enter{k}(request, context)")
-        else:
-            body.append(f"s{k} = None")
+        elif any(
+            hook is not None
+            for hook in (
+                step.request,
+                step.context,
+                step.after,
+                step.fail,
+                step.each,
+                step.responses,
+            )
+        ):
+            body.append(f"s{k} = None")  # the state its other steps are handed
         if step.request is not None:
             body.append(f"request = request{k}(request, context, s{k})")
         if step.context is not None:
