@@ -484,3 +484,25 @@ async def test_terminal_fast_path_and_full_rules_agree(db: Database, case: End) 
         assert await _stored(db, run_id, session_id) == before, (
             "a declined fast path writes nothing"
         )
+
+
+@pytest.mark.parametrize("name", ["common case", "exact retry", "run completed", "missing run"])
+async def test_a_terminal_command_decodes_its_payload_once(
+    db: Database, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fast path's check and then the full rules (a retry, a run no longer
+    running, one that does not exist) share one decode of the record's payload."""
+    command = await _build_end(db, ENDS[name])
+    decoded: list[bytes] = []
+    decode = lifecycle.decode_run_completed
+
+    def counted(payload: bytes) -> lifecycle.RunCompletedPayload:
+        decoded.append(payload)
+        return decode(payload)
+
+    monkeypatch.setattr(lifecycle, "decode_run_completed", counted)
+    outcome = await _end(FastPaths(db, on=True), command)
+    expected = {"common case": "stored", "exact retry": "replayed"}.get(name, "rejected")
+    assert outcome[0] == expected
+    assert command.record is not None
+    assert decoded == [command.record.payload]

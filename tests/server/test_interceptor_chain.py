@@ -27,6 +27,8 @@ from runstore.server.interceptors.handlers import (
     Concern,
     Context,
     Handler,
+    Refused,
+    Steps,
     prepared,
 )
 from runstore.server.interceptors.limits import SMALL_RESPONSE_BYTES, Limits
@@ -204,3 +206,129 @@ async def test_tracing_composes_with_the_limits_serialised_responses(held: bool)
     assert span.attributes["rpc.grpc.status_code"] == (
         grpc.StatusCode.RESOURCE_EXHAUSTED.value[0] if held else 0
     )
+
+
+class _Recorder:
+    """A concern made of steps that writes down when each of them runs; it
+    refuses the call in ``enter`` or in ``after`` when told to."""
+
+    def __init__(self, name: str, journal: list[str], *, refuse: str = "") -> None:
+        self.name = name
+        self.journal = journal
+        self.refuse = refuse
+
+    def admit(self, details: grpc.HandlerCallDetails) -> None:
+        pass
+
+    def steps(self, method: str, handler: Handler) -> Steps:
+        name, journal = self.name, self.journal
+
+        def enter(request: Any, context: Context) -> str:
+            journal.append(f"{name}.enter")
+            if self.refuse == "enter":
+                raise Refused(NotFoundError(f"{name} refuses"))
+            return name
+
+        def after(state: str, response: Any, context: Context) -> Any:
+            journal.append(f"{state}.after")
+            if self.refuse == "after":
+                raise Refused(NotFoundError(f"{name} refuses"))
+            return response
+
+        def fail(state: str, exc: BaseException, context: Context) -> None:
+            journal.append(f"{state}.fail({type(exc).__name__})")
+
+        def each(state: str) -> None:
+            journal.append(f"{state}.each")
+
+        return Steps(enter=enter, after=after, fail=fail, each=each)
+
+
+@pytest.mark.parametrize(
+    ("refusing", "body", "expected"),
+    [
+        (
+            "",
+            b"ok",
+            ["a.enter", "b.enter", "c.enter", "behaviour", "c.after", "b.after", "a.after"],
+        ),
+        # A refusal in b's enter: c and the behaviour never run, b is not failed,
+        # a sees the abort.
+        ("b:enter", b"ok", ["a.enter", "b.enter", "a.fail(AbortError)"]),
+        # A refusal in b's after (as Limits refuses a response): c has finished,
+        # a sees the abort.
+        (
+            "b:after",
+            b"ok",
+            [
+                "a.enter",
+                "b.enter",
+                "c.enter",
+                "behaviour",
+                "c.after",
+                "b.after",
+                "a.fail(AbortError)",
+            ],
+        ),
+        # The behaviour fails: every concern entered sees it, innermost first.
+        (
+            "",
+            b"BROKEN",
+            [
+                "a.enter",
+                "b.enter",
+                "c.enter",
+                "behaviour",
+                "c.fail(RuntimeError)",
+                "b.fail(RuntimeError)",
+                "a.fail(RuntimeError)",
+            ],
+        ),
+    ],
+)
+async def test_flat_steps_run_in_the_order_nested_wrappers_would(
+    refusing: str, body: bytes, expected: list[str]
+) -> None:
+    """One coroutine per method runs the concerns' steps: enters outermost
+    first, afters innermost first, a refusal seen as the call's abort by the
+    concerns outside it only, and a failure by every concern entered."""
+    journal: list[str] = []
+    who, _, where = refusing.partition(":")
+    chain = [_Recorder(name, journal, refuse=where if name == who else "") for name in "abc"]
+
+    async def behaviour(request: bytes, context: Context) -> bytes:
+        journal.append("behaviour")
+        if request == b"BROKEN":
+            raise RuntimeError("a bug")
+        return request
+
+    handlers = {"Unary": grpc.unary_unary_rpc_method_handler(behaviour)}
+    server = grpc.aio.server(interceptors=[Chain(chain)])
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            unary: Any = channel.unary_unary(f"/{SERVICE}/Unary")
+            code, _ = await _outcome(unary(body))
+    finally:
+        await server.stop(None)
+    assert journal == expected
+    refused = bool(refusing)
+    assert code == (
+        grpc.StatusCode.NOT_FOUND
+        if refused
+        else grpc.StatusCode.UNKNOWN
+        if body == b"BROKEN"
+        else grpc.StatusCode.OK
+    )
+
+
+async def test_a_streamed_response_passes_each_concern_and_ends_with_their_afters() -> None:
+    journal: list[str] = []
+    chain = [_Recorder(name, journal) for name in "ab"]
+    async with _serving([Chain(chain)]) as target, grpc.aio.insecure_channel(target) as channel:
+        stream: Any = channel.unary_stream(f"/{SERVICE}/Stream")
+        assert await _outcome(stream(b"ok")) == (grpc.StatusCode.OK, [b"stream:ok", b"end"])
+    passing = ["b.each", "a.each"]
+    assert journal == ["a.enter", "b.enter", *passing, *passing, "b.after", "a.after"]

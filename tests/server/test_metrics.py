@@ -13,9 +13,17 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from runstore.server.app import Telemetry, build_server, create_stores, open_database
+from runstore.contract.metadata import NAMESPACE_KEY
+from runstore.server.app import (
+    RunningServer,
+    Telemetry,
+    build_server,
+    create_stores,
+    open_database,
+)
 from runstore.server.config import ServerConfig
 from runstore.server.metrics import Metrics, MetricsEndpoint
+from runstore.v1 import namespace_admin_pb2 as na
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from tests import postgres
@@ -53,8 +61,11 @@ def scrape(port: int) -> Scrape:
 
 
 @asynccontextmanager
-async def measured_server(database_url: str) -> AsyncIterator[tuple[Store, int]]:
-    """A server with metrics on, its own registry and ``/metrics`` on an ephemeral port."""
+async def measured_server(
+    database_url: str, running_out: list[RunningServer] | None = None
+) -> AsyncIterator[tuple[Store, int]]:
+    """A server with metrics on, its own registry and ``/metrics`` on an
+    ephemeral port (the server itself appended to ``running_out``)."""
     config = ServerConfig(
         listen="127.0.0.1:0",
         database_url=database_url,
@@ -69,6 +80,8 @@ async def measured_server(database_url: str) -> AsyncIterator[tuple[Store, int]]
         db = await stack.enter_async_context(open_database(config, telemetry))
         running = await build_server(config, create_stores(config, db), telemetry=telemetry)
         stack.push_async_callback(running.server.stop, None)
+        if running_out is not None:
+            running_out.append(running)
         target = f"127.0.0.1:{running.port}"
         channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
         yield Store(channel, target=target), endpoint.port
@@ -157,15 +170,31 @@ async def test_a_known_mix_of_calls_is_counted_exactly(database_url: str) -> Non
     assert figures.value("grpc_server_handling_seconds_bucket", **labels, le="+Inf") == 4
     assert figures.value("grpc_server_handling_seconds_sum", **labels) > 0
 
-    assert figures.value("runstore_errors_total", reason="RUN_NOT_FOUND") == 2
-    assert figures.value("runstore_errors_total", reason="CONTRACT_VALIDATION") == 1
-    # The cancelled stream carries no ErrorInfo.
-    assert figures.value("runstore_errors_total", reason="NONE") == 1
+    errors = {"namespace": "default"}
+    assert figures.value("runstore_errors_total", **errors, reason="RUN_NOT_FOUND") == 2
+    assert figures.value("runstore_errors_total", **errors, reason="CONTRACT_VALIDATION") == 1
+    # The cancelled stream carries no ErrorInfo; health acts in no namespace.
+    assert figures.value("runstore_errors_total", namespace="", reason="NONE") == 1
     assert figures.total("runstore_errors_total") == 4
-    assert figures.value("runstore_calls_in_flight") == 0
+    assert figures.total("runstore_calls_in_flight") == 0
+    # Every call once in runstore_calls_total, by namespace and code.
+    assert figures.total("runstore_calls_total") == figures.total("grpc_server_handled_total")
+    calls = {"namespace": "default", "grpc_service": RUNTIME}
+    assert (
+        figures.value("runstore_calls_total", **calls, grpc_method="LoadRun", grpc_code="NotFound")
+        == 2
+    )
+    assert (
+        figures.value(
+            "runstore_calls_total", **calls, grpc_method="AppendRunRecord", grpc_code="OK"
+        )
+        == 4
+    )
+    health = {"grpc_service": "grpc.health.v1.Health", "grpc_method": "Watch"}
+    assert figures.value("runstore_calls_total", namespace="", **health, grpc_code="Canceled") == 1
 
     # 1 started record + 3 appends; the exact retry appended nothing.
-    assert figures.value("runstore_records_appended_total") == 4
+    assert figures.value("runstore_records_appended_total", namespace="default") == 4
     assert figures.value("runstore_sessions_purged_total") == 1
     assert figures.value("runstore_build_info", version="9.9.9-test") == 1
 
@@ -225,8 +254,9 @@ async def test_a_batch_is_one_call_and_counts_each_record(database_url: str) -> 
     labels = {"grpc_service": RUNTIME, "grpc_method": "AppendRunRecords", "grpc_type": "unary"}
     assert figures.value("grpc_server_handled_total", **labels, grpc_code="OK") == 2
     assert figures.value("grpc_server_handled_total", **labels, grpc_code="AlreadyExists") == 1
-    assert figures.value("runstore_errors_total", reason="EVENT_CONFLICT") == 1
-    assert figures.value("runstore_records_appended_total") == 5
+    conflicts = figures.value("runstore_errors_total", namespace="default", reason="EVENT_CONFLICT")
+    assert conflicts == 1
+    assert figures.value("runstore_records_appended_total", namespace="default") == 5
 
 
 async def test_messages_are_counted_one_by_one_on_streams_too(database_url: str) -> None:
@@ -276,3 +306,75 @@ async def test_messages_are_counted_one_by_one_on_streams_too(database_url: str)
     reflection_service = "grpc.reflection.v1alpha.ServerReflection"
     for direction in ("received", "sent"):
         assert messages(direction, "ServerReflectionInfo", "bidi_stream", reflection_service) == 3
+
+
+NAMESPACED = ("runstore_calls_total", "runstore_errors_total", "runstore_calls_in_flight")
+
+
+async def test_calls_count_in_their_namespace_and_a_purged_one_leaves_no_series(
+    database_url: str,
+) -> None:
+    """``namespace`` on the runstore_* call metrics and records appended: a
+    call in team-a counts there; one refused for an unknown namespace, and
+    NamespaceAdmin's (acting in none), under ""; once team-a's purge has
+    finished, none of its series is left (the label stays bounded)."""
+    name = unique("team-a")
+    running: list[RunningServer] = []
+    async with measured_server(database_url, running) as (store, port):
+        await store.namespaces.CreateNamespace(
+            na.CreateNamespaceRequest(namespace=na.Namespace(name=name))
+        )
+        in_team = ((NAMESPACE_KEY, name),)
+        session_id = unique("session")
+        create = sa.CreateSessionRequest(session_id=session_id, created_at=ts(1))
+        await store.admin.CreateSession(create, metadata=in_team)
+        run = run_start(session_id=session_id)
+        await store.runtime.StartRootRun(run.root_request(), metadata=in_team)
+        append = rs.AppendRunRecordRequest(record=run.record("k"))
+        await store.runtime.AppendRunRecord(append, metadata=in_team)
+        missing = rs.LoadRunRequest(run_id=unique("missing"))
+        assert await outcome(store.runtime.LoadRun(missing, metadata=in_team)) == "RUN_NOT_FOUND"
+        nowhere = ((NAMESPACE_KEY, unique("nowhere")),)
+        refused = store.admin.CreateSession(create, metadata=nowhere)
+        assert await outcome(refused) == "NAMESPACE_NOT_FOUND"
+        during = await asyncio.to_thread(scrape, port)
+
+        await store.namespaces.DeleteNamespace(na.DeleteNamespaceRequest(name=name))
+        namespaces = running[0].namespaces
+        assert namespaces is not None
+        await asyncio.wait_for(namespaces.wait_purged(name), timeout=60)
+        after = await asyncio.to_thread(scrape, port)
+
+    def calls(figures: Scrape, namespace: str, service: str, method: str, code: str) -> float:
+        return figures.value(
+            "runstore_calls_total",
+            namespace=namespace,
+            grpc_service=service,
+            grpc_method=method,
+            grpc_code=code,
+        )
+
+    assert calls(during, name, ADMIN, "CreateSession", "OK") == 1
+    assert calls(during, name, RUNTIME, "StartRootRun", "OK") == 1
+    assert calls(during, name, RUNTIME, "AppendRunRecord", "OK") == 1
+    assert calls(during, name, RUNTIME, "LoadRun", "NotFound") == 1
+    assert during.value("runstore_errors_total", namespace=name, reason="RUN_NOT_FOUND") == 1
+    assert during.value("runstore_records_appended_total", namespace=name) == 2
+    assert during.value("runstore_calls_in_flight", namespace=name) == 0
+    # Refused before a namespace was decided: "", never the header's value.
+    assert calls(during, "", ADMIN, "CreateSession", "NotFound") == 1
+    assert during.value("runstore_errors_total", namespace="", reason="NAMESPACE_NOT_FOUND") == 1
+    values = {dict(labels)["namespace"] for metric in NAMESPACED for labels in during.names(metric)}
+    assert values <= {"", "default", name}
+    namespace_admin = "runstore.v1.NamespaceAdmin"
+    assert calls(during, "", namespace_admin, "CreateNamespace", "OK") == 1
+    assert during.total("runstore_calls_total", grpc_service=namespace_admin) == 1
+    # The go-grpc-prometheus series keep their own labels, without a namespace.
+    assert all(
+        "namespace" not in dict(labels) for labels in during.names("grpc_server_handled_total")
+    )
+
+    for metric in (*NAMESPACED, "runstore_records_appended_total"):
+        assert during.names(metric)
+        assert all(dict(labels)["namespace"] != name for labels in after.names(metric)), metric
+    assert calls(after, "", namespace_admin, "DeleteNamespace", "OK") == 1

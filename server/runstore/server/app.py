@@ -383,6 +383,8 @@ async def build_server(
     if stores.probe is not None:
         monitor = HealthMonitor(health_servicer, names, stores.probe, config.health_probe_interval)
         monitor.start()
+    if stores.namespaces is not None and telemetry.metrics is not None:
+        stores.namespaces.purged = telemetry.metrics.forget_namespace
     if stores.retention is not None:
         stores.retention.metrics = telemetry.metrics
         stores.retention.start()

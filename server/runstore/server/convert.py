@@ -53,19 +53,35 @@ def record_from_wire(parent: Any, name: str) -> model.RecordDraft | None:
     if not parent.HasField(name):
         return None
     message: pb.RunRecord = getattr(parent, name)
-    return _record_draft(message, name)
+    return _record_draft(message, name, None)
 
 
 def records_from_wire(messages: Iterable[pb.RunRecord], name: str) -> list[model.RecordDraft]:
     """The repeated RunRecord field ``name``, each named ``name[i]`` in errors."""
-    return [_record_draft(message, f"{name}[{i}]") for i, message in enumerate(messages)]
+    return [_record_draft(message, name, i) for i, message in enumerate(messages)]
 
 
-def _record_draft(message: pb.RunRecord, field: str) -> model.RecordDraft:
+def _record_draft(message: pb.RunRecord, name: str, index: int | None) -> model.RecordDraft:
     return model.RecordDraft(
         **wire.copy_fields(message, wire.RECORD_FIELDS),
-        timestamp=nanos_from_wire(message, "timestamp", f"{field}.timestamp"),
+        timestamp=_record_timestamp(message, name, index),
     )
+
+
+def _record_timestamp(message: pb.RunRecord, name: str, index: int | None) -> model.Nanos | None:
+    """``nanos_from_wire`` of the record's timestamp; the record's field name
+    (``name`` or ``name[index]``) is made only for an error."""
+    if not message.HasField("timestamp"):
+        return None
+    stamp = message.timestamp
+    if wire.is_go_zero_time(stamp):
+        return None
+    if 0 <= stamp.nanos < wire.NANOS_PER_SECOND:
+        nanos = wire.nanos_of(stamp)
+        if validation.MIN_NANOS <= nanos <= validation.MAX_NANOS:
+            return nanos
+    where = name if index is None else f"{name}[{index}]"
+    return nanos_from_wire(message, "timestamp", f"{where}.timestamp")  # raises, naming it
 
 
 def run_start_from_wire(request: Any) -> model.RunStart:

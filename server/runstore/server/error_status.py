@@ -14,9 +14,7 @@ generic message; the detail is in the server log under the request id.
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -96,31 +94,34 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], error: RunstoreErro
     raise AssertionError("unreachable: context.abort raises")
 
 
-@contextlib.asynccontextmanager
-async def _as_status(name: str, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[None]:
-    """Ends the call with the status of any failure inside the block."""
-    try:
-        yield
-    except RunstoreError as error:
-        if not isinstance(error, ContractError):
-            log.warning("%s failed (request %s): %r", name, call_request_id.current(), error)
-        await abort(context, error)
-    except (asyncio.CancelledError, grpc.aio.AbortError):
-        raise
-    except Exception:
-        log.exception("%s failed unexpectedly (request %s)", name, call_request_id.current())
-        await abort(context, InternalError())
+async def _as_status(
+    name: str, context: grpc.aio.ServicerContext[Any, Any], exc: Exception
+) -> None:
+    """Ends the call with the status of ``exc``, a failure of the method
+    ``name`` (a plain ``except``, not a context manager: a call that succeeds
+    pays nothing for it)."""
+    if isinstance(exc, grpc.aio.AbortError):
+        raise exc
+    if isinstance(exc, RunstoreError):
+        if not isinstance(exc, ContractError):
+            log.warning("%s failed (request %s): %r", name, call_request_id.current(), exc)
+        await abort(context, exc)
+    log.error("%s failed unexpectedly (request %s)", name, call_request_id.current(), exc_info=exc)
+    await abort(context, InternalError())
 
 
 def maps_errors(
     method: Callable[[S, Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]],
 ) -> Callable[[S, Req, grpc.aio.ServicerContext[Req, Resp]], Awaitable[Resp]]:
     """Wraps a servicer method so every failure reaches the caller as a status."""
+    name = method.__name__
 
     @functools.wraps(method)
     async def wrapper(self: S, request: Req, context: grpc.aio.ServicerContext[Req, Resp]) -> Resp:
-        async with _as_status(method.__name__, context):
+        try:
             return await method(self, request, context)
+        except Exception as exc:
+            await _as_status(name, context, exc)
         raise AssertionError("unreachable: a failure aborts the call")
 
     return wrapper
@@ -131,13 +132,16 @@ def maps_stream_errors(
 ) -> Callable[[S, Req, grpc.aio.ServicerContext[Req, Resp]], AsyncIterator[Resp]]:
     """``maps_errors`` for a server-streaming method: a failure ends the
     stream with its status, after the messages already sent."""
+    name = method.__name__
 
     @functools.wraps(method)
     async def wrapper(
         self: S, request: Req, context: grpc.aio.ServicerContext[Req, Resp]
     ) -> AsyncIterator[Resp]:
-        async with _as_status(method.__name__, context):
+        try:
             async for response in method(self, request, context):
                 yield response
+        except Exception as exc:
+            await _as_status(name, context, exc)
 
     return wrapper

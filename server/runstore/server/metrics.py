@@ -14,6 +14,7 @@ or ``bidi_stream`` and ``grpc_code`` is spelled as Go spells ``codes.Code``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from runstore.server import call_namespace
 
 SECONDS_BUCKETS: Final = (
     0.0005,
@@ -88,13 +91,13 @@ class MethodFigures:
     type: str
     started: Counter
     handling: Histogram
-    in_flight: Gauge
     received: Counter
     """``grpc_server_msg_received_total``: every request message, streamed ones each."""
     sent: Counter
     """``grpc_server_msg_sent_total``: every response message, streamed ones each."""
     _metrics: Metrics
     _handled: dict[grpc.StatusCode, Counter] = field(default_factory=dict)
+    _calls: dict[tuple[grpc.StatusCode, str], Counter] = field(default_factory=dict)
 
     def handled(self, code: grpc.StatusCode) -> Counter:
         """The ``grpc_server_handled_total`` child of ``code``, looked up once per code."""
@@ -106,8 +109,51 @@ class MethodFigures:
             self._handled[code] = child
         return child
 
-    def errors(self, reason: str) -> Counter:
-        return self._metrics.errors.labels(reason)
+    def calls(self, code: grpc.StatusCode, namespace: str) -> Counter:
+        """The ``runstore_calls_total`` child of ``code`` in ``namespace`` (a
+        resolved namespace, or ""), looked up once per pair."""
+        child = self._calls.get((code, namespace))
+        if child is None:
+            child = self._metrics.calls.labels(
+                namespace, self.service, self.method, GO_CODE_NAMES.get(code, "Unknown")
+            )
+            self._calls[code, namespace] = child
+        return child
+
+    def errors_in(self, namespace: str, reason: str) -> Counter:
+        """The ``runstore_errors_total`` child of ``reason`` in ``namespace``."""
+        return self._metrics.errors_in(namespace, reason)
+
+    def forget(self, namespace: str) -> None:
+        """Drops this method's children of ``namespace`` (purged)."""
+        for code, name in [key for key in self._calls if key[1] == namespace]:
+            del self._calls[code, name]
+            _remove(
+                self._metrics.calls,
+                namespace,
+                self.service,
+                self.method,
+                GO_CODE_NAMES.get(code, "Unknown"),
+            )
+
+
+class _InFlight(dict[str, int]):
+    """Counts by namespace; the first count of a namespace makes its gauge child."""
+
+    def __init__(self, gauge: Gauge) -> None:
+        super().__init__()
+        self._gauge = gauge
+
+    def __missing__(self, namespace: str) -> int:
+        self[namespace] = 0
+        self._gauge.labels(namespace).set_function(lambda: self.get(namespace, 0))
+        return 0
+
+
+def _remove(metric: Counter | Gauge, *labels: str) -> None:
+    """``metric``'s child of ``labels`` removed, if it exists."""
+    with contextlib.suppress(KeyError):
+        metric.remove(*labels)
 
 
 class Metrics:
@@ -148,14 +194,24 @@ class Metrics:
             buckets=SECONDS_BUCKETS,
             registry=self.registry,
         )
+        self.calls = Counter(
+            "runstore_calls_total",
+            'Calls completed, by namespace ("" before one is decided, and for '
+            "services that act in none), method and gRPC code.",
+            ("namespace", "grpc_service", "grpc_method", "grpc_code"),
+            registry=self.registry,
+        )
         self.errors = Counter(
             "runstore_errors_total",
-            "Calls that failed, by the reason of their ErrorInfo.",
-            ("reason",),
+            "Calls that failed, by namespace and the reason of their ErrorInfo.",
+            ("namespace", "reason"),
             registry=self.registry,
         )
         self.in_flight = Gauge(
-            "runstore_calls_in_flight", "Calls being served now.", registry=self.registry
+            "runstore_calls_in_flight",
+            "Calls being served now, by namespace (counted once their namespace is decided).",
+            ("namespace",),
+            registry=self.registry,
         )
         self.transaction_seconds = Histogram(
             "runstore_db_transaction_seconds",
@@ -199,7 +255,8 @@ class Metrics:
         )
         self.records_appended = Counter(
             "runstore_records_appended_total",
-            "Run records committed (lifecycle records included; exact retries not).",
+            "Run records committed (lifecycle records included; exact retries not), by namespace.",
+            ("namespace",),
             registry=self.registry,
         )
         self.sessions_purged = Counter(
@@ -244,6 +301,41 @@ class Metrics:
         self.build_info.labels(version).set(1)
         self._methods: dict[str, MethodFigures] = {}
         self._lock = threading.Lock()
+        # Label children by namespace, made once: no labels() on a call's path.
+        self.calls_in_flight: dict[str, int] = _InFlight(self.in_flight)
+        """Calls in flight by namespace: plain ints (a call changes one without a
+        lock; only the event loop writes them), read by the gauge at scrape time."""
+        self._errors: dict[tuple[str, str], Counter] = {}
+        self._appended: dict[str, Counter] = {}
+
+    def errors_in(self, namespace: str, reason: str) -> Counter:
+        """The ``runstore_errors_total`` child of ``reason`` in ``namespace``."""
+        child = self._errors.get((namespace, reason))
+        if child is None:
+            child = self._errors[namespace, reason] = self.errors.labels(namespace, reason)
+        return child
+
+    def appended_in(self, namespace: str) -> Counter:
+        """The ``runstore_records_appended_total`` child of ``namespace``."""
+        child = self._appended.get(namespace)
+        if child is None:
+            child = self._appended[namespace] = self.records_appended.labels(namespace)
+        return child
+
+    def forget_namespace(self, namespace: str) -> None:
+        """Removes every series of ``namespace``, once its purge has finished:
+        the label's values stay bounded by the namespaces that exist."""
+        if namespace in self.calls_in_flight:
+            del self.calls_in_flight[namespace]
+            _remove(self.in_flight, namespace)
+        for name, reason in [key for key in self._errors if key[0] == namespace]:
+            del self._errors[name, reason]
+            _remove(self.errors, namespace, reason)
+        if namespace in self._appended:
+            del self._appended[namespace]
+            _remove(self.records_appended, namespace)
+        for figures in list(self._methods.values()):
+            figures.forget(namespace)
 
     def method(self, full_method: str, type: str) -> MethodFigures:
         """The figures of ``/package.Service/Method``."""
@@ -257,7 +349,6 @@ class Metrics:
                     type,
                     self.started.labels(service, method, type),
                     self.handling.labels(service, method, type),
-                    self.in_flight,
                     self.msg_received.labels(service, method, type),
                     self.msg_sent.labels(service, method, type),
                     self,
@@ -285,7 +376,7 @@ class DbFigures:
         self._retries = metrics.retries.labels(backend)
         self._batch = metrics.sqlite_batch_size
         self._sync = metrics.sqlite_sync_seconds
-        self._appended = metrics.records_appended
+        self._appended_in = metrics.appended_in
         self._purged = metrics.sessions_purged
         self._runs_purged = metrics.runs_purged
         self._contexts_purged = metrics.contexts_purged
@@ -312,7 +403,9 @@ class DbFigures:
         contexts_purged: int = 0,
     ) -> None:
         if records_appended:
-            self._appended.inc(records_appended)
+            # Counted in the task of the call (or purge) that awaited the commit,
+            # whichever task ran the group it committed in.
+            self._appended_in(call_namespace.current()).inc(records_appended)
         if sessions_purged:
             self._purged.inc(sessions_purged)
         if runs_purged:

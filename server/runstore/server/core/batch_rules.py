@@ -27,9 +27,13 @@ a batch never holds the writer (or a PostgreSQL connection) for long, and its
 records fit one page of ListRunRecords at the default ``--page-bytes``."""
 
 
+_RECORD_FIELDS: Final = tuple(f"records[{index}]" for index in range(MAX_BATCH_RECORDS))
+"""Made once: every record of every batch is checked under its name."""
+
+
 def record_field(index: int) -> str:
     """How errors name the record at ``index`` of a batch."""
-    return f"records[{index}]"
+    return _RECORD_FIELDS[index] if index < MAX_BATCH_RECORDS else f"records[{index}]"
 
 
 def check_record_batch(records: Sequence[RecordDraft | None]) -> list[RecordDraft]:

@@ -53,20 +53,28 @@ def check_ids(**fields: str) -> None:
 
 def check_labels(labels: Mapping[str, str], field: str) -> None:
     for key, value in labels.items():
-        check_text(key, f"{field}.key")
-        check_text(value, f"{field}.value")
+        # The field's name is made only for the error.
+        if _NUL in key:
+            check_text(key, f"{field}.key")
+        if _NUL in value:
+            check_text(value, f"{field}.value")
+
+
+_RECORD_IDS: Final = ("event_key", "run_id", "agent_id", "session_id", "turn_id")
+"""A record's ids and keys, in the order they are checked."""
 
 
 def check_record(record: RecordDraft | None, field: str) -> None:
     """The ids and text of a record a command carries (absent: nothing to check)."""
     if record is None:
         return
-    check_id(record.event_key, f"{field}.event_key")
-    check_id(record.run_id, f"{field}.run_id")
-    check_id(record.agent_id, f"{field}.agent_id")
-    check_id(record.session_id, f"{field}.session_id")
-    check_id(record.turn_id, f"{field}.turn_id")
-    check_text(record.type, f"{field}.type")
+    for name in _RECORD_IDS:
+        value: str = getattr(record, name)
+        # What check_id asks, without making the field's name unless it fails.
+        if _NUL in value or len(value) * 4 > MAX_ID_BYTES:
+            check_id(value, f"{field}.{name}")
+    if _NUL in record.type:
+        check_text(record.type, f"{field}.type")
 
 
 def check_run_start(run: RunStart, **records: RecordDraft | None) -> None:

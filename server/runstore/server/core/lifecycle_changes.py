@@ -130,7 +130,8 @@ class LifecycleChanges(Section):
         """§9.4.3: run_completed and the terminal status together."""
         input_rules.check_ids(run_id=cmd.run_id)
         input_rules.check_record(cmd.record, "record")
-        ending = run_ending(cmd, self._clock())
+        payload = terminal_payload(cmd)
+        ending = run_ending(cmd, self._clock(), payload) if payload is not None else None
         if ending is not None:
             record_id = await self._db.end_if_running(ending)
             if record_id is not None:
@@ -139,7 +140,9 @@ class LifecycleChanges(Section):
 
         async def tx_fn(tx: Transaction) -> AppendResult:
             run, status, existing = await _load_mutable_run(tx, cmd.run_id, cmd.record)
-            terminal, record = validation.check_terminal(cmd.run_id, cmd.status, cmd.record, run)
+            terminal, record = validation.check_terminal(
+                cmd.run_id, cmd.status, cmd.record, run, payload
+            )
             return await self._terminate(tx, run, status, terminal, record, existing)
 
         return await self._db.write(tx_fn)
@@ -228,17 +231,33 @@ class LifecycleChanges(Section):
         return await self._db.write(tx_fn)
 
 
-def run_ending(cmd: RunTerminal, updated_at: Nanos) -> RunEnding | None:
+def terminal_payload(cmd: RunTerminal) -> lifecycle.RunCompletedPayload | None:
+    """The payload of a RecordRunTerminal's record, decoded once for both the
+    fast path and the full rules (``validation.terminal_record``); None when
+    the record fails those checks: the full rules then say why, in their order."""
+    if cmd.record is None or cmd.status not in TERMINAL_COMMAND_STATUSES:
+        return None
+    try:
+        return validation.terminal_record(cmd.record)[1]
+    except RunstoreError:
+        return None
+
+
+def run_ending(
+    cmd: RunTerminal, updated_at: Nanos, payload: lifecycle.RunCompletedPayload | None = None
+) -> RunEnding | None:
     """What ``Database.end_if_running`` needs of a RecordRunTerminal: the
     command checked as far as it can be without the stored run, by the very
     ``validation.check_terminal`` the full rules run, against the run the
     record describes (its agent, session and labels; a canceled one's
-    reason). None when that fails: the full rules then say why."""
+    reason). None when that fails: the full rules then say why. ``payload``
+    is ``terminal_payload(cmd)`` when the caller has it already."""
     record = cmd.record
-    if record is None or cmd.status not in TERMINAL_COMMAND_STATUSES:
+    if payload is None:
+        payload = terminal_payload(cmd)
+    if record is None or payload is None:
         return None
     try:
-        payload = lifecycle.decode_run_completed(record.payload)
         described = RunState(
             cmd.run_id,
             record.agent_id,
@@ -251,8 +270,10 @@ def run_ending(cmd: RunTerminal, updated_at: Nanos) -> RunEnding | None:
             payload.cancellation_reason or "",
             0,
         )
-        status, record = validation.check_terminal(cmd.run_id, cmd.status, record, described)
-    except (lifecycle.PayloadError, RunstoreError):
+        status, record = validation.check_terminal(
+            cmd.run_id, cmd.status, record, described, payload
+        )
+    except RunstoreError:
         return None
     reasons: tuple[str, str] | None = None
     if status is RunStatus.CANCELED:

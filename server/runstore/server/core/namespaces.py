@@ -190,6 +190,8 @@ class NamespaceStore:
         self._purge_batch_rows = purge_batch_rows
         self._clock = clock
         self._purges: dict[str, asyncio.Task[None]] = {}
+        self.purged: Callable[[str], None] | None = None
+        """Told each namespace whose purge finished (the metrics drop its series)."""
 
     async def create(self, draft: Namespace, field_of: Mapping[str, str]) -> Namespace:
         _check_name(draft.name, field_of["name"])
@@ -330,6 +332,8 @@ class NamespaceStore:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 30.0)
         log.info("namespace %r deleted: %d rows purged", name, deleted)
+        if self.purged is not None:
+            self.purged(name)
 
     async def close(self) -> None:
         """Stops this replica's purges (a later start resumes them)."""

@@ -389,10 +389,32 @@ def check_suspension(
     return suspension, record
 
 
+def terminal_record(
+    record: RecordDraft | None,
+) -> tuple[RecordDraft, lifecycle.RunCompletedPayload]:
+    """§9.4.3 step 2's checks of the terminal record alone: V1, its type and
+    the strict decode of its ``run_completed`` payload (§5.3)."""
+    return _decode_lifecycle_record(
+        record,
+        lifecycle.RUN_COMPLETED,
+        lifecycle.decode_run_completed,
+        "record",
+        "terminal record: ",
+    )
+
+
 def check_terminal(
-    run_id: str, status: RunStatus | None, record: RecordDraft | None, run: RunState
+    run_id: str,
+    status: RunStatus | None,
+    record: RecordDraft | None,
+    run: RunState,
+    payload: lifecycle.RunCompletedPayload | None = None,
 ) -> tuple[RunStatus, RecordDraft]:
-    """§9.4.3 step 2 and §5.3/§5.8, including cancellation provenance (§10.1)."""
+    """§9.4.3 step 2 and §5.3/§5.8, including cancellation provenance (§10.1).
+
+    ``payload``: what ``terminal_record`` already returned for ``record``, so
+    that a command's payload is decoded once (the fast path's check, then the
+    full rules)."""
     if not run_id or status not in TERMINAL_COMMAND_STATUSES:
         raise _invalid(
             "run terminal requires completed, failed, or canceled status",
@@ -403,9 +425,8 @@ def check_terminal(
     if run_id != run.run_id:
         raise _invalid("terminal command does not match stored run", "run_id", run_id=run_id)
     field, prefix = "record", "terminal record: "
-    record, payload = _decode_lifecycle_record(
-        record, lifecycle.RUN_COMPLETED, lifecycle.decode_run_completed, field, prefix
-    )
+    if payload is None or record is None:
+        record, payload = terminal_record(record)
     _check_owned_by(record, run, field, prefix)
     if (payload.status, payload.phase) != lifecycle.TERMINAL_COMPLETION[status]:
         raise _invalid("terminal record outcome does not match command", f"{field}.payload", record)

@@ -5,7 +5,8 @@ the call's namespace, limits, request parsing, the database bound) lives in its
 own module of this package and is added here, so servicers stay thin and
 never see them. The list runs outermost first: a concern that must see every call, including ones
 refused later, sits earlier. The concerns make one grpc interceptor
-(``handlers.Chain``), which wraps each method's handler once and reuses it;
+(``handlers.Chain``), which builds one flat coroutine per method running every
+concern's steps (``handlers.Steps``) and reuses it;
 OpenTelemetry's own interceptor, when tracing, sits just outside it, so every
 concern runs inside the call's span.
 """
@@ -21,7 +22,7 @@ from runstore.server.auth import Security
 from runstore.server.config import ServerConfig
 from runstore.server.core.namespaces import NamespaceDirectory
 from runstore.server.interceptors.auth import Authentication
-from runstore.server.interceptors.calls import CallObserver
+from runstore.server.interceptors.calls import CallObserver, CallsInFlight
 from runstore.server.interceptors.db_bound import DatabaseBound
 from runstore.server.interceptors.handlers import Chain, Concern
 from runstore.server.interceptors.limits import Limits
@@ -64,6 +65,9 @@ def concerns(
     #    principal is known: the store's keys need it, and a refusal here says
     #    nothing about any session or run.
     chain.append(NamespaceResolution(namespaces, authenticated=security.principals is not None))
+    #    The calls in flight, by that namespace, from here to the call's end.
+    if metrics is not None:
+        chain.append(CallsInFlight(metrics))
 
     # 5. The budget of response bytes in flight (docs/limits.md). It serialises
     #    unary responses: from here outward a response is its bytes.

@@ -14,6 +14,7 @@ A refusal is made before the request body is even parsed.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextvars import ContextVar
@@ -27,7 +28,7 @@ from runstore.server import call_principal
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, Principals, PrincipalsFile
 from runstore.server.error_status import to_status
-from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
+from runstore.server.interceptors.handlers import Context, Handler, Refused, Steps
 from runstore.server.interceptors.namespaces import resolved as resolved_namespace
 from runstore.server.interceptors.parsing import parsed_request
 
@@ -122,68 +123,89 @@ class Authentication:
         call_principal.set_namespaces(principal.namespaces)
         _DECISION.set(principal)
 
-    def wrap(self, method: str, handler: Handler) -> Handler:
+    def steps(self, method: str, handler: Handler) -> Steps | None:
         if method in roles.OPEN_METHODS:
-            return handler
+            return None
         audited = method in roles.AUDITED_METHODS
+        name = method.rsplit("/", 1)[-1]
         if self._principals is None:
             if not audited:
-                return handler
-            return wrapped(handler, unary=lambda inner: _audited(method, inner, ANONYMOUS))
+                return None
+            return Steps(
+                enter=lambda request, context: (ANONYMOUS, request),
+                after=lambda state, response, context: _log_audited(name, state, None, response),
+                fail=lambda state, exc, context: _log_audited(name, state, context, None),
+            )
 
-        def unary(inner: Unary) -> Unary:
-            name = method.rsplit("/", 1)[-1]
+        def decided(request: Any, context: Context) -> Principal:
+            decision = _DECISION.get()
+            if isinstance(decision, Principal):
+                return decision
+            return _settle(method, decision, context)
 
-            async def call(request: Any, context: Context) -> Any:
-                decision = _DECISION.get()
-                if not isinstance(decision, Principal):
-                    decision = await _settle(method, decision, context)
-                if audited:
-                    return await _run_audited(name, inner, decision, request, context)
-                return await inner(request, context)
+        if handler.response_streaming and inspect.isasyncgenfunction(
+            handler.unary_stream or handler.stream_stream
+        ):
+            principals_file = self._principals
+            certificates = self._certificates
 
-            return call
-
-        principals_file = self._principals
-        certificates = self._certificates
-
-        def stream(inner: Streaming) -> Streaming:
-            async def call(request: Any, context: Context) -> AsyncIterator[Any]:
-                decision = _DECISION.get()
-                if not isinstance(decision, Principal):
-                    decision = await _settle(method, decision, context)
-                standing = _Standing(
-                    method,
-                    decision,
-                    context,
-                    certificates=certificates,
-                    current=lambda: principals_file.current,
+            def standing(
+                principal: Principal, responses: AsyncIterator[Any], context: Context
+            ) -> AsyncIterator[Any]:
+                return _standing(
+                    method, principal, responses, context, principals_file, certificates
                 )
-                principals_file.listen(standing.reloaded)
-                # A reload between this call's admission and ``listen`` told no
-                # one: judge the stream once against the set installed now.
-                standing.judge(principals_file.current)
-                responses = inner(request, context)
-                try:
-                    while standing.refusal is None:
-                        try:
-                            response = await standing.next_of(responses)
-                        except StopAsyncIteration:
-                            break
-                        if standing.refusal is not None:
-                            break
-                        yield response
-                finally:
-                    principals_file.unlisten(standing.reloaded)
-                if standing.refusal is not None:
-                    close = getattr(responses, "aclose", None)
-                    if close is not None:
-                        await close()
-                    await _abort(context, standing.refusal)
 
-            return call
+            return Steps(enter=decided, responses=standing)
+        if not audited:
+            return Steps(enter=decided)
 
-        return wrapped(handler, unary=unary, stream=stream)
+        def entered(request: Any, context: Context) -> tuple[Principal, Any]:
+            return decided(request, context), request
+
+        return Steps(
+            enter=entered,
+            after=lambda state, response, context: _log_audited(name, state, None, response),
+            fail=lambda state, exc, context: _log_audited(name, state, context, None),
+        )
+
+
+async def _standing(
+    method: str,
+    principal: Principal,
+    responses: AsyncIterator[Any],
+    context: Context,
+    principals_file: PrincipalsFile,
+    certificates: bool,
+) -> AsyncIterator[Any]:
+    """``responses`` while the auth file, reloaded, still admits the stream."""
+    standing = _Standing(
+        method,
+        principal,
+        context,
+        certificates=certificates,
+        current=lambda: principals_file.current,
+    )
+    principals_file.listen(standing.reloaded)
+    # A reload between this call's admission and ``listen`` told no
+    # one: judge the stream once against the set installed now.
+    standing.judge(principals_file.current)
+    try:
+        while standing.refusal is None:
+            try:
+                response = await standing.next_of(responses)
+            except StopAsyncIteration:
+                break
+            if standing.refusal is not None:
+                break
+            yield response
+    finally:
+        principals_file.unlisten(standing.reloaded)
+    if standing.refusal is not None:
+        close = getattr(responses, "aclose", None)
+        if close is not None:
+            await close()
+        await _abort(context, standing.refusal)
 
 
 class _Standing:
@@ -304,7 +326,7 @@ class _Standing:
                     raise asyncio.CancelledError
 
 
-async def _settle(method: str, decision: _Decision, context: Context) -> Principal:
+def _settle(method: str, decision: _Decision, context: Context) -> Principal:
     """The principal of a call whose certificate decides; refuses any other call."""
     if isinstance(decision, _ByCertificate):
         principal = decision.principals.by_certificate(certificate_identities(context))
@@ -320,8 +342,7 @@ async def _settle(method: str, decision: _Decision, context: Context) -> Princip
         decision = refusal
     if not isinstance(decision, RunstoreError):
         decision = UnauthenticatedError("authentication required", details={"method": method})
-    await _abort(context, decision)
-    raise AssertionError("unreachable: context.abort raises")
+    raise Refused(decision)
 
 
 def _refusal(method: str, principal: Principal | None, token_sent: bool) -> RunstoreError | None:
@@ -350,34 +371,23 @@ def _log_refused(method: str, principal: Principal) -> None:
     )
 
 
-def _audited(method: str, inner: Unary, principal: Principal) -> Unary:
-    """``inner`` logged with the principal's name and the outcome."""
-    name = method.rsplit("/", 1)[-1]
-
-    async def behavior(request: Any, context: Context) -> Any:
-        return await _run_audited(name, inner, principal, request, context)
-
-    return behavior
-
-
-async def _run_audited(
-    name: str, inner: Unary, principal: Principal, request: Any, context: Context
+def _log_audited(
+    name: str, state: tuple[Principal, Any], failed: Context | None, response: Any
 ) -> Any:
-    outcome = "failed"
-    try:
-        response = await inner(request, context)
-        outcome = "ok"
-        return response
-    finally:
-        code = context.code() if outcome != "ok" else None
-        log.info(
-            "%s %s by principal %r (role %s): %s",
-            name,
-            _subject(parsed_request(request)),
-            principal.name,
-            principal.role or "none, authentication off",
-            outcome if code is None else f"{outcome} ({getattr(code, 'name', code)})",
-        )
+    """An audited call's line: the principal's name and the outcome (with the
+    code when ``failed``, the call's context); returns ``response``."""
+    principal, request = state
+    outcome = "failed" if failed is not None else "ok"
+    code = failed.code() if failed is not None else None
+    log.info(
+        "%s %s by principal %r (role %s): %s",
+        name,
+        _subject(parsed_request(request)),
+        principal.name,
+        principal.role or "none, authentication off",
+        outcome if code is None else f"{outcome} ({getattr(code, 'name', code)})",
+    )
+    return response
 
 
 def _subject(request: Any) -> str:

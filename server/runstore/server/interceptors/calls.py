@@ -4,11 +4,15 @@ One concern does both, around everything later in the chain (so refusals
 by authentication, limits and request parsing count too): the go-grpc-prometheus
 call metrics (``grpc_server_started_total``, ``grpc_server_handled_total``,
 ``grpc_server_handling_seconds``, ``grpc_server_msg_received_total`` and
-``grpc_server_msg_sent_total``, the last two per message of a stream),
-``runstore_calls_in_flight`` and
-``runstore_errors_total{reason}``, and the access-log line (method, gRPC
+``grpc_server_msg_sent_total``, the last two per message of a stream, with
+their own labels only), ``runstore_calls_total{namespace, ...}`` and
+``runstore_errors_total{namespace, reason}``, and the access-log line (method, gRPC
 code, ErrorInfo reason, duration, principal, namespace, peer, request id). Neither
 payloads nor metadata values other than the request id are ever logged.
+``CallsInFlight``, right after the namespace concern, counts
+``runstore_calls_in_flight{namespace}``. The namespace is only ever one the
+namespace concern resolved, "" before that or for a service that acts in none
+(docs/observability.md, "The namespace label").
 
 The code is the one the call ended with: OK when the behaviour returned,
 the aborted code (with its ErrorInfo reason, read back from the status
@@ -19,16 +23,23 @@ went away, UNKNOWN when it raised anything else (what grpc answers then).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from runstore.server import call_principal, call_request_id
-from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
+from runstore.server.interceptors.handlers import (
+    Context,
+    Handler,
+    Steps,
+    admits_nothing,
+    behaviour_of,
+)
 from runstore.server.interceptors.namespaces import resolved as resolved_namespace
 from runstore.server.logs import ACCESS_LOGGER
 from runstore.server.metrics import GO_CODE_NAMES, MethodFigures, Metrics, grpc_type
@@ -36,6 +47,7 @@ from runstore.server.metrics import GO_CODE_NAMES, MethodFigures, Metrics, grpc_
 access_log = logging.getLogger(ACCESS_LOGGER)
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
+_OK = grpc.StatusCode.OK
 
 
 def error_reason(context: grpc.aio.ServicerContext[Any, Any]) -> str:
@@ -80,64 +92,69 @@ class CallObserver:
         self._metrics = metrics
         self._access_log = access_log
 
-    def admit(self, details: grpc.HandlerCallDetails) -> None:
-        pass
+    admit = admits_nothing
 
-    def wrap(self, method: str, handler: Handler) -> Handler:
+    def steps(self, method: str, handler: Handler) -> Steps:
         figures = None
         if self._metrics is not None:
             kind = grpc_type(handler.request_streaming, handler.response_streaming)
             figures = self._metrics.method(method, kind)
         begin = self._begin
         end = self._end
-        requests_streamed = handler.request_streaming
+        _, behaviour = behaviour_of(handler)
+        streamed = inspect.isasyncgenfunction(behaviour)
         # A streamed response a coroutine writes (health's Watch) is counted at
         # each context.write; a returned response once, when the call succeeds.
-        writes_stream = handler.response_streaming
+        writes_stream = handler.response_streaming and not streamed
 
-        def received(request: Any) -> Any:
-            if figures is None:
-                return request
-            if requests_streamed:
-                return _counted(request, figures.received)
-            figures.received.inc()
-            return request
+        def entered(request: Any, context: Context) -> tuple[float, str | None]:
+            return begin(figures, context)
 
-        def unary(behaviour: Unary) -> Unary:
-            async def call(request: Any, context: Context) -> Any:
-                started, peer = begin(figures, context)
-                given: Any = context
-                if figures is not None and writes_stream:
-                    given = _CountingWrites(context, figures.sent)
-                try:
-                    result = await behaviour(received(request), given)
-                except BaseException as exc:
-                    end(method, figures, started, peer, _code_of(exc, context), context)
-                    raise
-                code = _returned_code(context)
-                if figures is not None and not writes_stream and code is grpc.StatusCode.OK:
-                    figures.sent.inc()
-                end(method, figures, started, peer, code, context)
-                return result
+        def failed(state: tuple[float, str | None], exc: BaseException, context: Context) -> None:
+            end(method, figures, state[0], state[1], _code_of(exc, context), context)
 
-            return call
+        def returned(state: tuple[float, str | None], response: Any, context: Context) -> Any:
+            code = _returned_code(context)
+            if figures is not None and not streamed and not writes_stream and code is _OK:
+                figures.sent.inc()
+            end(method, figures, state[0], state[1], code, context)
+            return response
 
-        def stream(behaviour: Streaming) -> Streaming:
-            async def call(request: Any, context: Context) -> AsyncIterator[Any]:
-                started, peer = begin(figures, context)
-                try:
-                    async for response in behaviour(received(request), context):
-                        if figures is not None:
-                            figures.sent.inc()
-                        yield response
-                except BaseException as exc:
-                    end(method, figures, started, peer, _code_of(exc, context), context)
-                    raise
-                end(method, figures, started, peer, _returned_code(context), context)
+        received = None
+        counting = None
+        each = None
+        if figures is not None:
+            received_counter = figures.received
+            sent_counter = figures.sent
+            if handler.request_streaming:
 
-            return call
+                def received(request: Any, context: Context, state: Any) -> Any:
+                    return _counted(request, received_counter)
 
-        return wrapped(handler, unary=unary, stream=stream)
+            else:
+
+                def received(request: Any, context: Context, state: Any) -> Any:
+                    received_counter.inc()
+                    return request
+
+            if writes_stream:
+
+                def counting(context: Context, state: Any) -> Context:
+                    return cast(Context, _CountingWrites(context, sent_counter))
+
+            if streamed:
+
+                def each(state: Any) -> None:
+                    sent_counter.inc()
+
+        return Steps(
+            enter=entered,
+            request=received,
+            context=counting,
+            after=returned,
+            fail=failed,
+            each=each,
+        )
 
     def _begin(self, figures: MethodFigures | None, context: Context) -> tuple[float, str | None]:
         """The call's start time, and its peer when the access log will name it.
@@ -149,7 +166,6 @@ class CallObserver:
         """
         if figures is not None:
             figures.started.inc()
-            figures.in_flight.inc()
         peer = context.peer() if self._access_log else None
         return time.perf_counter(), peer
 
@@ -163,14 +179,17 @@ class CallObserver:
         context: Context,
     ) -> None:
         seconds = time.perf_counter() - started
-        failed = code is not grpc.StatusCode.OK
+        failed = code is not _OK
         reason = error_reason(context) if failed else ""
+        namespace = resolved_namespace()
         if figures is not None:
-            figures.in_flight.dec()
+            # Refused before a namespace was decided, or of a service acting in none: "".
+            in_namespace = namespace or ""
             figures.handled(code).inc()
+            figures.calls(code, in_namespace).inc()
             figures.handling.observe(seconds)
             if failed:
-                figures.errors(reason or "NONE").inc()
+                figures.errors_in(in_namespace, reason or "NONE").inc()
         if self._access_log and access_log.isEnabledFor(logging.INFO):
             go_code = GO_CODE_NAMES.get(code, "Unknown")
             fields = {
@@ -179,7 +198,7 @@ class CallObserver:
                 "reason": reason or None,
                 "duration_ms": round(seconds * 1000, 3),
                 "principal": call_principal.current() or None,
-                "namespace": resolved_namespace(),
+                "namespace": namespace,
                 "peer": peer,
                 "request_id": call_request_id.current() or None,
             }
@@ -197,6 +216,36 @@ class CallObserver:
                     extra={"access": fields},
                 )
             )
+
+
+class CallsInFlight:
+    """``runstore_calls_in_flight{namespace}``: right after the namespace concern,
+    so a call is counted under the namespace it acts in ("" for a service that
+    acts in none) from the moment that is decided until it ends; a call refused
+    before (by authentication or the namespace concern) is never in flight."""
+
+    admit = admits_nothing
+
+    def __init__(self, metrics: Metrics) -> None:
+        counts = metrics.calls_in_flight
+
+        def entered(request: Any, context: Context) -> str:
+            namespace = resolved_namespace() or ""
+            counts[namespace] += 1
+            return namespace
+
+        def left(namespace: str, response: Any, context: Context) -> Any:
+            # get: a namespace purged meanwhile has no series to bring back.
+            counts[namespace] = counts.get(namespace, 1) - 1
+            return response
+
+        def failed(namespace: str, exc: BaseException, context: Context) -> None:
+            left(namespace, None, context)
+
+        self._steps = Steps(enter=entered, after=left, fail=failed)
+
+    def steps(self, method: str, handler: Handler) -> Steps:
+        return self._steps
 
 
 def _returned_code(context: grpc.aio.ServicerContext[Any, Any]) -> grpc.StatusCode:

@@ -3,34 +3,35 @@
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
 
-import grpc
-
 from runstore.server.db import bound
-from runstore.server.interceptors.handlers import Context, Handler, Unary, wrapped
+from runstore.server.interceptors.handlers import Context, Handler, Steps, admits_nothing
 
 
-def _bounded(behaviour: Unary) -> Unary:
-    """``behaviour`` with its start marked."""
+def _marked(request: Any, context: Context) -> contextvars.Token[float | None]:
+    return bound.mark_call_start()
 
-    async def call(request: Any, context: Context) -> Any:
-        token = bound.mark_call_start()
-        try:
-            return await behaviour(request, context)
-        finally:
-            bound.end_call(token)
 
-    return call
+def _ended(token: contextvars.Token[float | None], response: Any, context: Context) -> Any:
+    bound.end_call(token)
+    return response
+
+
+def _failed(token: contextvars.Token[float | None], exc: BaseException, context: Context) -> None:
+    bound.end_call(token)
+
+
+_STEPS = Steps(enter=_marked, after=_ended, fail=_failed)
 
 
 class DatabaseBound:
     """Marks every unary method's start; streams keep the per-operation bound."""
 
-    def admit(self, details: grpc.HandlerCallDetails) -> None:
-        pass
+    admit = admits_nothing
 
-    def wrap(self, method: str, handler: Handler) -> Handler:
+    def steps(self, method: str, handler: Handler) -> Steps | None:
         if handler.unary_unary is None:
-            return handler
-        return wrapped(handler, unary=_bounded)
+            return None
+        return _STEPS

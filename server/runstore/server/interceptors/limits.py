@@ -24,11 +24,8 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import grpc
-
 from runstore.contract.errors import OverloadedError
-from runstore.server.error_status import abort
-from runstore.server.interceptors.handlers import Context, Handler, Unary, wrapped
+from runstore.server.interceptors.handlers import Context, Handler, Refused, Steps, admits_nothing
 
 SMALL_RESPONSE_BYTES = 64 * 1024
 """Responses this small are never refused for the byte budget."""
@@ -59,35 +56,32 @@ class ResponseBytesBudget:
 class Limits:
     """Refuses a large unary response while the response-bytes budget is held."""
 
+    admit = admits_nothing
+
     def __init__(self, max_response_bytes_in_flight: int) -> None:
         self.budget = ResponseBytesBudget(max_response_bytes_in_flight)
 
-    def admit(self, details: grpc.HandlerCallDetails) -> None:
-        pass
-
-    def wrap(self, method: str, handler: Handler) -> Handler:
+    def steps(self, method: str, handler: Handler) -> Steps | None:
         if handler.unary_unary is None or method.startswith(EXEMPT_PREFIXES):
-            return handler
+            return None
         serialize = handler.response_serializer or _already_serialized
         budget = self.budget
 
-        def unary(behaviour: Unary) -> Unary:
-            async def limited(request: Any, context: Context) -> bytes:
-                response = serialize(await behaviour(request, context))
-                size = len(response)
-                if not budget.try_charge(size):
-                    del response
-                    await abort(context, _overloaded(budget))
+        def limited(state: None, produced: Any, context: Context) -> bytes:
+            response = serialize(produced)
+            del produced  # the message is freed as soon as the chain lets it go
+            size = len(response)
+            if not budget.try_charge(size):
+                del response
+                raise Refused(_overloaded(budget))
 
-                def release(_: object) -> None:
-                    budget.release(size)
+            def release(_: object) -> None:
+                budget.release(size)
 
-                context.add_done_callback(cast(Any, release))
-                return response
+            context.add_done_callback(cast(Any, release))
+            return response
 
-            return limited
-
-        return wrapped(handler, unary=unary, response_serializer=_already_serialized)
+        return Steps(after=limited, replace={"response_serializer": _already_serialized})
 
 
 def _already_serialized(raw: bytes) -> bytes:

@@ -15,9 +15,10 @@ reflection and any other service are left alone.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import functools
+from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import Any, Final
+from typing import Final
 
 import grpc
 
@@ -33,8 +34,7 @@ from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.contract.namespaces import DEFAULT, EVERY, NAME_RULE, is_valid_name
 from runstore.server import call_namespace, call_principal
 from runstore.server.core.namespaces import NamespaceDirectory
-from runstore.server.error_status import to_status
-from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
+from runstore.server.interceptors.handlers import Handler, Steps
 
 NAMESPACED_SERVICES: Final = (
     "/runstore.v1.RuntimeStore/",
@@ -97,34 +97,14 @@ class NamespaceResolution:
             return
         _REQUESTED.set(requested)
 
-    def wrap(self, method: str, handler: Handler) -> Handler:
+    def steps(self, method: str, handler: Handler) -> Steps | None:
         if method.startswith(ADMINISTRATION):
             check = self._administrator
         elif method.startswith(NAMESPACED_SERVICES):
             check = self._resolve
         else:
-            return handler
-
-        def unary(inner: Unary) -> Unary:
-            async def call(request: Any, context: Context) -> Any:
-                refusal = await check(method)
-                if refusal is not None:
-                    await _abort(context, refusal)
-                return await inner(request, context)
-
-            return call
-
-        def stream(inner: Streaming) -> Streaming:
-            async def call(request: Any, context: Context) -> AsyncIterator[Any]:
-                refusal = await check(method)
-                if refusal is not None:
-                    await _abort(context, refusal)
-                async for response in inner(request, context):
-                    yield response
-
-            return call
-
-        return wrapped(handler, unary=unary, stream=stream)
+            return None
+        return Steps(check=functools.partial(check, method))
 
     def _bindings(self, method: str) -> tuple[str, ...] | RunstoreError | None:
         if not self._authenticated:
@@ -184,8 +164,3 @@ class NamespaceResolution:
         call_namespace.set_current(requested)
         _RESOLVED.set(requested)
         return None
-
-
-async def _abort(context: Context, error: RunstoreError) -> None:
-    status = to_status(error)
-    await context.abort(status.code, status.details, status.trailing_metadata)

@@ -13,18 +13,16 @@ from collections.abc import AsyncIterator, Callable
 from contextvars import ContextVar
 from typing import Any
 
-import grpc
-
 from runstore.contract.errors import MalformedRequestError
 from runstore.server.error_status import abort
-from runstore.server.interceptors.handlers import Context, Handler, prepared
+from runstore.server.interceptors.handlers import Context, Handler, Refused, Steps, admits_nothing
 
 _PARSED: ContextVar[Any] = ContextVar("runstore_parsed_request", default=None)
 
 
 def parsed_request(request: Any) -> Any:
     """What this concern parsed ``request`` into during the call, for the
-    concerns outside it, whose behaviours receive the raw bytes (after the
+    concerns outside it, whose steps see the raw bytes (after the
     call has run; ``request`` itself if nothing was parsed)."""
     parsed = _PARSED.get()
     return parsed if parsed is not None and isinstance(request, bytes) else request
@@ -37,33 +35,38 @@ def _message_name(deserializer: Callable[[bytes], Any]) -> str:
 
 
 class RequestParsing:
-    def admit(self, details: grpc.HandlerCallDetails) -> None:
-        pass
+    admit = admits_nothing
 
-    def wrap(self, method: str, handler: Handler) -> Handler:
+    def steps(self, method: str, handler: Handler) -> Steps | None:
         if handler.request_deserializer is None:
-            return handler
+            return None
         deserialize: Callable[[bytes], Any] = handler.request_deserializer
         name = _message_name(deserialize)
 
-        async def parse(raw: bytes, context: Context) -> Any:
+        def malformed() -> MalformedRequestError:
+            return MalformedRequestError(f"request body is not a valid {name} message")
+
+        def parse(raw: bytes, context: Context, state: None) -> Any:
             try:
                 message = deserialize(raw)
             except Exception:
-                await abort(
-                    context,
-                    MalformedRequestError(f"request body is not a valid {name} message"),
-                )
+                raise Refused(malformed()) from None
             _PARSED.set(message)
             return message
 
         async def parse_each(raw_requests: AsyncIterator[bytes], context: Context) -> Any:
             async for raw in raw_requests:
-                yield await parse(raw, context)
+                try:
+                    message = deserialize(raw)
+                except Exception:
+                    await abort(context, malformed())
+                _PARSED.set(message)
+                yield message
 
-        async def prepare(request: Any, context: Context) -> Any:
-            return parse_each(request, context)
+        def parse_stream(raw_requests: AsyncIterator[bytes], context: Context, state: None) -> Any:
+            return parse_each(raw_requests, context)
 
-        if handler.request_streaming:
-            return prepared(handler, prepare, request_deserializer=None)
-        return prepared(handler, parse, request_deserializer=None)
+        return Steps(
+            request=parse_stream if handler.request_streaming else parse,
+            replace={"request_deserializer": None},
+        )

@@ -9,13 +9,12 @@ export`` sends it, a worker does not, so a worker keeps reading its own writes
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any, Final
-
-import grpc
 
 from runstore.contract.metadata import READ_LAG_KEY, READ_LAG_TOLERATED
 from runstore.server.db.lagging import lagging_reads
-from runstore.server.interceptors.handlers import Context, Handler, Unary, wrapped
+from runstore.server.interceptors.handlers import Context, Handler, Steps, admits_nothing
 
 OPTING_IN: Final = frozenset(
     {
@@ -34,23 +33,36 @@ def _tolerates_lag(context: Context) -> bool:
     )
 
 
-def _maybe_lagging(behaviour: Unary) -> Unary:
-    async def call(request: Any, context: Context) -> Any:
-        if not _tolerates_lag(context):
-            return await behaviour(request, context)
-        with lagging_reads():
-            return await behaviour(request, context)
+def _entered(request: Any, context: Context) -> AbstractContextManager[None] | None:
+    """The call's ``lagging_reads`` block, entered, when the caller tolerates lag."""
+    if not _tolerates_lag(context):
+        return None
+    block = lagging_reads()
+    block.__enter__()
+    return block
 
-    return call
+
+def _left(block: AbstractContextManager[None] | None, response: Any, context: Context) -> Any:
+    if block is not None:
+        block.__exit__(None, None, None)
+    return response
+
+
+def _failed(
+    block: AbstractContextManager[None] | None, exc: BaseException, context: Context
+) -> None:
+    _left(block, None, context)
+
+
+_STEPS = Steps(enter=_entered, after=_left, fail=_failed)
 
 
 class ReadLag:
-    """Wraps the record listings of ``OPTING_IN``; every other method is left alone."""
+    """Steps for the record listings of ``OPTING_IN``; every other method is left alone."""
 
-    def admit(self, details: grpc.HandlerCallDetails) -> None:
-        pass
+    admit = admits_nothing
 
-    def wrap(self, method: str, handler: Handler) -> Handler:
+    def steps(self, method: str, handler: Handler) -> Steps | None:
         if method not in OPTING_IN or handler.unary_unary is None:
-            return handler
-        return wrapped(handler, unary=_maybe_lagging)
+            return None
+        return _STEPS

@@ -7,39 +7,24 @@ back to the caller in the trailing metadata ``x-request-id``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
 from runstore.server import call_request_id
-from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
+from runstore.server.interceptors.handlers import Context, Handler, Steps
 
 
-def _tagged(context: Context) -> None:
+def _tagged(request: Any, context: Context) -> None:
     context.set_trailing_metadata(((call_request_id.METADATA_KEY, call_request_id.current()),))
 
 
-def _unary(behaviour: Unary) -> Unary:
-    async def call(request: Any, context: Context) -> Any:
-        _tagged(context)
-        return await behaviour(request, context)
-
-    return call
-
-
-def _stream(behaviour: Streaming) -> Streaming:
-    async def call(request: Any, context: Context) -> AsyncIterator[Any]:
-        _tagged(context)
-        async for response in behaviour(request, context):
-            yield response
-
-    return call
+_STEPS = Steps(enter=_tagged)
 
 
 class RequestIds:
     def admit(self, details: grpc.HandlerCallDetails) -> None:
         call_request_id.set_current(call_request_id.from_metadata(details.invocation_metadata))
 
-    def wrap(self, method: str, handler: Handler) -> Handler:
-        return wrapped(handler, unary=_unary, stream=_stream)
+    def steps(self, method: str, handler: Handler) -> Steps:
+        return _STEPS
