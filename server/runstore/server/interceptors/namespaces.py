@@ -8,6 +8,12 @@ PERMISSION_DENIED, before anything says whether the namespace exists; then an
 unknown (or being deleted) namespace is NOT_FOUND, ``NAMESPACE_NOT_FOUND``.
 The namespace is set (``call_namespace``) for the rest of the call.
 
+Then the namespace's quotas (``core.quotas``, docs/namespaces.md#quotas), on
+the raw request before it is parsed: a refusal is RESOURCE_EXHAUSTED,
+``QUOTA_EXCEEDED``. A Watch stream holds its place in the namespace's
+``watch_streams`` while open, and ends with ``NAMESPACE_NOT_FOUND`` when the
+namespace is deleted.
+
 ``runstore.v1.NamespaceAdmin`` acts on namespaces, not in one: it needs a
 principal bound to every namespace (``"*"``) and ignores the header. Health,
 reflection and any other service are left alone.
@@ -15,7 +21,7 @@ reflection and any other service are left alone.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from typing import Any, Final
 
@@ -33,6 +39,7 @@ from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.contract.namespaces import DEFAULT, EVERY, NAME_RULE, is_valid_name
 from runstore.server import call_namespace, call_principal
 from runstore.server.core.namespaces import NamespaceDirectory
+from runstore.server.core.quotas import Quotas, Rule
 from runstore.server.error_status import to_status
 from runstore.server.interceptors.handlers import Context, Handler, Streaming, Unary, wrapped
 
@@ -85,9 +92,16 @@ class NamespaceResolution:
         authenticated: Whether authentication is on (principals carry bindings).
     """
 
-    def __init__(self, directory: NamespaceDirectory | None, *, authenticated: bool) -> None:
+    def __init__(
+        self,
+        directory: NamespaceDirectory | None,
+        *,
+        authenticated: bool,
+        quotas: Quotas | None = None,
+    ) -> None:
         self._directory = directory
         self._authenticated = authenticated
+        self._quotas = quotas
 
     def admit(self, details: grpc.HandlerCallDetails) -> None:
         try:
@@ -104,6 +118,10 @@ class NamespaceResolution:
             check = self._resolve
         else:
             return handler
+        quotas = self._quotas
+        rule = quotas.rule(method) if quotas is not None and check == self._resolve else None
+        if quotas is not None and rule is not None:
+            return _with_quotas(handler, method, check, quotas, rule)
 
         def unary(inner: Unary) -> Unary:
             async def call(request: Any, context: Context) -> Any:
@@ -184,6 +202,65 @@ class NamespaceResolution:
         call_namespace.set_current(requested)
         _RESOLVED.set(requested)
         return None
+
+
+def _with_quotas(
+    handler: Handler,
+    method: str,
+    check: Callable[[str], Awaitable[RunstoreError | None]],
+    quotas: Quotas,
+    rule: Rule,
+) -> Handler:
+    """``handler`` behind the namespace's check and then its quotas (the rules
+    and their state are ``core.quotas``'; this only calls them)."""
+    adds_data = rule.adds_data
+
+    def unary(inner: Unary) -> Unary:
+        async def call(request: Any, context: Context) -> Any:
+            refusal = await check(method)
+            namespace = _RESOLVED.get() or DEFAULT
+            size = len(request) if isinstance(request, bytes) else 0
+            if refusal is None:
+                refusal = quotas.admit(rule, namespace, size)
+            if refusal is not None:
+                await _abort(context, refusal)
+            response = await inner(request, context)
+            if adds_data:
+                quotas.committed(namespace, size)
+            return response
+
+        return call
+
+    def stream(inner: Streaming) -> Streaming:
+        async def call(request: Any, context: Context) -> AsyncIterator[Any]:
+            refusal = await check(method)
+            if refusal is not None:
+                await _abort(context, refusal)
+            lease = quotas.open_stream(_RESOLVED.get() or DEFAULT)
+            if isinstance(lease, RunstoreError):
+                await _abort(context, lease)
+                return
+            responses = inner(request, context)
+            try:
+                while True:
+                    try:
+                        response = await lease.next_of(responses)
+                    except StopAsyncIteration:
+                        break
+                    if lease.refusal is not None:
+                        break
+                    yield response
+            finally:
+                lease.close()
+            if lease.refusal is not None:  # its namespace was deleted
+                close = getattr(responses, "aclose", None)
+                if close is not None:
+                    await close()
+                await _abort(context, lease.refusal)
+
+        return call
+
+    return wrapped(handler, unary=unary, stream=stream)
 
 
 async def _abort(context: Context, error: RunstoreError) -> None:
