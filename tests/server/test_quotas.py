@@ -443,7 +443,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-async def test_call_with_retry_waits_the_retry_delay_plus_jitter() -> None:
+async def test_call_with_retry_waits_the_retry_delay_then_its_jittered_backoff() -> None:
     slept: list[float] = []
     calls = 0
 

@@ -87,13 +87,13 @@ def is_retryable(error: BaseException) -> bool:
 
 
 def backoff_delay(error: RunstoreError, drawn: float) -> float:
-    """The sleep before a retry: the jittered draw, at least what the server
-    asked for (RetryInfo), plus a jitter of up to half of it so that callers
-    refused together do not all come back at the same instant."""
+    """The sleep before a retry: the jittered draw below the growing cap, after
+    the delay the server asked for (RetryInfo) when it asked for one. Added,
+    not the larger of the two: callers refused together (every one told the
+    same next-token time) spread out as their caps grow, instead of all
+    coming back at that instant."""
     asked = error.retry_delay
-    if asked is None or asked <= drawn:
-        return drawn
-    return asked + min(drawn, asked / 2)
+    return drawn if asked is None else asked + drawn
 
 
 @dataclass(frozen=True, slots=True)

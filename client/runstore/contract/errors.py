@@ -47,6 +47,10 @@ class RunstoreError(Exception):
     code: ClassVar[str] = "UNKNOWN"
     permanent: ClassVar[bool] = False
     default_message: ClassVar[str] = "runstore error"
+    shows_message: ClassVar[bool] = False
+    """Whether the server sends the error's own text: a contract error's, and
+    a quota's (it names only the caller's namespace); any other says only its
+    class's ``default_message``, nothing about internals."""
 
     def __init__(
         self,
@@ -116,6 +120,7 @@ class ContractError(RunstoreError):
     """A permanent failure: retrying the same command cannot succeed (§11.1)."""
 
     permanent = True
+    shows_message = True
 
 
 class TransientError(RunstoreError):
@@ -188,6 +193,7 @@ class QuotaExceededError(TransientError):
     reason = "QUOTA_EXCEEDED"
     code = "RESOURCE_EXHAUSTED"
     default_message = "namespace quota exceeded; retry after a backoff"
+    shows_message = True
 
     def __init__(
         self,

@@ -28,13 +28,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from runstore.contract.errors import (
-    ERROR_DOMAIN,
-    ContractError,
-    InternalError,
-    QuotaExceededError,
-    RunstoreError,
-)
+from runstore.contract.errors import ERROR_DOMAIN, ContractError, InternalError, RunstoreError
 from runstore.server import call_request_id
 
 log = logging.getLogger(__name__)
@@ -64,11 +58,10 @@ def bounded(text: str, limit: int) -> str:
 
 
 def public_message(error: RunstoreError) -> str:
-    """The message the caller sees: a contract error's own text; for anything
-    else (database or server trouble) only its generic class message."""
-    # A quota's refusal names only the caller's namespace and quota: its own text.
-    own = isinstance(error, (ContractError, QuotaExceededError))
-    message = error.message if own else type(error).default_message
+    """The message the caller sees: a contract error's (or a quota's) own
+    text; for anything else (database or server trouble) only its generic
+    class message."""
+    message = error.message if error.shows_message else type(error).default_message
     return bounded(message, MAX_MESSAGE_BYTES)
 
 
