@@ -33,7 +33,7 @@ from runstore.client.retry import NO_RETRY, RetryPolicy, call_with_retry, is_ret
 from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.server.app import Telemetry, build_server, create_stores, open_database
 from runstore.server.config import ServerConfig
-from runstore.server.core.namespaces import NamespaceDirectory, NamespaceStore
+from runstore.server.core.namespaces import REFRESH_SECONDS, NamespaceDirectory, NamespaceStore
 from runstore.server.core.quotas import METHODS, QuotaKeeper, Quotas, TokenBucket
 from runstore.server.metrics import Metrics
 from runstore.v1 import (
@@ -90,9 +90,10 @@ class Cluster:
         return await _replica(self.stack, self.url)
 
 
-async def _replica(stack: AsyncExitStack, url: str) -> Replica:
+async def _replica(stack: AsyncExitStack, url: str, *, live: bool = False) -> Replica:
     """A server whose quota state runs on a fake clock; its keeper ticks only
-    when the test says (its loop's next round is an hour away)."""
+    when the test says (its loop's next round is an hour away). ``live``: the
+    server's own clock and keeper, as ``runstore serve`` runs them."""
     # Watch streams re-read their cursor rarely: a stream ends because its
     # namespace went, not because a poll found its run purged.
     config = ServerConfig(
@@ -102,9 +103,13 @@ async def _replica(stack: AsyncExitStack, url: str) -> Replica:
     stores = create_stores(config, db)
     clock = FakeClock()
     own = getattr(db, "inner", db)
-    directory = NamespaceDirectory(own, clock=clock)
-    namespaces = NamespaceStore(db, directory)
-    keeper = QuotaKeeper(Quotas(directory, clock=clock), directory, own, interval=3600)
+    if live:
+        assert stores.namespaces is not None and stores.quotas is not None
+        namespaces, keeper = stores.namespaces, stores.quotas
+    else:
+        directory = NamespaceDirectory(own, clock=clock)
+        namespaces = NamespaceStore(db, directory)
+        keeper = QuotaKeeper(Quotas(directory, clock=clock), directory, own, interval=3600)
     metrics = Metrics("test")
     running = await build_server(
         config,
@@ -501,6 +506,33 @@ async def test_another_replica_ends_the_streams_of_a_deleted_namespace_at_its_re
     await _deleted_ends_watch(pair[1], pair[0], tick=True)
 
 
+@pytest.mark.postgres
+async def test_another_replica_ends_them_within_its_refresh_interval_unasked() -> None:
+    """As served: no call reaches the watching replica, its own refresh finds
+    the namespace gone within REFRESH_SECONDS (plus one read)."""
+    async with AsyncExitStack() as stack:
+        url = await stack.enter_async_context(postgres.fresh_database())
+        deleter = await _replica(stack, url, live=True)
+        watcher = await _replica(stack, url, live=True)
+        name = await _namespace(deleter)
+        run = await _one_shot(deleter, name)
+        await _until(
+            lambda: name in watcher.namespaces.directory.active(), "the watcher sees it created"
+        )
+        stream = watcher.store.runtime.WatchRunRecords(
+            rs.WatchRunRecordsRequest(run_id=run.id), metadata=watcher.md(name)
+        )
+        await _first_batch(stream)
+        async with RemoteNamespaceAdmin(deleter.target, retry=NO_RETRY) as admin:
+            await admin.delete_namespace(name)
+        deleted_at = time.monotonic()
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await _first_batch(stream)
+        ended_after = time.monotonic() - deleted_at
+        assert failure_of(caught.value).reason == "NAMESPACE_NOT_FOUND"
+        assert ended_after < REFRESH_SECONDS + 1.0, ended_after
+
+
 # --- Two replicas over one PostgreSQL database -------------------------------------
 
 
@@ -579,3 +611,28 @@ async def test_an_unknown_namespace_is_not_found_before_any_quota(one: Replica) 
     """A namespace that does not exist is NOT_FOUND before any quota."""
     failure = await fails(_session(one, "no-such-namespace"))
     assert failure.reason == "NAMESPACE_NOT_FOUND"
+
+
+async def test_appends_touch_no_counter_row(one: Replica) -> None:
+    """No hot row: the usage row changes only at a recount, the heartbeat
+    rows only at a heartbeat, whatever the namespace appends meanwhile."""
+    name = await _namespace(one, quota_stored_bytes=10**9, quota_writes_per_s=10**6)
+    await _beat([one])
+    await one.keeper.recount()
+
+    db = one.keeper._db
+    usage_before = (await db.read(lambda tx: tx.namespace_usage()))[name]
+    beats_before = await db.read(_heartbeats)
+    run = await _one_shot(one, name)
+    for index in range(20):
+        await one.store.runtime.AppendRunRecord(
+            rs.AppendRunRecordRequest(record=run.record(f"n{index}", payload=b"p" * 100)),
+            metadata=one.md(name),
+        )
+    assert (await db.read(lambda tx: tx.namespace_usage()))[name] == usage_before
+    assert await db.read(_heartbeats) == beats_before
+    assert one.quotas.stored_bytes(name) >= usage_before[0] + 20 * 100
+
+
+async def _heartbeats(tx: Any) -> list[Any]:
+    return list(await tx._all(tx._namespace_sql.replicas))

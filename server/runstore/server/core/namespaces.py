@@ -96,9 +96,12 @@ class NamespaceDirectory:
             await self.refresh()
         return name in self._active
 
-    def stale(self) -> bool:
+    def stale(self, seconds: float | None = None) -> bool:
+        """Whether the set was read longer than ``seconds`` (default: the
+        refresh interval) ago, or never."""
         loaded_at = self._loaded_at
-        return loaded_at is None or self._clock() - loaded_at >= self._refresh_seconds
+        limit = self._refresh_seconds if seconds is None else seconds
+        return loaded_at is None or self._clock() - loaded_at >= limit
 
     def settings(self, name: str) -> Namespace | None:
         """The namespace's row as last read or changed here (None: not active, or not read)."""

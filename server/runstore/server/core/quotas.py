@@ -457,7 +457,9 @@ class QuotaKeeper:
 
     async def tick(self) -> None:
         """One round: the directory, the heartbeat, the stored bytes."""
-        if self._directory.stale():
+        # Read unless a call's refresh just did: a namespace deleted elsewhere
+        # ends its streams here within about one interval.
+        if self._directory.stale(self.interval / 2):
             await self._directory.refresh()
         rows = [self._directory.settings(name) for name in self._directory.active()]
         if any(_rated(row) for row in rows) or self._beating:

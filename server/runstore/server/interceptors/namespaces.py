@@ -219,7 +219,7 @@ def _with_quotas(
         async def call(request: Any, context: Context) -> Any:
             refusal = await check(method)
             namespace = _RESOLVED.get() or DEFAULT
-            size = len(request) if isinstance(request, bytes) else 0
+            size = len(request) if isinstance(request, bytes) else _size(request)
             if refusal is None:
                 refusal = quotas.admit(rule, namespace, size)
             if refusal is not None:
@@ -261,6 +261,12 @@ def _with_quotas(
         return call
 
     return wrapped(handler, unary=unary, stream=stream)
+
+
+def _size(request: Any) -> int:
+    """A parsed request's encoded size (the chain hands this slot raw bytes)."""
+    byte_size = getattr(request, "ByteSize", None)
+    return int(byte_size()) if byte_size is not None else 0
 
 
 async def _abort(context: Context, error: RunstoreError) -> None:
