@@ -34,7 +34,13 @@ from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.server.app import Telemetry, build_server, create_stores, open_database
 from runstore.server.config import ServerConfig
 from runstore.server.core.namespaces import REFRESH_SECONDS, NamespaceDirectory, NamespaceStore
-from runstore.server.core.quotas import METHODS, QuotaKeeper, Quotas, TokenBucket
+from runstore.server.core.quotas import (
+    METHODS,
+    QUEUE_SECONDS,
+    QuotaKeeper,
+    Quotas,
+    TokenBucket,
+)
 from runstore.server.metrics import Metrics
 from runstore.v1 import (
     context_store_pb2,
@@ -245,6 +251,19 @@ def test_a_bucket_holds_one_second_of_its_rate_at_least_one_token() -> None:
     empty = TokenBucket(0.0, now=0.0)
     empty.take(0.0)
     assert empty.take(1e9) == float("inf")
+
+
+def test_callers_refused_together_are_told_times_one_token_apart() -> None:
+    bucket = TokenBucket(4.0, now=0.0)
+    for _ in range(4):
+        assert bucket.take(0.0) == 0.0
+    assert [bucket.take(0.0) for _ in range(3)] == [0.25, 0.5, 0.75]
+    # Each comes back at its time and finds its token.
+    assert [bucket.take(t) for t in (0.25, 0.5, 0.75)] == [0.0, 0.0, 0.0]
+    # A caller that never waits cannot push the others beyond QUEUE_SECONDS.
+    for _ in range(1000):
+        bucket.take(0.75)
+    assert bucket.take(0.75) <= QUEUE_SECONDS
 
 
 # --- Each quota at its limit, and recovering -------------------------------------

@@ -69,10 +69,6 @@ and migrations use others)."""
 def _quota_sources(dialect: Dialect) -> dict[str, ClauseElement]:
     """The heartbeat and usage statements: plain SQL, the same on both backends
     (``INSERT ... ON CONFLICT``), but for the recount's lock."""
-    counted = " + ".join(
-        f"(SELECT COALESCE(SUM({size}), 0) FROM {table} WHERE namespace = :counted)"
-        for table, size in STORED_SIZES
-    )
     lock = (
         "SELECT pg_try_advisory_xact_lock(:key)"
         if dialect.name == "postgresql"
@@ -97,7 +93,6 @@ def _quota_sources(dialect: Dialect) -> dict[str, ClauseElement]:
             "SET stored_bytes = excluded.stored_bytes, measured_at = excluded.measured_at"
         ),
         "drop_usage": delete(namespace_usage).where(namespace_usage.c.name == bindparam("name")),
-        "count_stored": text(f"SELECT {counted}"),
         "recount_lock": text(lock),
     }
 
@@ -120,10 +115,12 @@ class NamespaceStatements:
     usage: Compiled
     set_usage: Compiled
     drop_usage: Compiled
-    count_stored: Compiled
     recount_lock: Compiled
     purges: tuple[Compiled, ...]
     """One per table of ``DATA_TABLES``, in that order."""
+    stored: tuple[Compiled, ...]
+    """The stored bytes of a namespace in each table of ``STORED_SIZES``: one
+    statement each, so none runs long on a large namespace."""
 
     @classmethod
     def compile(cls, dialect: Dialect) -> NamespaceStatements:
@@ -152,7 +149,14 @@ class NamespaceStatements:
         }
         compiled = {name: compile_for(statement, dialect) for name, statement in sources.items()}
         purges = tuple(compile_for(_purge(table, dialect), dialect) for table in DATA_TABLES)
-        return cls(**compiled, purges=purges)
+        stored = tuple(
+            compile_for(
+                text(f"SELECT COALESCE(SUM({size}), 0) FROM {table} WHERE namespace = :counted"),
+                dialect,
+            )
+            for table, size in STORED_SIZES
+        )
+        return cls(**compiled, purges=purges, stored=stored)
 
 
 def _namespace(row: Any) -> Namespace:
@@ -217,7 +221,9 @@ class NamespaceOperations:
         for name in names:
             if name in measured and measured[name][1] >= fresh_after:
                 continue  # another replica recounted it since
-            stored = int((await self._one(sql.count_stored, counted=name))[0])
+            stored = 0
+            for statement in sql.stored:
+                stored += int((await self._one(statement, counted=name))[0])
             await self._run(sql.set_usage, name=name, stored_bytes=stored, measured_at=now)
             recounted += 1
         return recounted
