@@ -534,10 +534,10 @@ async def test_another_replica_ends_them_within_its_refresh_interval_unasked() -
         deleter = await _replica(stack, url, live=True)
         watcher = await _replica(stack, url, live=True)
         name = await _namespace(deleter)
-        run = await _one_shot(deleter, name)
         await _until(
             lambda: name in watcher.namespaces.directory.active(), "the watcher sees it created"
         )
+        run = await _one_shot(watcher, name)
         stream = watcher.store.runtime.WatchRunRecords(
             rs.WatchRunRecordsRequest(run_id=run.id), metadata=watcher.md(name)
         )

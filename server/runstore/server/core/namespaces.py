@@ -42,6 +42,11 @@ PURGE_BATCH_ROWS: Final = 1000
 """Rows one purge transaction deletes at most, so a namespace of any size is
 deleted without one long transaction holding locks or the SQLite writer."""
 
+PURGE_DELAY_SECONDS: Final = REFRESH_SECONDS + 1.0
+"""How long after a deletion its purge starts: by then every replica has seen
+the namespace gone and ended its Watch streams with NAMESPACE_NOT_FOUND, so
+none of them ends instead because a poll found its run or session purged."""
+
 MAX_DESCRIPTION_CHARS: Final = 1024
 
 CHANGEABLE: Final = (
@@ -227,11 +232,13 @@ class NamespaceStore:
         directory: NamespaceDirectory,
         *,
         purge_batch_rows: int = PURGE_BATCH_ROWS,
+        purge_delay: float = PURGE_DELAY_SECONDS,
         clock: Callable[[], Nanos] = time.time_ns,
     ) -> None:
         self._db = db
         self.directory = directory
         self._purge_batch_rows = purge_batch_rows
+        self._purge_delay = purge_delay
         self._clock = clock
         self._purges: dict[str, asyncio.Task[None]] = {}
 
@@ -350,6 +357,7 @@ class NamespaceStore:
         time: each batch deletes whatever is still there."""
         call_namespace.set_current(name)  # this task's context only: its statements' namespace
         limit = self._purge_batch_rows
+        await asyncio.sleep(self._purge_delay)
 
         async def batch(tx: Transaction) -> int:
             return await tx.purge_namespace_rows(name, limit)
