@@ -27,6 +27,7 @@ from runstore.client import (
     QuotaExceededError,
     RemoteNamespaceAdmin,
     RemoteSessionAdmin,
+    RemoteStore,
     RetryClock,
 )
 from runstore.client.retry import NO_RETRY, RetryPolicy, call_with_retry, is_retryable
@@ -655,3 +656,32 @@ async def test_appends_touch_no_counter_row(one: Replica) -> None:
 
 async def _heartbeats(tx: Any) -> list[Any]:
     return list(await tx._all(tx._namespace_sql.replicas))
+
+
+async def test_the_typed_watch_backs_off_at_the_watch_stream_quota(one: Replica) -> None:
+    """The Python client's Watch iterator reconnects once a stream is free."""
+    name = await _namespace(one, quota_watch_streams=1)
+    run = await _one_shot(one, name)
+    holder = one.store.runtime.WatchRunRecords(
+        rs.WatchRunRecordsRequest(run_id=run.id), metadata=one.md(name)
+    )
+    await _first_batch(holder)
+    refusals: list[str] = []
+
+    async def sleep(_: float) -> None:
+        # Backing off: meanwhile the other stream of the namespace ends.
+        holder.cancel()
+        await _until(lambda: one.quotas.open_streams(name) == 0, "the held stream is released")
+
+    store = RemoteStore(
+        one.target,
+        namespace=name,
+        clock=RetryClock(sleep=sleep),
+        on_retry=lambda error, *_: refusals.append(error.reason),
+    )
+    async with store:
+        records = store.watch_run_records(run.id)
+        first = await asyncio.wait_for(anext(records), 10)
+        await records.aclose()
+    assert first.event_key == "started"
+    assert refusals == ["QUOTA_EXCEEDED"]
