@@ -492,11 +492,21 @@ async def test_call_with_retry_waits_the_retry_delay_then_its_jittered_backoff()
 # --- Deleting a namespace ends its Watch streams ---------------------------------
 
 
+async def _learns(replica: Replica, name: str) -> None:
+    """The replica's directory reads the table until it has ``name`` (a read
+    its keeper began before the namespace existed may still be in flight)."""
+    for _ in range(10):
+        replica.clock.advance(3600)  # its directory is stale: the next refresh reads
+        await replica.keeper.tick()
+        if name in replica.namespaces.directory.active():
+            return
+    raise AssertionError(f"{name} never seen")
+
+
 async def _deleted_ends_watch(watcher: Replica, deleter: Replica, tick: bool) -> None:
     name = await _namespace(deleter)
     if watcher is not deleter:
-        watcher.clock.advance(3600)  # its directory is stale: the next refresh reads
-        await watcher.keeper.tick()
+        await _learns(watcher, name)
     run = await _one_shot(watcher, name)
     stream = watcher.store.runtime.WatchRunRecords(
         rs.WatchRunRecordsRequest(run_id=run.id), metadata=watcher.md(name)
@@ -568,6 +578,7 @@ async def _beat(replicas: list[Replica]) -> None:
 async def test_two_replicas_each_enforce_half_of_a_rate_quota(pair: list[Replica]) -> None:
     first, second = pair
     name = await _namespace(first, quota_writes_per_s=4.0)
+    await _learns(second, name)
     await _beat(pair)
     assert (first.quotas.replicas, second.quotas.replicas) == (2, 2)
     for replica in pair:
@@ -591,6 +602,7 @@ async def test_the_watch_stream_quota_counts_the_streams_of_every_replica(
 ) -> None:
     first, second = pair
     name = await _namespace(first, quota_watch_streams=1)
+    await _learns(second, name)
     await _beat(pair)
     run = await _one_shot(first, name)
     watch = rs.WatchRunRecordsRequest(run_id=run.id)
@@ -620,8 +632,7 @@ async def test_the_stored_bytes_measurement_is_shared_through_the_database(
     async with RemoteNamespaceAdmin(first.target, retry=NO_RETRY) as admin:
         await admin.update_namespace(name, quota_stored_bytes=1000)
     await first.keeper.recount()
-    second.clock.advance(3600)
-    await second.keeper.tick()  # reads the usage the first one measured
+    await _learns(second, name)  # and reads the usage the first one measured
     assert second.quotas.stored_bytes(name) >= 1200
     failure, _ = await refused(_session(second, name))
     _assert_quota(failure, name, "stored_bytes", "1000")
