@@ -347,8 +347,11 @@ async def test_every_reason_rebuilds_the_class_the_server_raised(reason: str) ->
     rebuilt = from_rpc_error(wire)
     expected = contract_errors.UnavailableError if reason == "TRANSIENT" else cls
     assert type(rebuilt) is expected
-    # Only contract errors keep their text; others say nothing about internals.
-    text = "some text" if issubclass(cls, contract_errors.ContractError) else cls.default_message
+    # Only contract errors (and quotas, naming the caller's namespace) keep
+    # their text; others say nothing about internals.
+    shown = issubclass(cls, (contract_errors.ContractError, contract_errors.QuotaExceededError))
+    assert cls.shows_message is shown
+    text = "some text" if shown else cls.default_message
     assert (
         rebuilt.message,
         rebuilt.run_id,

@@ -63,6 +63,7 @@ EXPECTED = {
     "PERMISSION_DENIED": ("PERMISSION_DENIED", True),
     # An operating limit of the server (docs/limits.md): retry later.
     "OVERLOADED": ("RESOURCE_EXHAUSTED", False),
+    "QUOTA_EXCEEDED": ("RESOURCE_EXHAUSTED", False),
     # Client-side only: a status outside the table (no ErrorInfo from runstore).
     "RPC_ERROR": ("UNKNOWN", False),
 }

@@ -61,6 +61,20 @@ def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
     return None
 
 
+def retry_delay(error: grpc.RpcError) -> float | None:
+    """The seconds a failed call's ``google.rpc.RetryInfo`` asks to wait, if it has one."""
+    trailers = getattr(error, "trailing_metadata", lambda: None)() or ()
+    for key, value in trailers:
+        if key != _STATUS_DETAILS_KEY:
+            continue
+        for detail in status_pb2.Status.FromString(value).details:
+            if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                info = error_details_pb2.RetryInfo()
+                detail.Unpack(info)
+                return max(0.0, float(info.retry_delay.ToNanoseconds()) / 1e9)
+    return None
+
+
 def from_rpc_error(error: grpc.RpcError) -> RunstoreError:
     """The runstore error a failed gRPC call stands for; the call is its cause."""
     code: grpc.StatusCode = error.code()
@@ -80,5 +94,6 @@ def from_rpc_error(error: grpc.RpcError) -> RunstoreError:
         cls = _BY_CODE.get(code, UnexpectedRpcError)
     rebuilt = cls(message, details=details, **context)
     rebuilt.status_code = code.name
+    rebuilt.retry_delay = retry_delay(error)
     rebuilt.__cause__ = error
     return rebuilt

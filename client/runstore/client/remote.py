@@ -56,10 +56,12 @@ from runstore.client.retry import (
     SYSTEM_CLOCK,
     RetryClock,
     RetryPolicy,
+    backoff_delay,
     call_with_retry,
+    is_retryable,
 )
 from runstore.client.tokens import clean_token
-from runstore.contract.errors import RunstoreError, UnavailableError
+from runstore.contract.errors import QuotaExceededError, RunstoreError, UnavailableError
 from runstore.contract.metadata import NAMESPACE_KEY, namespace_metadata
 from runstore.contract.model import Item, ListPage
 from runstore.contract.namespaces import NAME_RULE as NAMESPACE_RULE
@@ -521,8 +523,9 @@ class RemoteStore(_Client):
                     cursor = batch.next_cursor
                     for message in batch.events:
                         yield convert.from_record(message)
-            except UnavailableError as error:
-                if isinstance(error, TLSHandshakeError):
+            except (UnavailableError, QuotaExceededError) as error:
+                # A namespace at its watch_streams quota: back off as for an outage.
+                if not is_retryable(error):
                     raise
                 if reconnects == 0:
                     failing_since = self._clock.monotonic()
@@ -533,7 +536,7 @@ class RemoteStore(_Client):
                     and self._clock.monotonic() - failing_since >= policy.deadline
                 ):
                     raise
-                delay = self._clock.uniform(0.0, next(caps))
+                delay = backoff_delay(error, self._clock.uniform(0.0, next(caps)))
                 if self._on_retry is not None:
                     self._on_retry(error, reconnects, delay)
                 await self._clock.sleep(delay)

@@ -1,12 +1,15 @@
 """Retrying transient failures with capped exponential backoff and full jitter.
 
 Only transient errors are retried (``TransientError``: UNAVAILABLE, ABORTED,
-DEADLINE_EXCEEDED, a server-side CANCELLED, INTERNAL/TRANSIENT, and
-RESOURCE_EXHAUSTED/OVERLOADED, whose backoff gives an overloaded server room); a contract
-error is raised at once. Every attempt sends the identical command, which the
-store's exact-retry rules make safe (§8). The total deadline is measured on a
-monotonic clock; the client stops before a sleep would pass it and clips each
-attempt's own timeout to the time left.
+DEADLINE_EXCEEDED, a server-side CANCELLED, INTERNAL/TRANSIENT,
+RESOURCE_EXHAUSTED/OVERLOADED, whose backoff gives an overloaded server room, and
+RESOURCE_EXHAUSTED/QUOTA_EXCEEDED but for ``stored_bytes``); a contract
+error is raised at once. A delay the server asks for (``google.rpc.RetryInfo``,
+``RunstoreError.retry_delay``) is the least a sleep waits. Every attempt
+sends the identical command, which the store's exact-retry rules make safe
+(§8). The total deadline is measured on a monotonic clock; the client stops
+before a sleep would pass it and clips each attempt's own timeout to the time
+left.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from runstore.client.handshake import TLSHandshakeError
-from runstore.contract.errors import RunstoreError, TransientError
+from runstore.contract.errors import QuotaExceededError, RunstoreError, TransientError
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +79,21 @@ NO_RETRY = RetryPolicy(max_attempts=1)
 
 def is_retryable(error: BaseException) -> bool:
     """Transient runstore errors only; never a contract error (§11.1), nor a
-    TLS mistake that looks like an outage (``TLSHandshakeError``)."""
+    TLS mistake that looks like an outage (``TLSHandshakeError``), nor a
+    ``stored_bytes`` quota, which no wait clears (docs/namespaces.md#quotas)."""
+    if isinstance(error, QuotaExceededError):
+        return error.retryable
     return isinstance(error, TransientError) and not isinstance(error, TLSHandshakeError)
+
+
+def backoff_delay(error: RunstoreError, drawn: float) -> float:
+    """The sleep before a retry: the jittered draw below the growing cap, after
+    the delay the server asked for (RetryInfo) when it asked for one. Added,
+    not the larger of the two: callers refused together (every one told the
+    same next-token time) spread out as their caps grow, instead of all
+    coming back at that instant."""
+    asked = error.retry_delay
+    return drawn if asked is None else asked + drawn
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +136,7 @@ async def call_with_retry(
                 raise
             if policy.max_attempts is not None and attempts >= policy.max_attempts:
                 raise
-            delay = clock.uniform(0.0, next(caps))
+            delay = backoff_delay(error, clock.uniform(0.0, next(caps)))
             elapsed = clock.monotonic() - started
             if policy.deadline is not None and elapsed + delay >= policy.deadline:
                 raise

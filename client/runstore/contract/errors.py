@@ -13,7 +13,7 @@ This module imports neither grpc nor a database driver: codes are names of
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 from runstore.contract._gofmt import quote as quote  # messages quote values as Go does
 
@@ -47,6 +47,10 @@ class RunstoreError(Exception):
     code: ClassVar[str] = "UNKNOWN"
     permanent: ClassVar[bool] = False
     default_message: ClassVar[str] = "runstore error"
+    shows_message: ClassVar[bool] = False
+    """Whether the server sends the error's own text: a contract error's, and
+    a quota's (it names only the caller's namespace); any other says only its
+    class's ``default_message``, nothing about internals."""
 
     def __init__(
         self,
@@ -67,6 +71,9 @@ class RunstoreError(Exception):
         self.status_code: str = self.code
         """The gRPC status code name the error travelled with (the class's own
         code unless a client rebuilt it from another status)."""
+        self.retry_delay: float | None = None
+        """Seconds the server asks the caller to wait before a retry
+        (``google.rpc.RetryInfo``), when it says; None otherwise."""
         super().__init__(self.message)
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -113,6 +120,7 @@ class ContractError(RunstoreError):
     """A permanent failure: retrying the same command cannot succeed (§11.1)."""
 
     permanent = True
+    shows_message = True
 
 
 class TransientError(RunstoreError):
@@ -165,6 +173,54 @@ class OverloadedError(TransientError):
     reason = "OVERLOADED"
     code = "RESOURCE_EXHAUSTED"
     default_message = "runstore is overloaded; retry after a backoff"
+
+
+QUOTAS: tuple[str, ...] = ("writes_per_second", "reads_per_second", "watch_streams", "stored_bytes")
+"""The quota names ErrorInfo metadata ``quota`` takes (docs/namespaces.md#quotas)."""
+
+
+class QuotaExceededError(TransientError):
+    """The call's namespace is at one of its quotas; nothing was done
+    (docs/namespaces.md#quotas). Metadata ``namespace``, ``quota`` (one of
+    ``QUOTAS``) and ``limit``; the rate quotas also say, in
+    ``retry_delay``, when a token is free.
+
+    Transient, so the client's retry policy backs off (at least
+    ``retry_delay``); a ``stored_bytes`` refusal is not retried by the client
+    (``retryable`` is False): it clears only once data is deleted or the
+    quota raised, not within a retry's deadline."""
+
+    reason = "QUOTA_EXCEEDED"
+    code = "RESOURCE_EXHAUSTED"
+    default_message = "namespace quota exceeded; retry after a backoff"
+    shows_message = True
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        retry_delay: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.retry_delay = retry_delay
+
+    @property
+    def namespace(self) -> str:
+        return self.details.get("namespace", "")
+
+    @property
+    def quota(self) -> str:
+        return self.details.get("quota", "")
+
+    @property
+    def limit(self) -> str:
+        return self.details.get("limit", "")
+
+    @property
+    def retryable(self) -> bool:
+        """Whether waiting can clear it: every quota but ``stored_bytes``."""
+        return self.quota != "stored_bytes"
 
 
 class UnexpectedRpcError(RunstoreError):

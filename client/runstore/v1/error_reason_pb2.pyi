@@ -201,6 +201,15 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     """FAILED_PRECONDITION; permanent; metadata "namespace". The namespace
     "default" always exists and cannot be deleted.
     """
+    QUOTA_EXCEEDED: _ErrorReason.ValueType  # 41
+    """RESOURCE_EXHAUSTED; not permanent; metadata "namespace", "quota"
+    (writes_per_second, reads_per_second, watch_streams or stored_bytes) and
+    "limit". The call's namespace is at one of its quotas (docs/namespaces.md).
+    Nothing was done. For the rate quotas a google.rpc.RetryInfo says when a
+    token is free: retry after it, with jitter. watch_streams clears when one
+    of the namespace's streams ends; stored_bytes only when data is deleted
+    or the quota raised (the Python client does not retry it).
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper): ...
 
@@ -372,5 +381,14 @@ and exports). Choose another name.
 NAMESPACE_PROTECTED: ErrorReason.ValueType  # 40
 """FAILED_PRECONDITION; permanent; metadata "namespace". The namespace
 "default" always exists and cannot be deleted.
+"""
+QUOTA_EXCEEDED: ErrorReason.ValueType  # 41
+"""RESOURCE_EXHAUSTED; not permanent; metadata "namespace", "quota"
+(writes_per_second, reads_per_second, watch_streams or stored_bytes) and
+"limit". The call's namespace is at one of its quotas (docs/namespaces.md).
+Nothing was done. For the rate quotas a google.rpc.RetryInfo says when a
+token is free: retry after it, with jitter. watch_streams clears when one
+of the namespace's streams ends; stored_bytes only when data is deleted
+or the quota raised (the Python client does not retry it).
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -37,6 +37,7 @@ from runstore.server.core.context import ContextStore
 from runstore.server.core.memory import MemoryStore
 from runstore.server.core.namespaces import NamespaceDirectory, NamespaceStore
 from runstore.server.core.ports import Database, Wakeups
+from runstore.server.core.quotas import QuotaKeeper, Quotas
 from runstore.server.core.store import PageLimits, RuntimeStore
 from runstore.server.core.watch import NoWakeups, RecordWatch, WatchSettings
 from runstore.server.db import migrate, urls
@@ -110,6 +111,8 @@ class RunningServer:
     """The web console (``--console-listen``), served in the same event loop."""
     namespaces: NamespaceStore | None = None
     """NamespaceAdmin's store, whose background purges stop with the server."""
+    quota_keeper: QuotaKeeper | None = None
+    """The quotas' background refresh and heartbeat (docs/namespaces.md#quotas)."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,8 @@ class Stores:
     namespaces: NamespaceStore | None = None
     """Which namespaces exist, and their administration (docs/namespaces.md);
     None serves the namespace ``default`` only, without NamespaceAdmin."""
+    quotas: QuotaKeeper | None = None
+    """The namespaces' quotas and the task keeping them current (with ``namespaces``)."""
 
 
 def create_stores(config: ServerConfig, db: Database) -> Stores:
@@ -213,10 +218,16 @@ def create_stores(config: ServerConfig, db: Database) -> Stores:
         page_bytes=page_bytes,
     )
     retention = RetentionSettings.from_config(config)
+    # The directory's refreshes are the server's own reads, like its health
+    # probes: not measured or traced as the call's that happened to miss the
+    # cache; so are the quotas' heartbeats and recounts.
+    own = getattr(db, "inner", db)
+    directory = NamespaceDirectory(own)
     return Stores(
-        # The directory's refreshes are the server's own reads, like its health
-        # probes: not measured or traced as the call's that happened to miss the cache.
-        namespaces=NamespaceStore(db, NamespaceDirectory(getattr(db, "inner", db))),
+        namespaces=NamespaceStore(db, directory),
+        quotas=QuotaKeeper(
+            Quotas(directory), directory, own, recount_seconds=config.quota_recount_seconds
+        ),
         probe=db if isinstance(db, Probe) else None,
         runtime=runtime,
         memory=MemoryStore(db, page_limit=config.page_limit, page_bytes=page_bytes),
@@ -332,6 +343,7 @@ async def build_server(
         telemetry.metrics,
         telemetry.tracer_provider,
         stores.namespaces.directory if stores.namespaces is not None else None,
+        stores.quotas.quotas if stores.quotas is not None else None,
     )
     server = grpc.aio.server(
         options=server_options(config, reuse_port=reuse_port), interceptors=interceptors
@@ -390,6 +402,10 @@ async def build_server(
         stores.retention.start()
         if stores.retention.settings.on:
             log.info("retention on: %s", stores.retention.settings.describe())
+    if stores.quotas is not None:
+        if telemetry.metrics is not None:
+            stores.quotas.quotas.refusals = telemetry.metrics.quota_refusals
+        stores.quotas.start()
     running = RunningServer(
         server,
         port,
@@ -399,6 +415,7 @@ async def build_server(
         monitor,
         stores.retention,
         namespaces=stores.namespaces,
+        quota_keeper=stores.quotas,
     )
     if stores.namespaces is not None:
         await stores.namespaces.resume_purges()
@@ -522,6 +539,8 @@ async def shutdown(running: RunningServer, grace: float) -> None:
         await running.retention.stop(grace)
     if running.namespaces is not None:
         await running.namespaces.close()
+    if running.quota_keeper is not None:
+        await running.quota_keeper.stop()
     await running.health.enter_graceful_shutdown()
     running.watch.close()
     if running.console is not None:

@@ -291,6 +291,12 @@ class ServerConfig:
         "how often the retention task runs (a DURATION), when any --retain-* is set",
         duration,
     )
+    quota_recount_seconds: float = _time_setting(
+        30.0,
+        "how often the stored bytes of namespaces with a stored_bytes quota are recounted "
+        "(by one replica at a time)",
+        positive,
+    )
 
     # --- Security: TLS, authentication ---------------------------------------
     tls_cert: str = _setting("", "PEM certificate chain to serve TLS with (re-read on SIGHUP)")

@@ -2,7 +2,8 @@
 
 A ``RunstoreError`` becomes a ``google.rpc.Status`` carrying exactly one
 ``google.rpc.ErrorInfo`` (domain ``runstore``, the error's reason, its
-metadata and the ``request_id`` of the call). Anything else is logged with its
+metadata and the ``request_id`` of the call), and a ``google.rpc.RetryInfo``
+when the error says how long to wait (``retry_delay``). Anything else is logged with its
 traceback and reported as INTERNAL with reason TRANSIENT: never as a contract
 error, so clients may retry the identical command.
 
@@ -21,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, NoReturn, TypeVar
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -55,9 +56,10 @@ def bounded(text: str, limit: int) -> str:
 
 
 def public_message(error: RunstoreError) -> str:
-    """The message the caller sees: a contract error's own text; for anything
-    else (database or server trouble) only its generic class message."""
-    message = error.message if isinstance(error, ContractError) else type(error).default_message
+    """The message the caller sees: a contract error's (or a quota's) own
+    text; for anything else (database or server trouble) only its generic
+    class message."""
+    message = error.message if error.shows_message else type(error).default_message
     return bounded(message, MAX_MESSAGE_BYTES)
 
 
@@ -72,8 +74,16 @@ def to_status(error: RunstoreError) -> grpc.Status:
     info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=metadata)
     detail = any_pb2.Any()
     detail.Pack(info)
+    details = [detail]
+    if error.retry_delay is not None:
+        # When to try again (a quota's next token, docs/namespaces.md#quotas).
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(max(0, round(error.retry_delay * 1e9)))
+        retry = any_pb2.Any()
+        retry.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+        details.append(retry)
     code = grpc.StatusCode[error.code]
-    message = status_pb2.Status(code=code.value[0], message=public_message(error), details=[detail])
+    message = status_pb2.Status(code=code.value[0], message=public_message(error), details=details)
     status = rpc_status.to_status(message)
     if current:
         trailing = (*status.trailing_metadata, (call_request_id.METADATA_KEY, current))

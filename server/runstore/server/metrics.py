@@ -292,6 +292,14 @@ class Metrics:
             "(alert when it falls behind: 0 until the first).",
             registry=self.registry,
         )
+        self.quota_refusals = Counter(
+            "runstore_quota_refusals_total",
+            "Calls refused with QUOTA_EXCEEDED by this replica, by namespace and quota "
+            "(writes_per_second, reads_per_second, watch_streams, stored_bytes); a deleted "
+            "namespace's series are removed.",
+            ("namespace", "quota"),
+            registry=self.registry,
+        )
         self.build_info = Gauge(
             "runstore_build_info",
             "Always 1; the label says which runstore version serves.",

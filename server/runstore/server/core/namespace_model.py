@@ -19,7 +19,7 @@ class Namespace:
     """One namespace: its state, description, retention overrides and quotas.
 
     Overrides and quotas are None when unset (the server's settings apply;
-    quotas are stored only, not enforced, in this version)."""
+    a quota set is enforced, docs/namespaces.md#quotas)."""
 
     name: str
     state: str
@@ -44,6 +44,29 @@ class NamespaceTransaction(Protocol):
         ...
 
     async def active_namespace_names(self) -> list[str]: ...
+
+    async def active_namespaces(self) -> list[Namespace]:
+        """The active namespaces' rows (their quotas, for the directory)."""
+        ...
+
+    async def quota_heartbeat(
+        self, replica_id: str, seen_at: Nanos, streams: str, stale_before: Nanos
+    ) -> list[tuple[str, int, str]]:
+        """Upserts this replica's heartbeat row (``beats`` + 1, its open Watch
+        streams as JSON), deletes rows not beating since ``stale_before``, and
+        returns every row: (replica_id, beats, streams)."""
+        ...
+
+    async def forget_replica(self, replica_id: str) -> None: ...
+
+    async def namespace_usage(self) -> dict[str, tuple[int, Nanos]]:
+        """Each measured namespace's stored bytes and when they were measured."""
+        ...
+
+    async def recount_usage(self, names: list[str], now: Nanos, fresh_after: Nanos) -> int:
+        """Recounts the stored bytes of ``names`` not measured since
+        ``fresh_after``, if no other replica is recounting; how many it did."""
+        ...
 
     async def deleting_namespace_names(self) -> list[str]: ...
 

@@ -42,6 +42,11 @@ PURGE_BATCH_ROWS: Final = 1000
 """Rows one purge transaction deletes at most, so a namespace of any size is
 deleted without one long transaction holding locks or the SQLite writer."""
 
+PURGE_DELAY_SECONDS: Final = REFRESH_SECONDS + 1.0
+"""How long after a deletion its purge starts: by then every replica has seen
+the namespace gone and ended its Watch streams with NAMESPACE_NOT_FOUND, so
+none of them ends instead because a poll found its run or session purged."""
+
 MAX_DESCRIPTION_CHARS: Final = 1024
 
 CHANGEABLE: Final = (
@@ -57,9 +62,12 @@ CHANGEABLE: Final = (
 
 
 class NamespaceDirectory:
-    """The active namespaces, read from the ``namespaces`` table at most every
-    ``refresh_seconds`` and shared by every call of this replica; changes this
-    replica makes apply to it at once. ``default`` is always active."""
+    """The active namespaces and their settings (quotas), read from the
+    ``namespaces`` table at most every ``refresh_seconds`` and shared by every
+    call of this replica; changes this replica makes apply to it at once.
+    ``default`` is always active. ``on_gone`` callbacks learn of each
+    namespace that stops being active (deleted here, or seen gone by a
+    refresh), so its open Watch streams end (docs/namespaces.md)."""
 
     def __init__(
         self,
@@ -72,8 +80,14 @@ class NamespaceDirectory:
         self._refresh_seconds = refresh_seconds
         self._clock = clock
         self._active: frozenset[str] = frozenset({DEFAULT})
+        self._rows: dict[str, Namespace] = {}
         self._loaded_at: float | None = None
         self._loading: asyncio.Future[None] | None = None
+        self._gone: list[Callable[[str], None]] = []
+
+    @property
+    def refresh_seconds(self) -> float:
+        return self._refresh_seconds
 
     async def left_deleting(self) -> list[str]:
         """The namespaces a stopped replica left half purged (read at start)."""
@@ -83,39 +97,74 @@ class NamespaceDirectory:
         """Whether calls may act in ``name`` (as of at most ``refresh_seconds`` ago)."""
         if name == DEFAULT:
             return True
-        loaded_at = self._loaded_at
-        if loaded_at is None or self._clock() - loaded_at >= self._refresh_seconds:
-            await self._refresh()
+        if self.stale():
+            await self.refresh()
         return name in self._active
 
-    def created(self, name: str) -> None:
+    def stale(self, seconds: float | None = None) -> bool:
+        """Whether the set was read longer than ``seconds`` (default: the
+        refresh interval) ago, or never."""
+        loaded_at = self._loaded_at
+        limit = self._refresh_seconds if seconds is None else seconds
+        return loaded_at is None or self._clock() - loaded_at >= limit
+
+    def settings(self, name: str) -> Namespace | None:
+        """The namespace's row as last read or changed here (None: not active, or not read)."""
+        return self._rows.get(name)
+
+    def active(self) -> frozenset[str]:
+        return self._active
+
+    def on_gone(self, callback: Callable[[str], None]) -> None:
+        self._gone.append(callback)
+
+    def created(self, name: str, row: Namespace | None = None) -> None:
         self._active = self._active | {name}
+        if row is not None:
+            self._rows[name] = row
+
+    def updated(self, row: Namespace) -> None:
+        if row.name in self._active:
+            self._rows[row.name] = row
 
     def deleted(self, name: str) -> None:
         self._active = self._active - {name}
+        self._rows.pop(name, None)
+        self._tell_gone({name})
 
-    async def _refresh(self) -> None:
+    def _tell_gone(self, names: set[str]) -> None:
+        for name in names:
+            for callback in self._gone:
+                try:
+                    callback(name)
+                except Exception:
+                    log.exception("a listener of namespace %r going away failed", name)
+
+    async def refresh(self) -> None:
         """One read of the table, shared by the calls that find the set stale."""
         if self._loading is not None:
             await asyncio.shield(self._loading)
             return
         loading = self._loading = asyncio.get_running_loop().create_future()
         try:
-            names = await self._db.read(_active_names)
+            rows = await self._db.read(_active_rows)
         except BaseException as exc:
             loading.set_exception(exc)
             loading.exception()  # retrieved: the calls waiting on it raise it themselves
             raise
         else:
-            self._active = frozenset({DEFAULT, *names})
+            before = self._active
+            self._rows = {row.name: row for row in rows}
+            self._active = frozenset({DEFAULT, *self._rows})
             self._loaded_at = self._clock()
             loading.set_result(None)
+            self._tell_gone(set(before - self._active))
         finally:
             self._loading = None
 
 
-async def _active_names(tx: Transaction) -> list[str]:
-    return await tx.active_namespace_names()
+async def _active_rows(tx: Transaction) -> list[Namespace]:
+    return await tx.active_namespaces()
 
 
 def _check_name(name: str, field: str) -> None:
@@ -183,11 +232,13 @@ class NamespaceStore:
         directory: NamespaceDirectory,
         *,
         purge_batch_rows: int = PURGE_BATCH_ROWS,
+        purge_delay: float = PURGE_DELAY_SECONDS,
         clock: Callable[[], Nanos] = time.time_ns,
     ) -> None:
         self._db = db
         self.directory = directory
         self._purge_batch_rows = purge_batch_rows
+        self._purge_delay = purge_delay
         self._clock = clock
         self._purges: dict[str, asyncio.Task[None]] = {}
         self.purged: Callable[[str], None] | None = None
@@ -214,7 +265,7 @@ class NamespaceStore:
             return namespace
 
         created = await self._db.write(fn)
-        self.directory.created(created.name)
+        self.directory.created(created.name, created)
         return created
 
     async def get(self, name: str) -> Namespace:
@@ -255,7 +306,9 @@ class NamespaceStore:
             await tx.update_namespace(changed)
             return changed
 
-        return await self._db.write(fn)
+        updated = await self._db.write(fn)
+        self.directory.updated(updated)  # its quotas apply here at once
+        return updated
 
     async def delete(self, name: str) -> Namespace:
         _check_name(name, "name")
@@ -306,6 +359,7 @@ class NamespaceStore:
         time: each batch deletes whatever is still there."""
         call_namespace.set_current(name)  # this task's context only: its statements' namespace
         limit = self._purge_batch_rows
+        await asyncio.sleep(self._purge_delay)
 
         async def batch(tx: Transaction) -> int:
             return await tx.purge_namespace_rows(name, limit)

@@ -202,6 +202,33 @@ namespace_tombstones = Table(
     Column("deleted_at", BigInteger, nullable=False),
 )
 
+# --- Quotas (docs/namespaces.md#quotas): no row of these is written by a call ---
+
+quota_replicas = Table(
+    "quota_replicas",
+    metadata,
+    # One row per serving replica, upserted by that replica alone every 2 s
+    # while some namespace has a rate or watch_streams quota: how many replicas
+    # share a rate, and each one's open Watch streams per namespace.
+    Column("replica_id", Text, primary_key=True),
+    # Grows by one per heartbeat: others judge a replica alive by seeing it
+    # change on their own clock, never by comparing clocks of two machines.
+    Column("beats", BigInteger, nullable=False),
+    Column("seen_at", BigInteger, nullable=False),
+    # JSON object: namespace -> Watch streams open on the replica.
+    Column("streams", Text, nullable=False),
+)
+
+namespace_usage = Table(
+    "namespace_usage",
+    metadata,
+    # The stored bytes of a namespace with a stored_bytes quota, recounted by
+    # one replica at a time every --quota-recount-seconds.
+    Column("name", Text, primary_key=True),
+    Column("stored_bytes", BigInteger, nullable=False),
+    Column("measured_at", BigInteger, nullable=False),
+)
+
 # --- Product memory (§12, D5): their own tables, no link to the runtime store ---
 
 memory_runs = Table(

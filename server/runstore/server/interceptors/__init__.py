@@ -21,12 +21,14 @@ from runstore.server import tracing
 from runstore.server.auth import Security
 from runstore.server.config import ServerConfig
 from runstore.server.core.namespaces import NamespaceDirectory
+from runstore.server.core.quotas import Quotas
 from runstore.server.interceptors.auth import Authentication
 from runstore.server.interceptors.calls import CallObserver, CallsInFlight
 from runstore.server.interceptors.db_bound import DatabaseBound
 from runstore.server.interceptors.handlers import Chain, Concern
 from runstore.server.interceptors.limits import Limits
 from runstore.server.interceptors.namespaces import NamespaceResolution
+from runstore.server.interceptors.quotas import QuotaEnforcement
 from runstore.server.interceptors.parsing import RequestParsing
 from runstore.server.interceptors.read_lag import ReadLag
 from runstore.server.interceptors.request_ids import RequestIds
@@ -38,6 +40,7 @@ def concerns(
     security: Security | None = None,
     metrics: Metrics | None = None,
     namespaces: NamespaceDirectory | None = None,
+    quotas: Quotas | None = None,
 ) -> list[Concern]:
     """The concerns of the chain, outermost first (without ``namespaces``,
     only the namespace ``default`` is served)."""
@@ -63,8 +66,11 @@ def concerns(
 
     # 4. The namespace the call acts in (docs/namespaces.md), right after the
     #    principal is known: the store's keys need it, and a refusal here says
-    #    nothing about any session or run.
+    #    nothing about any session or run. Then its quotas, before the request
+    #    is parsed, so a refusal costs almost nothing.
     chain.append(NamespaceResolution(namespaces, authenticated=security.principals is not None))
+    if quotas is not None:
+        chain.append(QuotaEnforcement(quotas))
     #    The calls in flight, by that namespace, from here to the call's end.
     if metrics is not None:
         chain.append(CallsInFlight(metrics))
@@ -94,11 +100,12 @@ def server_interceptors(
     metrics: Metrics | None = None,
     tracer_provider: Any | None = None,
     namespaces: NamespaceDirectory | None = None,
+    quotas: Quotas | None = None,
 ) -> list[grpc.aio.ServerInterceptor]:
     """The interceptors ``build_server`` installs, outermost first: the call's
     span when tracing, then the chain of concerns."""
     interceptors: list[grpc.aio.ServerInterceptor] = []
     if tracer_provider is not None:
         interceptors.append(tracing.server_interceptor(tracer_provider))
-    interceptors.append(Chain(concerns(config, security, metrics, namespaces)))
+    interceptors.append(Chain(concerns(config, security, metrics, namespaces, quotas)))
     return interceptors
