@@ -28,8 +28,8 @@ from runstore.server.interceptors.db_bound import DatabaseBound
 from runstore.server.interceptors.handlers import Chain, Concern
 from runstore.server.interceptors.limits import Limits
 from runstore.server.interceptors.namespaces import NamespaceResolution
-from runstore.server.interceptors.quotas import QuotaEnforcement
 from runstore.server.interceptors.parsing import RequestParsing
+from runstore.server.interceptors.quotas import QuotaEnforcement
 from runstore.server.interceptors.read_lag import ReadLag
 from runstore.server.interceptors.request_ids import RequestIds
 from runstore.server.metrics import Metrics
