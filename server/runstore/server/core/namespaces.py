@@ -83,6 +83,10 @@ class NamespaceDirectory:
         self._rows: dict[str, Namespace] = {}
         self._loaded_at: float | None = None
         self._loading: asyncio.Future[None] | None = None
+        self._changed_while_loading: dict[str, Namespace | bool] = {}
+        """What this replica changed while a read was in flight (a row, True
+        for created without one, False for deleted): the read's snapshot may
+        predate it, so it is applied again on top of the read."""
         self._gone: list[Callable[[str], None]] = []
 
     @property
@@ -122,15 +126,22 @@ class NamespaceDirectory:
         self._active = self._active | {name}
         if row is not None:
             self._rows[name] = row
+        self._remember(name, row if row is not None else True)
 
     def updated(self, row: Namespace) -> None:
         if row.name in self._active:
             self._rows[row.name] = row
+            self._remember(row.name, row)
 
     def deleted(self, name: str) -> None:
         self._active = self._active - {name}
         self._rows.pop(name, None)
+        self._remember(name, False)
         self._tell_gone({name})
+
+    def _remember(self, name: str, change: Namespace | bool) -> None:
+        if self._loading is not None:
+            self._changed_while_loading[name] = change
 
     def _tell_gone(self, names: set[str]) -> None:
         for name in names:
@@ -146,6 +157,7 @@ class NamespaceDirectory:
             await asyncio.shield(self._loading)
             return
         loading = self._loading = asyncio.get_running_loop().create_future()
+        self._changed_while_loading = {}
         try:
             rows = await self._db.read(_active_rows)
         except BaseException as exc:
@@ -154,13 +166,24 @@ class NamespaceDirectory:
             raise
         else:
             before = self._active
-            self._rows = {row.name: row for row in rows}
-            self._active = frozenset({DEFAULT, *self._rows})
+            read = {row.name: row for row in rows}
+            names = {DEFAULT, *read}
+            for name, change in self._changed_while_loading.items():
+                if change is False:
+                    read.pop(name, None)
+                    names.discard(name)
+                    continue
+                names.add(name)
+                if isinstance(change, Namespace):
+                    read[name] = change
+            self._rows = read
+            self._active = frozenset(names)
             self._loaded_at = self._clock()
             loading.set_result(None)
             self._tell_gone(set(before - self._active))
         finally:
             self._loading = None
+            self._changed_while_loading = {}
 
 
 async def _active_rows(tx: Transaction) -> list[Namespace]:
