@@ -35,7 +35,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -44,6 +44,7 @@ from runstore.server.core.model import Nanos
 from runstore.server.core.namespace_model import Namespace
 from runstore.server.core.namespaces import REFRESH_SECONDS, NamespaceDirectory
 from runstore.server.core.ports import Database, Transaction
+from runstore.server.stream_ending import EndableStream
 
 log = logging.getLogger(__name__)
 
@@ -189,49 +190,16 @@ class TokenBucket:
         return wait
 
 
-class StreamLease:
-    """One open Watch stream, counted against its namespace until ``close``.
-    ``end`` stops it with ``refusal`` (its namespace was deleted): a stream
-    waiting for its next response is woken (its task cancelled) to end at
-    once; one whose response is being written ends before the next."""
+class StreamLease(EndableStream):
+    """One open Watch stream, counted against its namespace until ``close``;
+    ``end`` stops it when its namespace is deleted."""
 
-    __slots__ = ("_owner", "_task", "_waiting", "_woken", "namespace", "refusal")
+    __slots__ = ("_owner", "namespace")
 
     def __init__(self, owner: Quotas, namespace: str) -> None:
+        super().__init__()
         self._owner = owner
         self.namespace = namespace
-        self._task = asyncio.current_task()
-        self._waiting = False
-        self._woken = False
-        self.refusal: NamespaceNotFoundError | None = None
-
-    def end(self, refusal: NamespaceNotFoundError) -> None:
-        if self.refusal is not None:
-            return
-        self.refusal = refusal
-        if self._waiting and self._task is not None:
-            self._woken = True
-            self._task.cancel()
-
-    async def next_of(self, responses: AsyncIterator[Any]) -> Any:
-        """The stream's next response; StopAsyncIteration at its end or once
-        it is ended while waiting for one."""
-        if self.refusal is not None:
-            raise StopAsyncIteration
-        self._waiting = True
-        try:
-            return await anext(responses)
-        except asyncio.CancelledError:
-            if not self._woken:
-                raise
-            raise StopAsyncIteration from None
-        finally:
-            self._waiting = False
-            if self._woken:
-                self._woken = False
-                assert self._task is not None
-                if self._task.uncancel() > 0:  # cancelled by someone else too
-                    raise asyncio.CancelledError
 
     def close(self) -> None:
         self._owner._release(self)

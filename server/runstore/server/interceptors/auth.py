@@ -27,10 +27,10 @@ from runstore.contract.namespaces import EVERY
 from runstore.server import call_principal
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, Principals, PrincipalsFile
-from runstore.server.error_status import to_status
 from runstore.server.interceptors.handlers import Context, Handler, Refused, Steps
 from runstore.server.interceptors.namespaces import resolved as resolved_namespace
 from runstore.server.interceptors.parsing import parsed_request
+from runstore.server.stream_ending import EndableStream, until_ended
 
 log = logging.getLogger(__name__)
 
@@ -191,30 +191,17 @@ async def _standing(
     # one: judge the stream once against the set installed now.
     standing.judge(principals_file.current)
     try:
-        while standing.refusal is None:
-            try:
-                response = await standing.next_of(responses)
-            except StopAsyncIteration:
-                break
-            if standing.refusal is not None:
-                break
+        async for response in until_ended(standing, responses, context):
             yield response
     finally:
         principals_file.unlisten(standing.reloaded)
-    if standing.refusal is not None:
-        close = getattr(responses, "aclose", None)
-        if close is not None:
-            await close()
-        await _abort(context, standing.refusal)
 
 
-class _Standing:
+class _Standing(EndableStream):
     """An open stream's standing with the auth file. A stream outlives the
     principals it started with, so every reload judges it again exactly as a
     new call with the same token or certificate would be judged; once that
-    call would be refused, the stream ends with the same refusal. A stream
-    waiting for its next response is woken (its task cancelled) to end at
-    once; one whose response is being written ends before the next."""
+    call would be refused, the stream ends with the same refusal."""
 
     __slots__ = (
         "_certificates",
@@ -223,11 +210,7 @@ class _Standing:
         "_method",
         "_namespace",
         "_principal",
-        "_task",
         "_token",
-        "_waiting",
-        "_woken",
-        "refusal",
     )
 
     def __init__(
@@ -239,6 +222,7 @@ class _Standing:
         certificates: bool,
         current: Callable[[], Principals],
     ) -> None:
+        super().__init__()
         self._method = method
         self._current = current
         self._principal = principal
@@ -248,12 +232,8 @@ class _Standing:
             certificate_identities(context) if self._token is None and certificates else []
         )
         self._loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task()
-        self._waiting = False
-        self._woken = False
         self._namespace: str | None = None
         """The namespace the stream acts in, once decided (inside the stream)."""
-        self.refusal: RunstoreError | None = None
 
     def reloaded(self, principals: Principals) -> None:
         """A reload installed ``principals`` (called in the reloading thread)."""
@@ -273,16 +253,13 @@ class _Standing:
             refusal = self._unbound(principal)
         if refusal is None:
             return
-        self.refusal = refusal
         log.warning(
             "%s by principal %r: stream ended, the reloaded auth file refuses it (%s)",
             self._method.rsplit("/", 1)[-1],
             self._principal.name,
             refusal.code,
         )
-        if self._waiting and self._task is not None:
-            self._woken = True
-            self._task.cancel()
+        self.end(refusal)
 
     def _unbound(self, principal: Principal) -> RunstoreError | None:
         """A refusal once the principal is no longer bound to the stream's
@@ -306,24 +283,11 @@ class _Standing:
             self.judge(self._current())
 
     async def next_of(self, responses: AsyncIterator[Any]) -> Any:
-        """The stream's next response; StopAsyncIteration at its end or once
-        it is refused while waiting for one."""
-        self._waiting = True
         try:
-            return await anext(responses)
-        except asyncio.CancelledError:
-            if not self._woken:
-                raise
-            raise StopAsyncIteration from None
+            return await super().next_of(responses)
         finally:
-            self._waiting = False
             if self._namespace is None:
                 self._learn_namespace()
-            if self._woken:
-                self._woken = False
-                assert self._task is not None
-                if self._task.uncancel() > 0:  # cancelled by someone else too
-                    raise asyncio.CancelledError
 
 
 def _settle(method: str, decision: _Decision, context: Context) -> Principal:
@@ -355,11 +319,6 @@ def _refusal(method: str, principal: Principal | None, token_sent: bool) -> Runs
             details={"method": method},
         )
     return None
-
-
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: RunstoreError) -> None:
-    status = to_status(error)
-    await context.abort(status.code, status.details, status.trailing_metadata)
 
 
 def _log_refused(method: str, principal: Principal) -> None:

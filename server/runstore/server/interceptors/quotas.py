@@ -9,15 +9,14 @@ is open, and ends with ``NAMESPACE_NOT_FOUND`` when the namespace is deleted.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 from runstore.contract.errors import RunstoreError
 from runstore.contract.namespaces import DEFAULT
 from runstore.server.core.quotas import Quotas, Rule, StreamLease
-from runstore.server.error_status import abort
 from runstore.server.interceptors.handlers import Context, Handler, Refused, Steps, admits_nothing
 from runstore.server.interceptors.namespaces import resolved
+from runstore.server.stream_ending import until_ended
 
 
 class QuotaEnforcement:
@@ -68,30 +67,7 @@ class QuotaEnforcement:
         def close(lease: StreamLease, *_: Any) -> None:
             lease.close()
 
-        return Steps(enter=enter, responses=_leased, after=close, fail=close)
-
-
-async def _leased(
-    lease: StreamLease, responses: AsyncIterator[Any], context: Context
-) -> AsyncIterator[Any]:
-    """``responses`` while the lease holds; once its namespace is deleted the
-    stream stops and the call ends with the lease's refusal."""
-    try:
-        while True:
-            try:
-                response = await lease.next_of(responses)
-            except StopAsyncIteration:
-                break
-            if lease.refusal is not None:
-                break
-            yield response
-    finally:
-        if lease.refusal is not None:
-            close = getattr(responses, "aclose", None)
-            if close is not None:
-                await close()
-    if lease.refusal is not None:
-        await abort(context, lease.refusal)
+        return Steps(enter=enter, responses=until_ended, after=close, fail=close)
 
 
 def _size(request: Any) -> int:
