@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench import harness, protections
+from bench import harness, protections, standalone
 from runstore.server.db import migrate
 
 
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(args.arm) != 2:
         parser.error("--arm is given twice: A, then B")
-    for backend in [b.strip() for b in args.backend.split(",") if b.strip()]:
+    for backend in standalone.backends(args.backend):
         result = asyncio.run(compare(args, backend))
         print(
             f"{backend}: B ({result['b']}) ÷ A ({result['a']}) = {result['b_vs_a']:.3f} "

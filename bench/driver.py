@@ -29,10 +29,11 @@ from typing import Any
 import asyncpg
 import grpc
 from google.protobuf import json_format
-from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench import cpu
+from bench.messages import now
+from bench.messages import record as run_record
 from runstore.contract import lifecycle
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
@@ -72,25 +73,6 @@ at the start as at the end: a window of a few seconds is within about ±15 %."""
 
 def _varied_payload(size: int) -> bytes:
     return b'{"data":"' + b"v" * (size - 11) + b'"}'
-
-
-def _now() -> Timestamp:
-    ms = time.time_ns() // 1_000_000
-    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
-
-
-def _record(
-    run: pb.RunStart, key: str, type_: str, payload: bytes, stamp: Timestamp
-) -> pb.RunRecord:
-    return pb.RunRecord(
-        event_key=key,
-        run_id=run.run_id,
-        agent_id=run.agent_id,
-        session_id=run.session_id,
-        type=type_,
-        payload=payload,
-        timestamp=stamp,
-    )
 
 
 _STARTED = lifecycle.encode_run_started(lifecycle.RunStartedPayload())
@@ -138,7 +120,7 @@ class Client:
     async def session(self) -> str:
         session_id = f"bench-{uuid.uuid4().hex}"
         await self.admin.CreateSession(
-            sa.CreateSessionRequest(session_id=session_id, created_at=_now()),
+            sa.CreateSessionRequest(session_id=session_id, created_at=now()),
             metadata=self.host,
         )
         return session_id
@@ -148,13 +130,13 @@ class Client:
             run_id=f"run-{uuid.uuid4().hex}",
             agent_id=AGENT,
             session_id=session_id,
-            started_at=_now(),
+            started_at=now(),
         )
         await self.runtime.StartRootRun(
             rs.StartRootRunRequest(
                 run=run,
-                started=_record(run, "started", lifecycle.RUN_STARTED, _STARTED, run.started_at),
-                canceled=_record(
+                started=run_record(run, "started", lifecycle.RUN_STARTED, _STARTED, run.started_at),
+                canceled=run_record(
                     run, "stopped", lifecycle.RUN_COMPLETED, _CANCELED, run.started_at
                 ),
             ),
@@ -167,7 +149,7 @@ class Client:
             rs.RecordRunTerminalRequest(
                 run_id=run.run_id,
                 status=pb.RUN_STATUS_COMPLETED,
-                record=_record(run, "completed", lifecycle.RUN_COMPLETED, _COMPLETED, _now()),
+                record=run_record(run, "completed", lifecycle.RUN_COMPLETED, _COMPLETED, now()),
             ),
             metadata=self.worker,
         )
@@ -175,7 +157,7 @@ class Client:
     async def append(self, run: pb.RunStart, key: str) -> None:
         await self.runtime.AppendRunRecord(
             rs.AppendRunRecordRequest(
-                record=_record(run, key, "tool_result_received", PAYLOAD_1K, _now())
+                record=run_record(run, key, "tool_result_received", PAYLOAD_1K, now())
             ),
             metadata=self.worker,
         )
@@ -206,7 +188,7 @@ async def _make_op(
         # One request reused, only its key changes: the client's own cost per
         # call stays as small as the ceiling's, so the ratio measures the server.
         request = rs.AppendRunRecordRequest(
-            record=_record(run, "", "tool_result_received", PAYLOAD_1K, _now())
+            record=run_record(run, "", "tool_result_received", PAYLOAD_1K, now())
         )
         record = request.record
         metadata = client.worker
@@ -222,7 +204,7 @@ async def _make_op(
             shared[group] = await client.session()
         run = await client.start(shared[group])
         shared_request = rs.AppendRunRecordRequest(
-            record=_record(run, "", "tool_result_received", PAYLOAD_1K, _now())
+            record=run_record(run, "", "tool_result_received", PAYLOAD_1K, now())
         )
 
         def append_shared() -> Any:
@@ -234,7 +216,7 @@ async def _make_op(
         run = await client.start(await client.session())
         requests = [
             rs.AppendRunRecordRequest(
-                record=_record(run, "", "tool_result_received", _varied_payload(size), _now())
+                record=run_record(run, "", "tool_result_received", _varied_payload(size), now())
             )
             for size in VARIED_SIZES
         ]
@@ -254,7 +236,7 @@ async def _make_op(
         # Like "append": one request reused, only its keys change.
         batch = rs.AppendRunRecordsRequest(
             records=[
-                _record(run, "", type_, PAYLOAD_1K, _now())
+                run_record(run, "", type_, PAYLOAD_1K, now())
                 for type_ in ("thinking", "assistant_text", "tool_call", "tool_call")
             ]
         )

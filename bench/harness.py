@@ -42,7 +42,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy.engine import make_url
 
-from bench import cpu, goals, listings, protections, readme
+from bench import cpu, goals, listings, protections, readme, standalone
 from bench.protections import Protections
 from runstore.server.db import migrate
 from runstore.server.db.postgres import asyncpg_dsn
@@ -669,21 +669,7 @@ def _git_commit() -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a short run (under a minute)")
-    parser.add_argument(
-        "--backend",
-        default="sqlite,postgres",
-        help="comma-separated backends (sqlite, postgres)",
-    )
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(
-            "RUNSTORE_BENCH_POSTGRES_URL",
-            os.environ.get(
-                "RUNSTORE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
-            ),
-        ),
-        help="a PostgreSQL server where a throwaway database may be created",
-    )
+    standalone.add_backend_arguments(parser)
     parser.add_argument("--duration", type=float, help="seconds per measurement")
     parser.add_argument("--warmup", type=float, default=None, help="seconds before measuring")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions (median is reported)")
@@ -744,7 +730,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
-    args.backend = [b.strip() for b in args.backend.split(",") if b.strip()]
+    args.backend = standalone.backends(args.backend)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.workloads = {w.strip() for w in args.workloads.split(",") if w.strip()}
     if not args.workloads:

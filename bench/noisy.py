@@ -37,11 +37,10 @@ import time
 from typing import Any
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
+from bench import messages, standalone
 from runstore.contract import lifecycle
 from runstore.contract.metadata import NAMESPACE_KEY
-from runstore.server.db import migrate
 from runstore.v1 import namespace_admin_pb2 as na
 from runstore.v1 import namespace_admin_pb2_grpc as na_grpc
 from runstore.v1 import runtime_store_pb2 as rs
@@ -56,33 +55,17 @@ ARMS = ("alone", "typed", "raw")
 _ids = itertools.count()
 
 
-def _now() -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromMilliseconds(time.time_ns() // 1_000_000)
-    return stamp
-
-
 def _run() -> pb.RunStart:
     return pb.RunStart(
-        run_id=f"bench-noisy-{os.getpid()}-{next(_ids)}", agent_id="bench", started_at=_now()
-    )
-
-
-def _record(run: pb.RunStart, key: str, type: str, payload: bytes) -> pb.RunRecord:
-    return pb.RunRecord(
-        event_key=key,
-        run_id=run.run_id,
-        agent_id=run.agent_id,
-        session_id="",
-        type=type,
-        payload=payload,
-        timestamp=run.started_at,
+        run_id=f"bench-noisy-{os.getpid()}-{next(_ids)}",
+        agent_id="bench",
+        started_at=messages.now(),
     )
 
 
 def _start(run: pb.RunStart) -> rs.StartOneShotRunRequest:
     payload = lifecycle.encode_run_started(lifecycle.RunStartedPayload())
-    started = _record(run, "started", lifecycle.RUN_STARTED, payload)
+    started = messages.record(run, "started", lifecycle.RUN_STARTED, payload)
     return rs.StartOneShotRunRequest(run=run, started=started)
 
 
@@ -102,7 +85,7 @@ async def quiet_appends(target: str, warmup: float, duration: float) -> float:
             nonlocal counted
             for index in itertools.count():
                 request = rs.AppendRunRecordRequest(
-                    record=_record(run, f"r{index}", "tool_result_received", PAYLOAD)
+                    record=messages.record(run, f"r{index}", "tool_result_received", PAYLOAD)
                 )
                 await stub.AppendRunRecord(request, metadata=metadata)
                 now = time.perf_counter()
@@ -155,7 +138,7 @@ async def noise(target: str, mode: str, seconds: float) -> dict[str, int]:
             for index in itertools.count():
                 if time.perf_counter() >= stop:
                     return
-                record = _record(run, f"r{index}", "tool_result_received", PAYLOAD)
+                record = messages.record(run, f"r{index}", "tool_result_received", PAYLOAD)
                 if mode == "typed":
                     try:
                         await store.append_run_record(convert.from_record(record))
@@ -262,14 +245,10 @@ async def measure(
 async def measure_backends(
     backends: list[str], postgres_url: str, **settings: Any
 ) -> list[dict[str, Any]]:
-    from bench.harness import database
+    async def one(backend: str, url: str) -> dict[str, Any]:
+        return await measure(backend, url, **settings)
 
-    results = []
-    for backend in backends:
-        async with database(backend, postgres_url) as url:
-            await migrate.upgrade(url)
-            results.append(await measure(backend, url, **settings))
-    return results
+    return await standalone.each_backend(backends, postgres_url, one)
 
 
 # --- The harness's optional-module hooks (bench/harness.py OPTIONAL_MODULES) ---------
@@ -326,17 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(asyncio.run(noise(target, mode, float(seconds)))), flush=True)
         return 0
     parser = argparse.ArgumentParser(prog="python -m bench.noisy", description=__doc__)
-    parser.add_argument("--backend", default="sqlite,postgres", help="comma-separated backends")
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(
-            "RUNSTORE_BENCH_POSTGRES_URL",
-            os.environ.get(
-                "RUNSTORE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
-            ),
-        ),
-        help="a PostgreSQL server where a throwaway database may be created",
-    )
+    standalone.add_backend_arguments(parser)
     parser.add_argument("--pairs", type=int, default=3, help="rounds of the three arms")
     parser.add_argument("--warmup", type=float, default=0.5, help="seconds before counting")
     parser.add_argument("--duration", type=float, default=3.0, help="seconds counted per arm")
@@ -344,10 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         "--noisy-quota", type=float, default=20.0, help="writes_per_second of the noisy namespace"
     )
     args = parser.parse_args(argv)
-    backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     results = asyncio.run(
         measure_backends(
-            backends,
+            standalone.backends(args.backend),
             args.postgres_url,
             pairs=args.pairs,
             warmup=args.warmup,
@@ -355,9 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             quota=args.noisy_quota,
         )
     )
-    print(render(results))
-    for result in results:
-        print(json.dumps(result))
+    standalone.print_report(render(results), results)
     return 0
 
 

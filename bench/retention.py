@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -28,10 +27,9 @@ import time
 from typing import Any
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
+from bench import messages, standalone
 from runstore.contract import lifecycle
-from runstore.server.db import migrate
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
 from runstore.v1 import session_admin_pb2 as sa
@@ -43,24 +41,6 @@ SEEDERS = 16
 BATCH = 100
 DAY_MS = 86_400_000
 _ids = itertools.count()
-
-
-def _stamp(ms: int) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromMilliseconds(ms)
-    return stamp
-
-
-def _record(run: pb.RunStart, key: str, type: str, payload: bytes) -> pb.RunRecord:
-    return pb.RunRecord(
-        event_key=key,
-        run_id=run.run_id,
-        agent_id=run.agent_id,
-        session_id=run.session_id,
-        type=type,
-        payload=payload,
-        timestamp=run.started_at,
-    )
 
 
 class Client:
@@ -75,16 +55,16 @@ class Client:
             run_id=f"bench-retain-{os.getpid()}-{next(_ids)}",
             agent_id="bench",
             session_id=session_id,
-            started_at=_stamp(at_ms),
+            started_at=messages.stamp(at_ms),
         )
-        started = _record(
+        started = messages.record(
             run,
             "started",
             lifecycle.RUN_STARTED,
             lifecycle.encode_run_started(lifecycle.RunStartedPayload()),
         )
         if session_id:
-            canceled = _record(
+            canceled = messages.record(
                 run,
                 "stopped",
                 lifecycle.RUN_COMPLETED,
@@ -102,9 +82,9 @@ class Client:
         else:
             await self.runtime.StartOneShotRun(rs.StartOneShotRunRequest(run=run, started=started))
         for index in range(records - 2):
-            record = _record(run, f"r{index}", "tool_result_received", b'{"ok":true}')
+            record = messages.record(run, f"r{index}", "tool_result_received", b'{"ok":true}')
             await self.runtime.AppendRunRecord(rs.AppendRunRecordRequest(record=record))
-        completed = _record(
+        completed = messages.record(
             run,
             "completed",
             lifecycle.RUN_COMPLETED,
@@ -121,11 +101,11 @@ class Client:
     async def ended_session(self, at_ms: int, records: int) -> None:
         session_id = f"bench-retain-{os.getpid()}-{next(_ids)}"
         await self.admin.CreateSession(
-            sa.CreateSessionRequest(session_id=session_id, created_at=_stamp(at_ms))
+            sa.CreateSessionRequest(session_id=session_id, created_at=messages.stamp(at_ms))
         )
         await self.finished_run(session_id, at_ms, records)
         await self.admin.EndSession(
-            sa.EndSessionRequest(session_id=session_id, ended_at=_stamp(at_ms))
+            sa.EndSessionRequest(session_id=session_id, ended_at=messages.stamp(at_ms))
         )
 
 
@@ -162,7 +142,7 @@ async def measure(backend: str, url: str, items: int, records: int, repeat: int)
         for repetition in range(repeat):
             now_ms = time.time_ns() // 1_000_000
             await _seed(client, items, records, now_ms - DAY_MS)
-            cut = _stamp(now_ms)
+            cut = messages.stamp(now_ms)
             drains = [
                 (
                     sessions,
@@ -201,14 +181,10 @@ async def measure(backend: str, url: str, items: int, records: int, repeat: int)
 async def measure_backends(
     backends: list[str], postgres_url: str, items: int, records: int, repeat: int
 ) -> list[dict[str, Any]]:
-    from bench.harness import database
+    async def one(backend: str, url: str) -> dict[str, Any]:
+        return await measure(backend, url, items, records, repeat)
 
-    results = []
-    for backend in backends:
-        async with database(backend, postgres_url) as url:
-            await migrate.upgrade(url)
-            results.append(await measure(backend, url, items, records, repeat))
-    return results
+    return await standalone.each_backend(backends, postgres_url, one)
 
 
 # --- The harness's optional-module hooks (bench/harness.py OPTIONAL_MODULES) ---------
@@ -256,30 +232,23 @@ def render(report: Any) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.retention", description=__doc__)
-    parser.add_argument("--backend", default="sqlite,postgres", help="comma-separated backends")
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get(
-            "RUNSTORE_BENCH_POSTGRES_URL",
-            os.environ.get(
-                "RUNSTORE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"
-            ),
-        ),
-        help="a PostgreSQL server where a throwaway database may be created",
-    )
+    standalone.add_backend_arguments(parser)
     parser.add_argument("--items", type=int, default=2000, help="sessions and runs per repetition")
     parser.add_argument("--records", type=int, default=4, help="records per run (at least 2)")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions (median reported)")
     args = parser.parse_args(argv)
     if args.records < 2:
         parser.error("--records is at least 2 (run_started and run_completed)")
-    backends = [b.strip() for b in args.backend.split(",") if b.strip()]
     results = asyncio.run(
-        measure_backends(backends, args.postgres_url, args.items, args.records, args.repeat)
+        measure_backends(
+            standalone.backends(args.backend),
+            args.postgres_url,
+            args.items,
+            args.records,
+            args.repeat,
+        )
     )
-    print(render(results))
-    for result in results:
-        print(json.dumps(result))
+    standalone.print_report(render(results), results)
     return 0
 
 
