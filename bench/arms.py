@@ -11,6 +11,15 @@ measurement, e.g.::
     python -m bench.arms --backend postgres --channels 8 \\
         --arm "--workers 1" --arm "--workers 2"
 
+With ``--source DIR`` twice, arm A's server runs the code of checkout A and
+arm B's that of checkout B (the same flags, or each arm's ``--arm``), each
+measurement on a fresh database migrated by its arm's own code: a change
+measured against the commit before it, in one run::
+
+    git worktree add /tmp/before HEAD~1
+    python -m bench.arms --backend sqlite,postgres --pairs 10 \
+        --source /tmp/before --source .
+
 With ``--channels N`` the driver spreads its calls over N connections (the
 kernel spreads connections, not calls, over the workers of ``--workers``).
 On a machine with few cores the client, the server and PostgreSQL share
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import shlex
 import statistics
 import sys
@@ -31,14 +41,22 @@ from typing import Any
 from bench import harness, protections, standalone
 from runstore.server.db import migrate
 
+CPU_FIGURES = ("server_cpu_ms_per_op", "db_cpu_ms_per_op")
+"""CPU per append (of the server process, of PostgreSQL's backends) compared as well."""
+
 
 async def _measure(
-    args: argparse.Namespace, backend: str, url: str, flags: list[str], pair: int
+    args: argparse.Namespace,
+    backend: str,
+    url: str,
+    flags: list[str],
+    pair: int,
+    source: Path | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="runstore-bench-arms-") as directory:
         prepared = protections.prepare(True, Path(directory), tls=False)
         async with harness.start_server(
-            url, "FULL", prepared, flags=flags, directory=Path(directory)
+            url, "FULL", prepared, flags=flags, directory=Path(directory), source=source
         ) as running:
             spec = {
                 "workload": "append",
@@ -61,46 +79,77 @@ async def _measure(
             return row
 
 
+async def _measure_source(
+    args: argparse.Namespace, backend: str, flags: list[str], pair: int, source: Path
+) -> dict[str, Any]:
+    """One measurement of checkout ``source`` on a database of its own schema."""
+    async with harness.database(backend, args.postgres_url) as url:
+        await harness.migrate_from(source, url)
+        return await _measure(args, backend, url, flags, pair, source)
+
+
 async def compare(args: argparse.Namespace, backend: str) -> dict[str, Any]:
     arms = [shlex.split(arm) for arm in args.arm]
-    async with harness.database(backend, args.postgres_url) as url:
-        await migrate.upgrade(url)
+    sources = [Path(source) for source in args.source]
+    async with contextlib.AsyncExitStack() as stack:
+        url = ""
+        if not sources:
+            url = await stack.enter_async_context(harness.database(backend, args.postgres_url))
+            await migrate.upgrade(url)
         ratios: list[float] = []
+        cpu_ratios: dict[str, list[float]] = {key: [] for key in CPU_FIGURES}
         for pair in range(args.pairs):
             order = (0, 1) if pair % 2 == 0 else (1, 0)
-            figures: dict[int, float] = {}
+            rows: dict[int, dict[str, Any]] = {}
             for arm in order:
-                row = await _measure(args, backend, url, arms[arm], pair)
-                figures[arm] = row["ops_per_s"]
-            ratios.append(figures[1] / figures[0])
+                if sources:
+                    rows[arm] = await _measure_source(args, backend, arms[arm], pair, sources[arm])
+                else:
+                    rows[arm] = await _measure(args, backend, url, arms[arm], pair)
+            ratios.append(rows[1]["ops_per_s"] / rows[0]["ops_per_s"])
+            for key, values in cpu_ratios.items():
+                if rows[0].get(key) and rows[1].get(key):
+                    values.append(rows[1][key] / rows[0][key])
             print(
-                f"{backend} pair {pair + 1}/{args.pairs}: A {figures[0]:,.0f}/s, "
-                f"B {figures[1]:,.0f}/s, B/A {ratios[-1]:.3f}",
+                f"{backend} pair {pair + 1}/{args.pairs}: A {rows[0]['ops_per_s']:,.0f}/s, "
+                f"B {rows[1]['ops_per_s']:,.0f}/s, B/A {ratios[-1]:.3f}",
                 flush=True,
             )
     return {
         "backend": backend,
-        "a": args.arm[0],
-        "b": args.arm[1],
+        "a": " ".join(filter(None, [str(sources[0]) if sources else "", args.arm[0]])),
+        "b": " ".join(filter(None, [str(sources[1]) if sources else "", args.arm[1]])),
         "pairs": args.pairs,
         "b_vs_a": round(statistics.median(ratios), 3),
         "range": [round(min(ratios), 3), round(max(ratios), 3)],
+        **{
+            f"{key}_b_vs_a": round(statistics.median(values), 3)
+            for key, values in cpu_ratios.items()
+            if values
+        },
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.arms", description=__doc__)
-    parser.add_argument("--backend", default="sqlite,postgres")
-    parser.add_argument("--postgres-url", default=harness.parse_args([]).postgres_url)
-    parser.add_argument("--arm", action="append", required=True, help="server flags (twice)")
+    standalone.add_backend_arguments(parser)
+    parser.add_argument("--arm", action="append", default=[], help="server flags (twice)")
+    parser.add_argument(
+        "--source", action="append", default=[], help="a checkout whose server to run (twice)"
+    )
     parser.add_argument("--pairs", type=int, default=6)
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=0.5)
     parser.add_argument("--in-flight", type=int, default=16)
     parser.add_argument("--channels", type=int, default=1)
     args = parser.parse_args(argv)
+    if args.source and len(args.source) != 2:
+        parser.error("--source is given twice: A, then B")
+    args.source = [str(Path(source).resolve()) for source in args.source]
+    if not args.arm and args.source:
+        args.arm = ["", ""]
     if len(args.arm) != 2:
-        parser.error("--arm is given twice: A, then B")
+        parser.error("--arm is given twice: A, then B (or --source twice)")
     for backend in standalone.backends(args.backend):
         result = asyncio.run(compare(args, backend))
         print(
@@ -110,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.channels} connection(s))",
             flush=True,
         )
+        for key in CPU_FIGURES:
+            if f"{key}_b_vs_a" in result:
+                print(f"{backend}: {key} B ÷ A = {result[f'{key}_b_vs_a']:.3f}", flush=True)
     return 0
 
 
