@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,13 +66,19 @@ class ConsoleUnderTest:
 
 @asynccontextmanager
 async def console_server(
-    directory: Path, *, auth: bool = True, tls: Authority | None = None
+    directory: Path,
+    *,
+    auth: bool = True,
+    tls: Authority | None = None,
+    extra: Mapping[str, Entry] | None = None,
 ) -> AsyncIterator[ConsoleUnderTest]:
     """The server with its console; with ``tls``, both listen with a certificate
-    for localhost that ``tls`` issued (and its CA is ``directory / "ca.crt"``)."""
+    for localhost that ``tls`` issued (and its CA is ``directory / "ca.crt"``);
+    ``extra`` principals beside one of each role (bound to ``default``)."""
     entries = {role: Entry(role) for role in ROLES}
-    # A reader of another namespace: the console (which shows "default") must refuse it.
+    # A reader of another namespace: the console must refuse it ``default``'s pages.
     entries[ELSEWHERE] = Entry("reader", namespaces=["team-b"])
+    entries.update(extra or {})
     cert = key = ""
     if tls is not None:
         cert_path, key_path = tls.server().write(directory, "server")

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from runstore.v1 import namespace_admin_pb2 as na
 from runstore.v1 import runtime_store_pb2 as rs
 from tests.console.support import (
     ELSEWHERE,
@@ -30,10 +31,14 @@ from tests.console.support import (
     seed,
     seed_long_run,
 )
+from tests.secured import Entry, channel_with_token
+from tests.support import Store
 
 playwright_api = pytest.importorskip("playwright.async_api")
 
 CHROMIUM = os.environ.get("RUNSTORE_CHROMIUM", "/usr/bin/chromium")
+OPERATOR = "operator"
+"""An admin bound to every namespace ("*"), who creates team-x and picks it."""
 WAIT_MS = 30_000
 """Generous: the machine may be busy; waits end as soon as their condition holds."""
 
@@ -45,7 +50,8 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 async def console(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[ConsoleUnderTest]:
-    async with console_server(tmp_path_factory.mktemp("browser")) as under:
+    operator = {OPERATOR: Entry("admin", namespaces=["*"])}
+    async with console_server(tmp_path_factory.mktemp("browser"), extra=operator) as under:
         await seed(under)
         yield under
 
@@ -134,24 +140,58 @@ async def test_sign_in_then_list_the_sessions(
 async def test_a_reader_of_another_namespace_sees_nothing(
     page: Watched, console: ConsoleUnderTest
 ) -> None:
-    """Signed in with a reader bound only to namespace team-b, every screen of
-    the console (which shows namespace default) is refused and shows none of
-    default's sessions or runs."""
+    """A reader bound only to team-b signs in and is shown team-b (which does
+    not exist here: 404); asking for default is refused (403); neither page
+    shows any of default's sessions or runs."""
     seeded = console.seeded
     assert seeded.root is not None
     await page.page.goto("/sessions")
     await page.page.wait_for_url("**/login?next=*")
     await page.page.fill("input[name=token]", console.tokens[ELSEWHERE])
     await page.page.click("button[type=submit]")
-    await page.page.get_by_text("may not read the console").wait_for()
+    await page.page.get_by_text("namespace 'team-b' not found").wait_for()
     for path in ("/sessions", f"/session?id={seeded.session_id}", f"/run?id={seeded.root.id}"):
-        response = await page.page.goto(path)
-        assert response is not None and response.status == 403, path
-        html = await page.page.content()
-        assert seeded.session_id not in html and seeded.root.id not in html, path
-    # The refusals are the only problems the browser reported (failed loads, 403).
-    assert all("403" in problem for problem in page.problems), page.problems
+        for suffix, status in (("", 404), ("namespace=default", 403)):
+            target = f"{path}{'&' if '?' in path else '?'}{suffix}" if suffix else path
+            response = await page.page.goto(target)
+            assert response is not None and response.status == status, target
+            html = await page.page.content()
+            assert seeded.session_id not in html and seeded.root.id not in html, target
+    # The refusals are the only problems the browser reported (failed loads, 403 and 404).
+    assert all("403" in problem or "404" in problem for problem in page.problems), page.problems
     page.problems.clear()
+
+
+async def test_the_namespace_picker_switches_every_screen(
+    page: Watched, console: ConsoleUnderTest, shots: Path
+) -> None:
+    """An operator bound to every namespace picks team-x in the header: the
+    page shows team-x's sessions, and the links it follows stay in team-x."""
+    operator = Store(channel_with_token(console.store.target, console.tokens[OPERATOR]))
+    in_x = Store(channel_with_token(console.store.target, console.tokens[OPERATOR], "team-x"))
+    try:
+        await operator.namespaces.CreateNamespace(
+            na.CreateNamespaceRequest(namespace=na.Namespace(name="team-x"))
+        )
+        run = await in_x.root(await in_x.session("picked-session"), agent_id="agent-of-x")
+    finally:
+        await operator.channel.close()
+        await in_x.channel.close()
+    await page.page.goto("/sessions")
+    await page.page.wait_for_url("**/login?next=*")
+    await page.page.fill("input[name=token]", console.tokens[OPERATOR])
+    await page.page.click("button[type=submit]")
+    await page.page.wait_for_url("**/sessions")
+    assert "picked-session" not in await page.page.content()  # default's sessions
+    await page.page.select_option("#namespace-picker select", "team-x")
+    await page.page.wait_for_url("**/sessions?namespace=team-x")
+    await page.page.get_by_role("link", name="picked-session", exact=True).click()
+    await page.page.wait_for_url("**/session?*namespace=team-x*")
+    await page.page.get_by_role("link", name=run.id).first.click()
+    await page.page.wait_for_url("**/run?*namespace=team-x*")
+    await page.page.get_by_text("agent-of-x").first.wait_for()
+    await page.page.screenshot(path=str(shots / "namespaces.png"))
+    assert not page.problems, page.problems
 
 
 async def test_open_a_session_then_a_run(

@@ -421,7 +421,13 @@ async def build_server(
         await stores.namespaces.resume_purges()
     if config.console_listen:
         try:
-            running.console = await start_console(config, stores.runtime, stores.watch, security)
+            running.console = await start_console(
+                config,
+                stores.runtime,
+                stores.watch,
+                security,
+                stores.namespaces.directory if stores.namespaces is not None else None,
+            )
         except BaseException as exc:
             await shutdown(running, 0)
             if isinstance(exc, ConsoleListenError):

@@ -58,13 +58,31 @@ CONSOLE_METHODS: Final = frozenset(
 
 
 def may_view(principal: Principal) -> bool:
-    """Whether ``principal`` may read what the console shows: its role may
-    make the console's reads, and it is bound to the namespace the console
-    shows (``default``; docs/namespaces.md), as a gRPC call there would need."""
-    bound = principal.namespaces
-    return (EVERY in bound or DEFAULT in bound) and all(
-        roles.allowed(method, principal.role) for method in CONSOLE_METHODS
-    )
+    """Whether ``principal``'s role may make every one of the console's reads."""
+    return all(roles.allowed(method, principal.role) for method in CONSOLE_METHODS)
+
+
+def may_view_namespace(principal: Principal, namespace: str) -> bool:
+    """Whether ``principal`` is bound to ``namespace`` (or to every namespace)."""
+    return EVERY in principal.namespaces or namespace in principal.namespaces
+
+
+def home_namespace(principal: Principal, active: frozenset[str]) -> str:
+    """The namespace a screen shows when its URL names none: ``default`` when
+    the principal may view it, else the first active namespace it is bound to
+    (its only one, as for a gRPC call without the header), else its first."""
+    viewable = viewable_namespaces(principal, active)
+    if viewable:
+        return viewable[0]
+    first = principal.namespaces[0] if principal.namespaces else DEFAULT
+    return DEFAULT if first == EVERY else first
+
+
+def viewable_namespaces(principal: Principal, active: frozenset[str]) -> list[str]:
+    """The namespaces the picker offers ``principal``: the active ones it is
+    bound to (every active one for ``*``), ``default`` first."""
+    names = active if EVERY in principal.namespaces else active & set(principal.namespaces)
+    return sorted(names, key=lambda name: (name != DEFAULT, name))
 
 
 @dataclass(frozen=True, slots=True)

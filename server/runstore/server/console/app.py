@@ -24,10 +24,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runstore.contract.errors import (
     InvalidArgumentError,
+    NamespaceNotFoundError,
     NotFoundError,
     PreconditionError,
+    ReadArgumentError,
     RunstoreError,
 )
+from runstore.contract.namespaces import DEFAULT, NAME_RULE, is_valid_name
+from runstore.server import call_namespace
 from runstore.server.auth.principals import Principal
 from runstore.server.console import access, live, views
 from runstore.server.console.pages import Console, url
@@ -101,11 +105,34 @@ def principal_of(console: Console, request: Request) -> Principal:
     if console.access.required and not access.may_view(principal):
         raise Refused(
             403,
-            f"principal {principal.name!r} (role {principal.role}, namespaces "
-            f"{', '.join(principal.namespaces)}) may not read the console, which shows "
-            "namespace default",
+            f"principal {principal.name!r} (role {principal.role}) may not read the console",
         )
     return principal
+
+
+async def namespace_of(
+    console: Console, request: Request, principal: Principal
+) -> tuple[str, list[str]]:
+    """The namespace the request's screen shows (``access``) and those its
+    picker offers: refused when the principal is not bound to it, then when it
+    is not an active namespace."""
+    active = await console.active_namespaces()
+    if not console.access.required:
+        offered = sorted(active, key=lambda name: (name != DEFAULT, name))
+    else:
+        offered = access.viewable_namespaces(principal, active)
+    requested = request.query_params.get("namespace", "")
+    if not requested:
+        requested = access.home_namespace(principal, active) if console.access.required else DEFAULT
+    elif not is_valid_name(requested):
+        raise ReadArgumentError(f"namespace must match {NAME_RULE}", field="namespace")
+    if console.access.required and not access.may_view_namespace(principal, requested):
+        raise Refused(403, f"principal {principal.name!r} is not bound to namespace {requested!r}")
+    if requested not in active:
+        raise NamespaceNotFoundError(
+            f"namespace {requested!r} not found", details={"namespace": requested}
+        )
+    return requested, offered
 
 
 Handler = Callable[[Console, Request], Awaitable[Response]]
@@ -123,7 +150,8 @@ def screen(
 
     async def endpoint(request: Request) -> Response:
         try:
-            request.scope["runstore_principal"] = principal_of(console, request)
+            principal = request.scope["runstore_principal"] = principal_of(console, request)
+            namespace, offered = await namespace_of(console, request, principal)
         except Refused as refused:
             wants_page = "text/html" in request.headers.get("accept", "")
             if refused.status == 401 and wants_page and "authorization" not in request.headers:
@@ -132,6 +160,16 @@ def screen(
             return console.page(
                 request, "refused.html", refused.status, reason=refused.reason, title="Refused"
             )
+        except NotFoundError as exc:
+            return _error(console, request, 404, exc)
+        except InvalidArgumentError as exc:
+            return _error(console, request, 400, exc)
+        except RunstoreError as exc:  # the database cannot say (UNAVAILABLE, ...)
+            return _error(console, request, 503, exc)
+        # Every read of this request (and of its live stream's task) is keyed by it.
+        call_namespace.set_current(namespace)
+        request.scope["runstore_namespace"] = namespace
+        request.scope["runstore_namespaces"] = offered
         try:
             if not may_lag:
                 return await handler(console, request)

@@ -4,7 +4,8 @@ Each event's ``id`` is the record's position (a run's record ID, a session's
 position), so a browser that reconnects sends it back as ``Last-Event-ID`` and
 the stream resumes right after it: nothing is sent twice or skipped. A run's
 stream ends with an ``end`` event once the run has ended (Watch stops there);
-server shutdown ends every stream (Watch's UNAVAILABLE, and the shutdown event).
+server shutdown ends every stream (Watch's UNAVAILABLE, and the shutdown event);
+deleting the stream's namespace ends it with a ``failure`` event at once.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from runstore.contract.errors import OverloadedError, RunstoreError, UnavailableError
+from runstore.server import call_namespace
 from runstore.server.console import render
 from runstore.server.console.pages import Console
 from runstore.server.core.model import RunRecord
 from runstore.server.core.watch import WatchBatch
+from runstore.server.stream_ending import EndableStream
 
 PING_SECONDS: Final = 15
 """A comment line this often keeps proxies from closing an idle stream."""
@@ -56,18 +59,43 @@ def _positions(batch: WatchBatch, by_id: bool) -> list[int]:
     return list(range(last - len(batch.events) + 1, last + 1))
 
 
+def _failure(exc: RunstoreError) -> ServerSentEvent:
+    return ServerSentEvent(data=json.dumps({"error": str(exc)}), event="failure")
+
+
 async def _events(
-    batches: AsyncIterator[WatchBatch], by_id: bool
+    console: Console, batches: AsyncIterator[WatchBatch], by_id: bool
 ) -> AsyncIterator[ServerSentEvent]:
+    # Built on the first step, in the task that writes the response: the task
+    # ``end`` wakes when the namespace is deleted.
+    stream = EndableStream()
+    namespace = call_namespace.current()
+    console.live.setdefault(namespace, set()).add(stream)
     try:
-        async for batch in batches:
+        while True:
+            try:
+                batch = await stream.next_of(batches)
+            except StopAsyncIteration:
+                break
             for position, record in zip(_positions(batch, by_id), batch.events, strict=True):
                 yield _record_event(position, record)
+        if stream.refusal is not None:
+            yield _failure(stream.refusal)
+            return
         yield ServerSentEvent(data="{}", event="end")
     except UnavailableError:
         return  # shutting down: the browser reconnects to whichever server answers
     except RunstoreError as exc:
-        yield ServerSentEvent(data=json.dumps({"error": str(exc)}), event="failure")
+        yield _failure(exc)
+    finally:
+        open_here = console.live.get(namespace)
+        if open_here is not None:
+            open_here.discard(stream)
+            if not open_here:
+                del console.live[namespace]
+        close = getattr(batches, "aclose", None)
+        if close is not None:
+            await close()
 
 
 def _stream(console: Console, events: AsyncIterator[ServerSentEvent]) -> Response:
@@ -93,7 +121,7 @@ async def run_events(console: Console, request: Request) -> Response:
     if console.watch.open_streams >= console.watch.settings.max_watchers:
         raise OverloadedError("too many live streams", details={"limit": "max_watchers"})
     batches = console.watch.run(run_id, str(after) if after else "")
-    return _stream(console, _events(batches, by_id=True))
+    return _stream(console, _events(console, batches, by_id=True))
 
 
 async def session_events(console: Console, request: Request) -> Response:
@@ -105,4 +133,4 @@ async def session_events(console: Console, request: Request) -> Response:
     if console.watch.open_streams >= console.watch.settings.max_watchers:
         raise OverloadedError("too many live streams", details={"limit": "max_watchers"})
     batches = console.watch.session(session_id, str(after) if after else "")
-    return _stream(console, _events(batches, by_id=False))
+    return _stream(console, _events(console, batches, by_id=False))

@@ -13,12 +13,17 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from runstore.contract.errors import NamespaceNotFoundError
+from runstore.contract.namespaces import DEFAULT
+from runstore.server import call_namespace
 from runstore.server.auth.tls import TLSFiles
 from runstore.server.console import render
 from runstore.server.console.access import Access
 from runstore.server.console.reads import run_kind
+from runstore.server.core.namespaces import NamespaceDirectory
 from runstore.server.core.store import RuntimeStore
 from runstore.server.core.watch import RecordWatch
+from runstore.server.stream_ending import EndableStream
 
 
 @dataclass
@@ -39,14 +44,39 @@ class Console:
     templates: jinja2.Environment = field(default_factory=lambda: _environment())
     shutdown: anyio.Event | None = None
     """Set when the server stops: live streams end (created in the serving loop)."""
+    directory: NamespaceDirectory | None = None
+    """The active namespaces (None: only ``default`` exists, as in tests of one store)."""
+    live: dict[str, set[EndableStream]] = field(default_factory=dict)
+    """The live streams open per namespace: they end when it is deleted."""
+
+    def __post_init__(self) -> None:
+        if self.directory is not None:
+            self.directory.on_gone(self._namespace_gone)
+
+    async def active_namespaces(self) -> frozenset[str]:
+        """The active namespaces, read again once the directory's copy is stale."""
+        if self.directory is None:
+            return frozenset({DEFAULT})
+        if self.directory.stale():
+            await self.directory.refresh()
+        return self.directory.active()
+
+    def _namespace_gone(self, namespace: str) -> None:
+        refusal = NamespaceNotFoundError(
+            f"namespace {namespace!r} was deleted", details={"namespace": namespace}
+        )
+        for stream in list(self.live.pop(namespace, ())):
+            stream.end(refusal)
 
     def page(
         self, request: Request, name: str, http_status: int = 200, **context: Any
     ) -> HTMLResponse:
-        principal = request.scope.get("runstore_principal")
         html = self.templates.get_template(name).render(
-            principal=principal,
+            principal=request.scope.get("runstore_principal"),
             auth_required=self.access.required,
+            # Set once the request's namespace is decided (``app.namespace_of``).
+            namespace=request.scope.get("runstore_namespace"),
+            namespaces=request.scope.get("runstore_namespaces", []),
             **context,
         )
         return HTMLResponse(html, http_status, headers={"cache-control": "no-store"})
@@ -64,6 +94,10 @@ def _environment() -> jinja2.Environment:
 
 
 def url(path: str, **params: Any) -> str:
-    """``path`` with the non-empty ``params`` as its query string (values escaped)."""
+    """``path`` with the non-empty ``params`` as its query string (values
+    escaped), in the namespace the page shows: a link never leaves it."""
+    namespace = call_namespace.current()
+    if namespace != DEFAULT and "namespace" not in params:
+        params["namespace"] = namespace
     kept = {key: value for key, value in params.items() if value not in ("", None, 0, False)}
     return f"{path}?{urlencode(kept)}" if kept else path

@@ -25,6 +25,7 @@ from runstore.server.config import ServerConfig
 from runstore.server.console.access import Access
 from runstore.server.console.app import create_app
 from runstore.server.console.pages import Console
+from runstore.server.core.namespaces import NamespaceDirectory
 from runstore.server.core.store import RuntimeStore
 from runstore.server.core.watch import RecordWatch
 
@@ -120,7 +121,11 @@ class ConsoleServer:
 
 
 async def start_console(
-    config: ServerConfig, store: RuntimeStore, watch: RecordWatch, security: Security
+    config: ServerConfig,
+    store: RuntimeStore,
+    watch: RecordWatch,
+    security: Security,
+    directory: NamespaceDirectory | None = None,
 ) -> ConsoleServer:
     """Serves the console on ``config.console_listen`` in the running loop."""
     sock = _bind(config.console_listen)
@@ -137,6 +142,7 @@ async def start_console(
             else None
         ),
         shutdown=anyio.Event(),
+        directory=directory,
     )
     settings = uvicorn.Config(
         create_app(console),

@@ -1,4 +1,4 @@
-// runstore console: live records over server-sent events, and expand/collapse.
+// runstore console: live records over server-sent events, expand/collapse, the namespace picker.
 // Rows are built with createElement and textContent only: a payload is text, never markup.
 "use strict";
 
@@ -10,6 +10,12 @@
     return node;
   }
 
+  // A link stays in the namespace the page shows (the server's url() does the same).
+  function inNamespace() {
+    var namespace = document.body.dataset.namespace;
+    return namespace && namespace !== "default" ? "&namespace=" + encodeURIComponent(namespace) : "";
+  }
+
   function recordRow(record, showRun) {
     var row = el("li", "record");
     row.dataset.position = String(record.position);
@@ -19,7 +25,7 @@
     head.appendChild(el("span", "time", record.timestamp));
     if (showRun) {
       var link = el("a", "run-link", record.run_id);
-      link.href = "/run?id=" + encodeURIComponent(record.run_id);
+      link.href = "/run?id=" + encodeURIComponent(record.run_id) + inNamespace();
       head.appendChild(link);
     }
     head.appendChild(el("span", "key", "key " + record.event_key));
@@ -74,8 +80,15 @@
     });
   }
 
+  // The namespace picker shows the chosen namespace's sessions as soon as it changes.
+  function pickOnChange(form) {
+    var select = form.querySelector("select");
+    if (select) select.addEventListener("change", function () { form.submit(); });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     document.querySelectorAll("[data-live]").forEach(follow);
+    document.querySelectorAll("#namespace-picker").forEach(pickOnChange);
     document.querySelectorAll("button.expand-all").forEach(expandAll);
   });
 })();
