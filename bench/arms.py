@@ -1,7 +1,8 @@
 """Two server configurations side by side: ``python -m bench.arms``.
 
-Appends at 16 in flight (protections on) against a fresh server started with
-the flags of arm A, then of arm B, in alternating order over ``--pairs`` pairs,
+Appends (``--workload``, default ``append``) at 16 in flight (protections
+on) against a fresh server started with the flags of arm A, then of arm B, in
+alternating order over ``--pairs`` pairs,
 on a fresh database per backend; the figure is the median of the paired
 ratios B ÷ A (throughput), with their spread. Used to decide settings by
 measurement, e.g.::
@@ -59,7 +60,7 @@ async def _measure(
             url, "FULL", prepared, flags=flags, directory=Path(directory), source=source
         ) as running:
             spec = {
-                "workload": "append",
+                "workload": args.workload,
                 "concurrency": args.in_flight,
                 "duration": args.duration,
                 "warmup": args.warmup,
@@ -141,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=3.0)
     parser.add_argument("--warmup", type=float, default=0.5)
     parser.add_argument("--in-flight", type=int, default=16)
+    parser.add_argument(
+        "--workload", default="append", help="the driver's workload (append, append_batch, ...)"
+    )
     parser.add_argument("--channels", type=int, default=1)
     args = parser.parse_args(argv)
     if args.source and len(args.source) != 2:
@@ -155,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{backend}: B ({result['b']}) ÷ A ({result['a']}) = {result['b_vs_a']:.3f} "
             f"(median of {result['pairs']} pairs, {result['range'][0]:.3f}–"
-            f"{result['range'][1]:.3f}; appends at {args.in_flight} in flight, "
+            f"{result['range'][1]:.3f}; {args.workload} at {args.in_flight} in flight, "
             f"{args.channels} connection(s))",
             flush=True,
         )

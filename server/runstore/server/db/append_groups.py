@@ -74,10 +74,20 @@ carries its own namespace (``RecordDraft.namespace``): one group may hold
 calls of several namespaces, and every match below is within one."""
 
 
-def _request_condition(precondition: Precondition) -> str:
+_PROBE_EACH: Final = " OFFSET 0"
+"""Keeps PostgreSQL from turning the key check's NOT EXISTS into one hashed
+scan of every record (a sub-query with an OFFSET is never converted): planned
+while the statistics still say ``records`` is nearly empty (a fresh database),
+that plan is cached and then reads the whole table for every group as it grows
+(measured: 0.9 ms → 16 ms a group at 25,000 records). Each key is probed in
+the unique index instead, whatever the statistics say."""
+
+
+def _request_condition(precondition: Precondition, probe_each: str = "") -> str:
     """One precondition of ``fast_paths.APPEND`` on a record ``i`` of the
     input and its run's locked row ``w`` (NULL when the run is not running or
-    its session is not active: those two are the lock queries' own filters)."""
+    its session is not active: those two are the lock queries' own filters);
+    ``probe_each`` ends the key check's sub-query (``_PROBE_EACH``)."""
     match precondition:
         case Precondition.RUN_RUNNING:
             return "w.run_id IS NOT NULL"
@@ -86,7 +96,7 @@ def _request_condition(precondition: Precondition) -> str:
         case Precondition.KEY_FREE:
             return (
                 "NOT EXISTS (SELECT 1 FROM records AS prior WHERE prior.namespace = i.namespace"
-                " AND prior.run_id = i.run_id AND prior.event_key = i.event_key)"
+                f" AND prior.run_id = i.run_id AND prior.event_key = i.event_key{probe_each})"
             )
         case Precondition.SESSION_ACTIVE:
             return "(i.session_id = '' OR w.session_active)"
@@ -104,7 +114,8 @@ def _group_append(preconditions: Sequence[Precondition], source: str, row_locks:
     ``row_locks`` (PostgreSQL) the statement locks the group's active
     sessions, then its running runs, each in key order, like every writer.
     SQLite's single writer needs no locks."""
-    checks = " AND ".join(_request_condition(p) for p in preconditions)
+    probe_each = _PROBE_EACH if row_locks else ""  # SQLite has no OFFSET without LIMIT
+    checks = " AND ".join(_request_condition(p, probe_each) for p in preconditions)
     for_update = "ORDER BY {} FOR UPDATE" if row_locks else ""
     return f"""
 WITH input AS ({source}),
