@@ -350,10 +350,10 @@ def runstore_options() -> set[str]:
 
 
 def bench_options() -> set[str]:
-    from bench import chain, harness, retention
+    from bench import arms, chain, harness, noisy, retention
 
     found: set[str] = set()
-    for main in (harness.main, chain.main, retention.main):
+    for main in (harness.main, chain.main, retention.main, arms.main, noisy.main):
         found.update(options(parser_of(main, [])))
     return found
 
