@@ -78,10 +78,14 @@ def home_namespace(principal: Principal, active: frozenset[str]) -> str:
     return DEFAULT if first == EVERY else first
 
 
-def viewable_namespaces(principal: Principal, active: frozenset[str]) -> list[str]:
+def viewable_namespaces(
+    principal: Principal, active: frozenset[str], *, open_console: bool = False
+) -> list[str]:
     """The namespaces the picker offers ``principal``: the active ones it is
-    bound to (every active one for ``*``), ``default`` first."""
-    names = active if EVERY in principal.namespaces else active & set(principal.namespaces)
+    bound to (every active one for ``*``, or on a console with authentication
+    off), ``default`` first."""
+    every = open_console or EVERY in principal.namespaces
+    names = active if every else active & set(principal.namespaces)
     return sorted(names, key=lambda name: (name != DEFAULT, name))
 
 

@@ -24,7 +24,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runstore.contract.errors import (
     InvalidArgumentError,
-    NamespaceNotFoundError,
     NotFoundError,
     PreconditionError,
     ReadArgumentError,
@@ -35,6 +34,7 @@ from runstore.server import call_namespace
 from runstore.server.auth.principals import Principal
 from runstore.server.console import access, live, views
 from runstore.server.console.pages import Console, url
+from runstore.server.core.namespaces import namespace_not_found
 from runstore.server.db.lagging import lagging_reads
 
 log = logging.getLogger(__name__)
@@ -117,10 +117,9 @@ async def namespace_of(
     picker offers: refused when the principal is not bound to it, then when it
     is not an active namespace."""
     active = await console.active_namespaces()
-    if not console.access.required:
-        offered = sorted(active, key=lambda name: (name != DEFAULT, name))
-    else:
-        offered = access.viewable_namespaces(principal, active)
+    offered = access.viewable_namespaces(
+        principal, active, open_console=not console.access.required
+    )
     requested = request.query_params.get("namespace", "")
     if not requested:
         requested = access.home_namespace(principal, active) if console.access.required else DEFAULT
@@ -129,9 +128,7 @@ async def namespace_of(
     if console.access.required and not access.may_view_namespace(principal, requested):
         raise Refused(403, f"principal {principal.name!r} is not bound to namespace {requested!r}")
     if requested not in active:
-        raise NamespaceNotFoundError(
-            f"namespace {requested!r} not found", details={"namespace": requested}
-        )
+        raise namespace_not_found(requested)
     return requested, offered
 
 

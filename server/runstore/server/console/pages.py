@@ -13,14 +13,13 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from runstore.contract.errors import NamespaceNotFoundError
 from runstore.contract.namespaces import DEFAULT
 from runstore.server import call_namespace
 from runstore.server.auth.tls import TLSFiles
 from runstore.server.console import render
 from runstore.server.console.access import Access
 from runstore.server.console.reads import run_kind
-from runstore.server.core.namespaces import NamespaceDirectory
+from runstore.server.core.namespaces import NamespaceDirectory, namespace_deleted
 from runstore.server.core.store import RuntimeStore
 from runstore.server.core.watch import RecordWatch
 from runstore.server.stream_ending import EndableStream
@@ -62,9 +61,7 @@ class Console:
         return self.directory.active()
 
     def _namespace_gone(self, namespace: str) -> None:
-        refusal = NamespaceNotFoundError(
-            f"namespace {namespace!r} was deleted", details={"namespace": namespace}
-        )
+        refusal = namespace_deleted(namespace)
         for stream in list(self.live.pop(namespace, ())):
             stream.end(refusal)
 

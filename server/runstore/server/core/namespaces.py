@@ -220,8 +220,15 @@ def check_settings(namespace: Namespace, field_of: Mapping[str, str]) -> None:
             )
 
 
-def _not_found(name: str) -> NamespaceNotFoundError:
+def namespace_not_found(name: str) -> NamespaceNotFoundError:
+    """The refusal of a call into ``name``, which is not an active namespace:
+    the same whether it never existed or is being deleted."""
     return NamespaceNotFoundError(f"namespace {name!r} not found", details={"namespace": name})
+
+
+def namespace_deleted(name: str) -> NamespaceNotFoundError:
+    """How a stream open in ``name`` ends once the namespace is deleted."""
+    return NamespaceNotFoundError(f"namespace {name!r} was deleted", details={"namespace": name})
 
 
 def encode_page_token(last_name: str) -> str:
@@ -299,7 +306,7 @@ class NamespaceStore:
 
         found = await self._db.read(fn)
         if found is None:
-            raise _not_found(name)
+            raise namespace_not_found(name)
         return found
 
     async def list(self, requested_size: int, token: str) -> tuple[list[Namespace], str]:
@@ -323,7 +330,7 @@ class NamespaceStore:
         async def fn(tx: Transaction) -> Namespace:
             current = await tx.namespace_row(name)
             if current is None or current.state != ACTIVE:
-                raise _not_found(name)
+                raise namespace_not_found(name)
             changed = dataclasses.replace(current, **changes, updated_at=now)
             check_settings(changed, field_of)
             await tx.update_namespace(changed)
@@ -344,7 +351,7 @@ class NamespaceStore:
         async def fn(tx: Transaction) -> Namespace:
             current = await tx.namespace_row(name)
             if current is None:
-                raise _not_found(name)
+                raise namespace_not_found(name)
             if current.state == DELETING:
                 return current
             deleting = dataclasses.replace(current, state=DELETING, updated_at=now)

@@ -39,10 +39,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from runstore.contract.errors import NamespaceNotFoundError, QuotaExceededError
+from runstore.contract.errors import QuotaExceededError
 from runstore.server.core.model import Nanos
 from runstore.server.core.namespace_model import Namespace
-from runstore.server.core.namespaces import REFRESH_SECONDS, NamespaceDirectory
+from runstore.server.core.namespaces import REFRESH_SECONDS, NamespaceDirectory, namespace_deleted
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.stream_ending import EndableStream
 
@@ -333,9 +333,7 @@ class Quotas:
     def _gone(self, namespace: str) -> None:
         """The namespace was deleted: its open streams end with NOT_FOUND and
         its state (and metric series) go."""
-        refusal = NamespaceNotFoundError(
-            f"namespace {namespace!r} was deleted", details={"namespace": namespace}
-        )
+        refusal = namespace_deleted(namespace)
         for lease in list(self._streams.pop(namespace, ())):
             lease.end(refusal)
         for quota in (WRITES_PER_SECOND, READS_PER_SECOND):

@@ -23,7 +23,6 @@ from typing import Final
 import grpc
 
 from runstore.contract.errors import (
-    NamespaceNotFoundError,
     NamespaceRequiredError,
     PermissionDeniedError,
     RunstoreError,
@@ -33,7 +32,7 @@ from runstore.contract.errors import (
 from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.contract.namespaces import DEFAULT, EVERY, NAME_RULE, is_valid_name
 from runstore.server import call_namespace, call_principal
-from runstore.server.core.namespaces import NamespaceDirectory
+from runstore.server.core.namespaces import NamespaceDirectory, namespace_not_found
 from runstore.server.interceptors.handlers import Handler, Steps
 
 NAMESPACED_SERVICES: Final = (
@@ -158,9 +157,7 @@ class NamespaceResolution:
         except RunstoreError as exc:  # the database cannot say (UNAVAILABLE, ...)
             return exc
         if not known:
-            return NamespaceNotFoundError(
-                f"namespace {requested!r} not found", details={"namespace": requested}
-            )
+            return namespace_not_found(requested)
         call_namespace.set_current(requested)
         _RESOLVED.set(requested)
         return None
