@@ -39,7 +39,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench import harness, protections, standalone
+from bench import checkouts, harness, protections, standalone
 from runstore.server.db import migrate
 
 CPU_FIGURES = ("server_cpu_ms_per_op", "db_cpu_ms_per_op")
@@ -85,7 +85,7 @@ async def _measure_source(
 ) -> dict[str, Any]:
     """One measurement of checkout ``source`` on a database of its own schema."""
     async with harness.database(backend, args.postgres_url) as url:
-        await harness.migrate_from(source, url)
+        await checkouts.migrate_from(source, url)
         return await _measure(args, backend, url, flags, pair, source)
 
 

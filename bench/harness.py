@@ -42,7 +42,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy.engine import make_url
 
-from bench import cpu, goals, listings, protections, readme, standalone
+from bench import checkouts, cpu, goals, listings, protections, readme, standalone
 from bench.protections import Protections
 from runstore.server.db import migrate
 from runstore.server.db.postgres import asyncpg_dsn
@@ -174,7 +174,7 @@ async def start_server(
 ) -> AsyncIterator[Server]:
     """One server process on an ephemeral port, its stderr in a file of
     ``directory`` (a temporary one by default); the server's code is that of
-    the checkout ``source`` if given (``source_env``), else this one's. With
+    the checkout ``source`` if given (``checkouts.source_env``), else this one's. With
     protections on, the metrics endpoint must answer and the log must hold
     access lines when the server stops, or the figures measured against it
     are not what they say."""
@@ -198,7 +198,11 @@ async def start_server(
             *protections.flags,
             *flags,
             stderr=log_file,
-            env={**source_env(source), "PYTHONUNBUFFERED": "1", "RUNSTORE_LOG_LEVEL": "INFO"},
+            env={
+                **checkouts.source_env(source),
+                "PYTHONUNBUFFERED": "1",
+                "RUNSTORE_LOG_LEVEL": "INFO",
+            },
         )
         try:
             port, metrics_port = await _wait_for_port(process, log_path)
@@ -217,36 +221,6 @@ async def start_server(
             await process.wait()
         if protections.on:
             _check_access_log(log_path)
-
-
-def source_env(source: Path | None) -> dict[str, str]:
-    """The environment of a process running runstore from the checkout
-    ``source`` (its ``server`` and ``client`` packages ahead of the installed
-    ones; the dependencies stay this venv's), or this process's own."""
-    if source is None:
-        return dict(os.environ)
-    paths = [str(source / "server"), str(source / "client")]
-    if os.environ.get("PYTHONPATH"):
-        paths.append(os.environ["PYTHONPATH"])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
-
-
-async def migrate_from(source: Path, url: str) -> None:
-    """``runstore migrate`` of the checkout ``source`` on ``url``."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "runstore.cli",
-        "migrate",
-        "--database-url",
-        url,
-        env=source_env(source),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await process.communicate()
-    if process.returncode != 0:
-        raise RuntimeError(f"runstore migrate of {source} failed:\n{out.decode(errors='replace')}")
 
 
 async def _wait_for_port(process: Process, log_path: Path) -> tuple[int, int | None]:
