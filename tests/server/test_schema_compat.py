@@ -276,3 +276,18 @@ async def test_serve_refuses_an_unknown_revision_without_a_marker(migrated_url: 
         f"{compat.server_version()} (schema {migrate.head_revision()}) and records no "
         "compatibility level: upgrade runstore"
     )
+
+
+def test_the_docs_show_the_refusals_as_runstore_says_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compat, "server_version", lambda: "0.2.0")
+    monkeypatch.setattr(compat, "COMPAT_LEVEL", 1)
+    marker = compat.Marker("0011_example", 2, "0.3.0")
+    state = migrate.SchemaState("0011_example", "0010_schema_compat", True, False, marker)
+    serving = f"runstore: {migrate.SchemaNewer(state, migrating=False)}"
+    migrating = f"runstore: {migrate.SchemaNewer(state, migrating=True)}"
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    upgrades = (docs / "upgrades.md").read_text()
+    errors = (docs / "errors.md").read_text()
+    assert serving in upgrades
+    assert serving in errors
+    assert migrating in errors
