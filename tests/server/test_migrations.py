@@ -72,18 +72,6 @@ async def test_serve_refuses_a_database_behind_head_unless_told(empty_url: str) 
     assert (await migrate.schema_state(empty_url)).at_head
 
 
-async def test_unknown_newer_revision_is_refused(empty_url: str) -> None:
-    await migrate.upgrade(empty_url)
-
-    def stamp_future(connection: Connection) -> None:
-        connection.execute(text(f"UPDATE {migrate.VERSION_TABLE} SET version_num = '9999_future'"))
-        connection.commit()
-
-    await _run_sync(empty_url, stamp_future)
-    with pytest.raises(migrate.SchemaError, match="newer than this server"):
-        await migrate.ensure_schema(empty_url, migrate=True)
-
-
 async def test_tables_without_a_revision_are_refused(empty_url: str) -> None:
     def create_foreign_tables(connection: Connection) -> None:
         metadata.create_all(connection)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    CheckConstraint,
     Column,
     Double,
     Index,
@@ -315,4 +316,21 @@ context_appends = Table(
     Column("digest", LargeBinary, nullable=False),
     Column("first_position", BigInteger, nullable=False),
     Column("count", Integer, nullable=False),
+)
+
+# --- The schema's compatibility marker (docs/upgrades.md), written by migrations ---
+
+schema_compat = Table(
+    "runstore_schema_compat",
+    metadata,
+    # One row: id is always 1. Its other columns are read by every release
+    # from 0.2.0 on, so they are never renamed or removed.
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    # The revision the last migration run left the database at.
+    Column("revision", Text, nullable=False),
+    # The oldest compatibility level that can serve that revision.
+    Column("min_compat_level", Integer, nullable=False),
+    # The runstore-server version that migrated it (for messages).
+    Column("migrated_by", Text, nullable=False),
+    CheckConstraint("id = 1", name="one_row"),
 )

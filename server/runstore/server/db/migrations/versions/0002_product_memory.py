@@ -14,6 +14,7 @@ revision = "0002_product_memory"
 down_revision = "0001_runtime_store"
 branch_labels = None
 depends_on = None
+min_compat_level = 1
 
 
 def upgrade() -> None:

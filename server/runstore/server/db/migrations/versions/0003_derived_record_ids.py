@@ -18,6 +18,7 @@ revision = "0003_derived_record_ids"
 down_revision = "0002_product_memory"
 branch_labels = None
 depends_on = None
+min_compat_level = 1
 
 
 def upgrade() -> None:

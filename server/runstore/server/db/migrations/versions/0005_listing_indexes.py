@@ -16,6 +16,7 @@ revision = "0005_listing_indexes"
 down_revision = "0003_derived_record_ids"
 branch_labels = None
 depends_on = None
+min_compat_level = 1
 
 _INDEXES = {
     "sessions": (

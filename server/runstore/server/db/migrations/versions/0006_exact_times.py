@@ -28,6 +28,7 @@ revision = "0006_exact_times"
 down_revision = "0005_listing_indexes"
 branch_labels = None
 depends_on = None
+min_compat_level = 1
 
 _NANOS_PER_SECOND = 1_000_000_000
 _NANOS_PER_MILLI = 1_000_000

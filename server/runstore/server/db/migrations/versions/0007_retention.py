@@ -27,6 +27,7 @@ revision = "0007_retention"
 down_revision = "0006_exact_times"
 branch_labels = None
 depends_on = None
+min_compat_level = 1
 
 _SESSIONLESS_ROOTS = "session_id = '' AND parent_run_id = ''"
 _SESSIONLESS_CHILDREN = "session_id = '' AND parent_run_id <> ''"

@@ -28,6 +28,7 @@ revision = "0008_namespaces"
 down_revision = "0007_retention"
 branch_labels = None
 depends_on = None
+min_compat_level = 1
 
 _DEFAULT = "default"
 

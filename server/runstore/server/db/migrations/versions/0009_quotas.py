@@ -23,6 +23,7 @@ revision = "0009_quotas"
 down_revision = "0008_namespaces"
 branch_labels = None
 depends_on = None
+min_compat_level = 1
 
 
 def upgrade() -> None:
