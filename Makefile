@@ -132,6 +132,8 @@ migrate: $(STAMP)
 ## Benchmarks: a real server process driven from a separate client process, with
 ## authentication, metrics and a JSON access log on, as users run it (--protections off:
 ## the bare server). `make bench ARGS="--backend sqlite --duration 5"`; see `python -m bench --help`.
+## PostgreSQL: --postgres-url's server (RUNSTORE_BENCH_POSTGRES_URL, RUNSTORE_TEST_POSTGRES_URL),
+## else a private durable one the run starts and removes (devtools/pg_cluster.py).
 # `make bench ARGS=--peers` first installs the `peers` dependency group (bench/peers.py).
 PEERS_STAMP := $(VENV)/.installed-peers
 $(PEERS_STAMP): $(STAMP) pyproject.toml

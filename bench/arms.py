@@ -39,7 +39,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench import checkouts, harness, protections, standalone
+from bench import checkouts, harness, postgres, protections, standalone
 from runstore.server.db import migrate
 
 CPU_FIGURES = ("server_cpu_ms_per_op", "db_cpu_ms_per_op")
@@ -154,18 +154,19 @@ def main(argv: list[str] | None = None) -> int:
         args.arm = ["", ""]
     if len(args.arm) != 2:
         parser.error("--arm is given twice: A, then B (or --source twice)")
-    for backend in standalone.backends(args.backend):
-        result = asyncio.run(compare(args, backend))
-        print(
-            f"{backend}: B ({result['b']}) ÷ A ({result['a']}) = {result['b_vs_a']:.3f} "
-            f"(median of {result['pairs']} pairs, {result['range'][0]:.3f}–"
-            f"{result['range'][1]:.3f}; {args.workload} at {args.in_flight} in flight, "
-            f"{args.channels} connection(s))",
-            flush=True,
-        )
-        for key in CPU_FIGURES:
-            if f"{key}_b_vs_a" in result:
-                print(f"{backend}: {key} B ÷ A = {result[f'{key}_b_vs_a']:.3f}", flush=True)
+    with postgres.provide(args):
+        for backend in standalone.backends(args.backend):
+            result = asyncio.run(compare(args, backend))
+            print(
+                f"{backend}: B ({result['b']}) ÷ A ({result['a']}) = {result['b_vs_a']:.3f} "
+                f"(median of {result['pairs']} pairs, {result['range'][0]:.3f}–"
+                f"{result['range'][1]:.3f}; {args.workload} at {args.in_flight} in flight, "
+                f"{args.channels} connection(s))",
+                flush=True,
+            )
+            for key in CPU_FIGURES:
+                if f"{key}_b_vs_a" in result:
+                    print(f"{backend}: {key} B ÷ A = {result[f'{key}_b_vs_a']:.3f}", flush=True)
     return 0
 
 

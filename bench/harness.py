@@ -1,7 +1,8 @@
 """Runs the benchmark plan against real server processes and reports ratios.
 
 For each backend: a fresh database (a temporary SQLite file, or a fresh
-PostgreSQL database next to ``--postgres-url``), histories seeded directly in
+PostgreSQL database on ``--postgres-url``'s server or a private durable one,
+``bench/postgres.py``), histories seeded directly in
 SQL (reads of the last page at two history sizes), one ``runstore serve``
 process with the protections users run (``bench/protections.py``; ``--protections
 off`` for the bare server), and one separate ``bench.driver`` process that runs
@@ -42,7 +43,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy.engine import make_url
 
-from bench import checkouts, cpu, goals, listings, protections, readme, standalone
+from bench import checkouts, cpu, goals, listings, postgres, protections, readme, standalone
 from bench.protections import Protections
 from runstore.server.db import migrate
 from runstore.server.db.postgres import asyncpg_dsn
@@ -598,7 +599,10 @@ def server_modules() -> list[Any]:
     return _modules(SERVER_MODULES, "measure_server")
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+async def run(
+    args: argparse.Namespace, postgres_server: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The whole plan; ``postgres_server``: ``bench.postgres.provide``'s section."""
     report: dict[str, Any] = {
         "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join(["python", "-m", "bench", *sys.argv[1:]]),
@@ -618,6 +622,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "append_payload_bytes": 1024,
         },
         "protections": protections.DESCRIPTION if args.protections != "off" else "off",
+        **({"postgres": postgres_server} if postgres_server else {}),
         "results": [],
     }
     for backend in args.backend:
@@ -652,6 +657,8 @@ def report_tables(report: dict[str, Any]) -> list[str]:
         f"median of {settings['repeat']} × {settings['duration_s']:g} s)"
     )
     tables = [render(report["results"], header)]
+    if server := postgres.render(report):
+        tables.append(server)
     if report.get("protections_cost"):
         tables.append(protections.render_cost(report["protections_cost"]))
     for module in optional_modules():
@@ -764,7 +771,8 @@ def main(argv: list[str] | None = None) -> int:
         readme.regenerate(args.readme_file, results, report_tables(results))
         print(f"{args.readme_file}: benchmark section regenerated from {args.readme}")
         return 0
-    report = asyncio.run(run(args))
+    with postgres.provide(args) as postgres_server:
+        report = asyncio.run(run(args, postgres_server))
     for table in report_tables(report):
         print()
         print(table)

@@ -38,7 +38,7 @@ from typing import Any
 
 import grpc
 
-from bench import messages, standalone
+from bench import messages, postgres, standalone
 from runstore.contract import lifecycle
 from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.v1 import namespace_admin_pb2 as na
@@ -313,16 +313,17 @@ def main(argv: list[str] | None = None) -> int:
         "--noisy-quota", type=float, default=20.0, help="writes_per_second of the noisy namespace"
     )
     args = parser.parse_args(argv)
-    results = asyncio.run(
-        measure_backends(
-            standalone.backends(args.backend),
-            args.postgres_url,
-            pairs=args.pairs,
-            warmup=args.warmup,
-            duration=args.duration,
-            quota=args.noisy_quota,
+    with postgres.provide(args):
+        results = asyncio.run(
+            measure_backends(
+                standalone.backends(args.backend),
+                args.postgres_url,
+                pairs=args.pairs,
+                warmup=args.warmup,
+                duration=args.duration,
+                quota=args.noisy_quota,
+            )
         )
-    )
     standalone.print_report(render(results), results)
     return 0
 

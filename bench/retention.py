@@ -28,7 +28,7 @@ from typing import Any
 
 import grpc
 
-from bench import messages, standalone
+from bench import messages, postgres, standalone
 from runstore.contract import lifecycle
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
@@ -239,15 +239,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.records < 2:
         parser.error("--records is at least 2 (run_started and run_completed)")
-    results = asyncio.run(
-        measure_backends(
-            standalone.backends(args.backend),
-            args.postgres_url,
-            args.items,
-            args.records,
-            args.repeat,
+    with postgres.provide(args):
+        results = asyncio.run(
+            measure_backends(
+                standalone.backends(args.backend),
+                args.postgres_url,
+                args.items,
+                args.records,
+                args.repeat,
+            )
         )
-    )
     standalone.print_report(render(results), results)
     return 0
 

@@ -1,6 +1,7 @@
 """What a workload module run on its own (``python -m bench.<module>``) shares
 with the harness: the backend flags, a throwaway migrated database per
-backend, and the printed report."""
+backend, and the printed report. The PostgreSQL server itself, given or
+private, is ``bench/postgres.py``'s."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 DEFAULT_POSTGRES_URL = os.environ.get(
-    "RUNSTORE_BENCH_POSTGRES_URL",
-    os.environ.get("RUNSTORE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test"),
+    "RUNSTORE_BENCH_POSTGRES_URL", os.environ.get("RUNSTORE_TEST_POSTGRES_URL", "")
 )
+"""Empty: the run starts a private server (``bench.postgres.provide``)."""
 
 
 def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +24,9 @@ def add_backend_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--postgres-url",
         default=DEFAULT_POSTGRES_URL,
-        help="a PostgreSQL server where a throwaway database may be created",
+        help="a PostgreSQL server where throwaway databases may be created (default "
+        "RUNSTORE_BENCH_POSTGRES_URL, then RUNSTORE_TEST_POSTGRES_URL; without either, a "
+        "private durable server started for the run and deleted at its end)",
     )
 
 

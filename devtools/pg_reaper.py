@@ -1,13 +1,13 @@
-"""Stops a private PostgreSQL cluster and deletes its directory once the test
-process that started it has ended, however it ended.
+"""Stops a private PostgreSQL cluster and deletes its directory once the process
+that created it (a test run, a benchmark) has ended, however it ended.
 
-``tests/pg_cluster.py`` starts one reaper per cluster, in its own session (so a
-Ctrl-C or a signal to the test run's process group leaves it alone), with a pipe
-as its standard input that only the test process holds. The pipe closes when
+``devtools/pg_cluster.py`` starts one reaper per cluster, in its own session (so
+a Ctrl-C or a signal to the run's process group leaves it alone), with a pipe as
+its standard input that only the creating process holds. The pipe closes when
 that process closes it on purpose or dies, even of SIGKILL; the reaper then
 thaws the cluster (a frozen postmaster ignores everything but SIGKILL and
 SIGCONT), stops it in immediate mode, kills whatever is left and removes the
-directory. Standard library only: it must not depend on the test environment.
+directory. Standard library only: it must not depend on the caller's environment.
 
 Usage: ``python pg_reaper.py ROOT PG_CTL_COMMAND...``
 """
@@ -70,7 +70,7 @@ def main(argv: list[str]) -> None:
     root, pg_ctl = Path(argv[1]), argv[2:]
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
-    sys.stdin.buffer.read()  # returns at end of file: the test process is done or gone
+    sys.stdin.buffer.read()  # returns at end of file: the creating process is done or gone
     try:
         stop(root, pg_ctl)
     finally:
