@@ -16,7 +16,9 @@ PROTO_IMAGE := protos/runstore-v1.binpb
 .PHONY: install chromium screenshots run test test-pg proto vendor-protos proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
-$(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
+# The version files too: an editable install keeps the version it was made with.
+VERSION_FILES := client/runstore/client/version.py server/runstore/server/version.py
+$(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml $(VERSION_FILES)
 	@echo "make install: creating $(VENV) with runstore-client, runstore-server and the dev tools (about a minute the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"
