@@ -1,5 +1,8 @@
 # runstore: every command the project needs. CI runs these same targets.
 PYTHON ?= python3
+# Go, for the Go tests: goa-ai needs Go 1.27, and with GOTOOLCHAIN the go command
+# fetches that toolchain from the module proxy when the machine's Go is older.
+export GOTOOLCHAIN ?= go1.27.3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
