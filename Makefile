@@ -1,5 +1,8 @@
 # runstore: every command the project needs. CI runs these same targets.
 PYTHON ?= python3
+# Go, for the Go tests: goa-ai needs Go 1.27, and with GOTOOLCHAIN the go command
+# fetches that toolchain from the module proxy when the machine's Go is older.
+export GOTOOLCHAIN ?= go1.27.3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -16,7 +19,9 @@ PROTO_IMAGE := protos/runstore-v1.binpb
 .PHONY: install chromium screenshots run test test-pg proto vendor-protos proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
-$(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml
+# The version files too: an editable install keeps the version it was made with.
+VERSION_FILES := client/runstore/client/version.py server/runstore/server/version.py
+$(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml $(VERSION_FILES)
 	@echo "make install: creating $(VENV) with runstore-client, runstore-server and the dev tools (about a minute the first time)"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=25.1"

@@ -28,6 +28,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from runstore.cli import program
 from runstore.cli.jsonlines import record_from_line
+from runstore.server.version import __version__ as server_version
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
@@ -331,8 +332,9 @@ async def test_records_tail_follow_prints_each_record_once_as_it_commits(store: 
 async def test_health_in_both_formats(store: Store) -> None:
     human = await runstore(store, "health")
     assert (human.code, human.out.strip()) == (0, "SERVING")
+    # The server's version, from the response's initial metadata (x-runstore-version).
     assert (await runstore(store, "health", "--json")).lines() == [
-        {"service": "", "status": "SERVING"}
+        {"service": "", "status": "SERVING", "server_version": server_version}
     ]
     unknown = await runstore(store, "health", "--service", "no.such.Service")
     assert unknown.code == 1 and unknown.err.startswith("runstore: NOT_FOUND")

@@ -15,6 +15,7 @@ import pytest
 
 from runstore.cli import plugins, program
 from runstore.cli.plugins import BUILTIN_NAMES, ENTRY_POINT_GROUP, Command
+from runstore.client.version import __version__ as client_version
 from runstore.server import cli as server_cli
 from tests.cli import fake_commands
 
@@ -199,7 +200,7 @@ def test_runstore_server_adds_serve_migrate_and_backup_and_declares_no_script() 
 
 
 def test_the_version_names_each_distribution_that_adds_commands() -> None:
-    client = metadata.version("runstore-client")
+    client = client_version  # its one source, not the installed metadata
     assert program.version([HELLO]) == f"runstore (runstore-client {client})"
     server = metadata.distribution("runstore-server")
     added = [ep for ep in server.entry_points if ep.group == ENTRY_POINT_GROUP]

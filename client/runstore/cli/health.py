@@ -1,4 +1,5 @@
-"""``runstore health``: the server's gRPC health status (exit 0 only when SERVING)."""
+"""``runstore health``: the server's gRPC health status (exit 0 only when SERVING)
+and, with ``--json``, the server's version from the response's initial metadata."""
 
 from __future__ import annotations
 
@@ -14,16 +15,16 @@ from runstore.cli.output import Output
 from runstore.cli.plugins import Command
 from runstore.cli.remote import Clients
 from runstore.client import from_rpc_error
+from runstore.contract.metadata import VERSION_KEY
 
 EXAMPLE_SERVICE: Final = "runstore.v1.RuntimeStore"
 
 
 async def health(args: argparse.Namespace, clients: Clients, out: Output) -> int:
     stub: Any = health_pb2_grpc.HealthStub(clients.channel)
+    call = stub.Check(health_pb2.HealthCheckRequest(service=args.service), timeout=clients.timeout)
     try:
-        response = await stub.Check(
-            health_pb2.HealthCheckRequest(service=args.service), timeout=clients.timeout
-        )
+        response = await call
     except grpc.aio.AioRpcError as error:
         if error.code() == grpc.StatusCode.NOT_FOUND:
             print(
@@ -38,7 +39,9 @@ async def health(args: argparse.Namespace, clients: Clients, out: Output) -> int
         return 1
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
     if out.as_json:
-        out.json({"service": args.service, "status": status})
+        # None from a server older than 0.2.0, which did not send it.
+        server_version = (await call.initial_metadata()).get(VERSION_KEY)
+        out.json({"service": args.service, "status": status, "server_version": server_version})
     else:
         out.console.print(status)
     return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else 1

@@ -27,6 +27,7 @@ from runstore.cli.plugins import (
     server_placeholders,
     unavailable,
 )
+from runstore.client.version import __version__ as CLIENT_VERSION
 
 CLIENT_DISTRIBUTION: Final = "runstore-client"
 
@@ -102,7 +103,7 @@ def quiet_grpc_core() -> None:
 def version(entry_points: Iterable[EntryPoint]) -> str:
     """``runstore (runstore-client X, <each distribution that adds commands> Y)``."""
     owners = {f"{ep.dist.name} {ep.dist.version}" for ep in entry_points if ep.dist is not None}
-    parts = [f"{CLIENT_DISTRIBUTION} {metadata.version(CLIENT_DISTRIBUTION)}", *sorted(owners)]
+    parts = [f"{CLIENT_DISTRIBUTION} {CLIENT_VERSION}", *sorted(owners)]
     return "runstore (" + ", ".join(parts) + ")"
 
 

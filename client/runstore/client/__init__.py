@@ -66,6 +66,7 @@ from runstore.client.remote import (
 from runstore.client.retry import NO_RETRY, RetryClock, RetryPolicy
 from runstore.client.sync import SyncRemoteSessionAdmin, SyncRemoteStore
 from runstore.client.tokens import InvalidTokenError, clean_token, read_token_file
+from runstore.client.version import __version__
 from runstore.contract.errors import (
     AbortedError,
     CallCancelledError,
@@ -227,6 +228,7 @@ __all__ = [
     "UnexpectedRpcError",
     "ValidationError",
     "VersionedContext",
+    "__version__",
     "clean_token",
     "context",
     "from_rpc_error",

@@ -15,6 +15,12 @@ READ_LAG_TOLERATED: Final = "tolerated"
 READ_LAG_METADATA: Final = ((READ_LAG_KEY, READ_LAG_TOLERATED),)
 """The metadata entry, as the Python client's ``metadata=`` takes it."""
 
+VERSION_KEY: Final = "x-runstore-version"
+"""Sent by the server in the initial metadata of every response it handles,
+success or error, unary or streamed: its runstore-server version, e.g.
+``0.2.0`` (docs/observability.md#the-servers-version). ``runstore health --json``
+shows it."""
+
 NAMESPACE_KEY: Final = "x-runstore-namespace"
 """The namespace a call acts in (docs/namespaces.md). Without it, a principal
 bound to exactly one namespace acts there; with authentication off, in

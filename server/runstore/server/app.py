@@ -15,7 +15,6 @@ import signal
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +52,7 @@ from runstore.server.servicers.memory_store import MemoryStoreServicer
 from runstore.server.servicers.namespace_admin import NamespaceAdminServicer
 from runstore.server.servicers.runtime_store import RuntimeStoreServicer
 from runstore.server.servicers.session_admin import SessionAdminServicer
+from runstore.server.version import __version__
 from runstore.v1 import (
     context_store_pb2,
     context_store_pb2_grpc,
@@ -126,7 +126,7 @@ class Telemetry:
     @classmethod
     def from_config(cls, config: ServerConfig) -> Telemetry:
         return cls(
-            metrics=Metrics(metadata.version("runstore-server")) if config.metrics_listen else None,
+            metrics=Metrics(__version__) if config.metrics_listen else None,
             tracer_provider=tracing.provider_from_env(),
         )
 

@@ -1,10 +1,11 @@
 """The server's interceptor chain: every cross-cutting concern, in one order.
 
-Each concern (request ids, access logs and metrics, authentication and roles,
-the call's namespace, limits, request parsing, the database bound) lives in its
-own module of this package and is added here, so servicers stay thin and
-never see them. The list runs outermost first: a concern that must see every call, including ones
-refused later, sits earlier. The concerns make one grpc interceptor
+Each concern (request ids, access logs and metrics, the server's version,
+authentication and roles, the call's namespace, limits, request parsing, the
+database bound) lives in its own module of this package and is added here, so
+servicers stay thin and never see them. The list runs outermost first: a
+concern that must see every call, including ones refused later, sits earlier.
+The concerns make one grpc interceptor
 (``handlers.Chain``), which builds one flat coroutine per method running every
 concern's steps (``handlers.Steps``) and reuses it;
 OpenTelemetry's own interceptor, when tracing, sits just outside it, so every
@@ -32,6 +33,7 @@ from runstore.server.interceptors.parsing import RequestParsing
 from runstore.server.interceptors.quotas import QuotaEnforcement
 from runstore.server.interceptors.read_lag import ReadLag
 from runstore.server.interceptors.request_ids import RequestIds
+from runstore.server.interceptors.version import ServerVersion
 from runstore.server.metrics import Metrics
 
 
@@ -54,6 +56,11 @@ def concerns(
     #    refused calls are counted and logged too (docs/observability.md).
     if metrics is not None or config.access_log_on:
         chain.append(CallObserver(metrics, access_log=config.access_log_on))
+
+    #    The server's version in every response's initial metadata: before any
+    #    concern may refuse the call, inside the observer, which then counts a
+    #    call whose caller left as the header went out (docs/observability.md).
+    chain.append(ServerVersion())
 
     # 3. Authentication and roles (docs/security.md): decided before any limit
     #    or the store sees the request.

@@ -1,0 +1,5 @@
+"""runstore-client's version, written here and nowhere else: hatchling reads it
+into the distribution's metadata, ``runstore --version`` prints it, and
+runstore-server pins this exact version (docs/development.md#releases)."""
+
+__version__ = "0.2.0"
