@@ -12,10 +12,11 @@ when its own ``COMPAT_LEVEL`` is at least the row's level.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Final
 
 from sqlalchemy import Connection, inspect, text
+
+from runstore.server.version import __version__
 
 COMPAT_LEVEL: Final = 1
 """This code's compatibility level. Raise it in the release whose code can no
@@ -29,7 +30,7 @@ from 0.2.0 on, so they are never renamed or removed."""
 
 def server_version() -> str:
     """The version of this runstore-server, named in the marker and in messages."""
-    return metadata.version("runstore-server")
+    return __version__
 
 
 @dataclass(frozen=True, slots=True)
