@@ -90,10 +90,6 @@ class RunMeta(Generic[T]):
     status: RunStatus
     cancellation_reason: str
     updated_at: T
-    seed_end_id: str = ""
-    """The published seed end the run started from; empty without a seed."""
-    successor_run_id: str = ""
-    """The first current-generation continuation of this run (§10.2); empty otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

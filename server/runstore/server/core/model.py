@@ -57,6 +57,10 @@ class RunState(contract.RunMeta[Nanos]):
     request_digest: bytes = b""
     """The digest its first start bound (§10.6); empty for a seed-era start,
     which is what decides the run's generation (D1)."""
+    seed_end_id: str = ""
+    """The published seed end the run started from; empty without a seed."""
+    successor_run_id: str = ""
+    """The first current-generation continuation of this run (§10.2); empty otherwise."""
 
     @property
     def current(self) -> bool:
