@@ -15,6 +15,7 @@ import pytest
 
 from runstore.client import (
     NO_RETRY,
+    AppendResult,
     Checkpoint,
     ContractError,
     DeadlineExceededError,
@@ -615,3 +616,41 @@ def test_timestamps_round_trip_at_millisecond_precision() -> None:
     before_epoch = datetime(1969, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)
     assert convert.from_timestamp(convert.timestamp(before_epoch)) == before_epoch
     assert convert.timestamp(moment + timedelta(microseconds=1)).nanos == 123001000
+
+
+async def test_current_starts_through_typed_values(
+    clients: tuple[RemoteStore, RemoteSessionAdmin],
+) -> None:
+    """A start with a request digest (§10.6): run status, the ended-session
+    intent, closed-start replay and the successor, as typed values."""
+    remote, admin = clients
+    session_id = unique("session")
+    await admin.create_session(session_id, ms_now())
+    first = root(session_id)
+    digest = bytes(range(1, 33))
+    started = await remote.start_root_run(records.root_run_start(first, request_digest=digest))
+    assert (started.run_status, started.cancellation) == (RunStatus.RUNNING, AppendResult())
+    await remote.record_run_suspension(
+        records.run_suspension(first, Checkpoint("checkpoint-1", b"{}"))
+    )
+    later = replace(first, started_at=first.started_at + timedelta(hours=1))
+    replayed = await remote.start_root_run(records.root_run_start(later, request_digest=digest))
+    assert (replayed.run_status, replayed.started.id, replayed.started.inserted) == (
+        RunStatus.SUSPENDED,
+        "1",
+        False,
+    )
+    successor = replace(root(session_id), predecessor_run_id=first.run_id)
+    await remote.start_root_run(records.root_run_start(successor, request_digest=digest[::-1]))
+    assert (await remote.load_run(first.run_id)).successor_run_id == successor.run_id
+
+    await admin.end_session(session_id, ms_now())
+    stopped = root(session_id)
+    result = await remote.start_root_run(records.root_run_start(stopped, request_digest=digest))
+    assert (result.outcome, result.run_status) == (RunStartOutcome.STOP, RunStatus.RUNNING)
+    assert (result.cancellation.id, result.canceled) == ("2", AppendResult())
+    shot = RunStart(run_id=unique("solo"), agent_id="agent", started_at=ms_now())
+    one_shot = await remote.start_one_shot_run(
+        records.one_shot_run_start(shot, request_digest=digest)
+    )
+    assert one_shot.run_status is RunStatus.RUNNING

@@ -17,9 +17,10 @@ from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from runstore.contract.errors import IdempotencyConflictError
+from runstore.contract.errors import IdempotencyConflictError, RunConflictError
 from runstore.server.app import create_stores, open_database
 from runstore.server.config import ServerConfig
+from runstore.server.core.model import OneShotRunStart, RecordDraft, RunStart
 from runstore.server.db import migrate
 from runstore.server.db.schema import metadata
 from tests import postgres
@@ -333,3 +334,43 @@ def _downgrade_to(revision: str) -> Any:
         connection.commit()
 
     return downgrade
+
+
+async def test_runs_from_before_0011_read_as_seed_era(empty_url: str) -> None:
+    """0011 adds nullable columns only: rows written before it, or by a server
+    of 0009 after it (whose inserts leave them out), are seed-era runs (D1)."""
+    await _run_sync(empty_url, _upgrade_to("0006_exact_times"))
+    await _run_sync(empty_url, _seed_revision_0006)
+    await _run_sync(empty_url, _upgrade_to("0009_quotas"))
+    await migrate.upgrade(empty_url)
+    assert await _run_sync(empty_url, _differences) == []
+
+    def insert_as_0009(connection: Connection) -> None:
+        connection.execute(
+            text(
+                "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at_ms, "
+                "labels, start_outcome, status, cancellation_reason, updated_at, start_key, "
+                "parent_link_key, cancellation_key, suspension_key, terminal_key) "
+                "VALUES ('old-server', 'a', '', '', 1000, '{}', 'proceed', 'running', '', 5, "
+                "'start', '', '', '', '')"
+            )
+        )
+        connection.commit()
+
+    await _run_sync(empty_url, insert_as_0009)
+    config = ServerConfig(listen="127.0.0.1:0", database_url=empty_url)
+    async with open_database(config) as db:
+        stores = create_stores(config, db)
+        for run_id in ("paused", "old-server"):
+            run = await stores.runtime.load_run(run_id)
+            assert (run.request_digest, run.successor_run_id, run.seed_end_id) == (b"", "", "")
+            start = RunStart(run_id, "a", started_at=run.started_at)
+            with pytest.raises(RunConflictError):
+                await stores.runtime.start_one_shot_run(
+                    OneShotRunStart(start, _started(start), request_digest=b"\x01" * 32)
+                )
+    await _run_sync(empty_url, _downgrade_to("0009_quotas"))
+
+
+def _started(start: RunStart) -> RecordDraft:
+    return RecordDraft("start", start.run_id, "a", "", "", "run_started", b"{}", start.started_at)

@@ -119,11 +119,18 @@ def from_run_page(message: Any) -> model.RunPage:
 # --- Commands -------------------------------------------------------------------
 
 
+def _optional_record(value: model.RunRecord | None) -> pb.RunRecord | None:
+    """An ended-session record of the command's generation; the other is absent."""
+    return record(value) if value is not None else None
+
+
 def root_run_start(command: model.RootRunStart) -> rs.StartRootRunRequest:
     return rs.StartRootRunRequest(
         run=run_start(command.run),
         started=record(command.started),
-        canceled=record(command.canceled),
+        canceled=_optional_record(command.canceled),
+        request_digest=command.request_digest,
+        cancellation=_optional_record(command.cancellation),
     )
 
 
@@ -132,12 +139,18 @@ def child_run_start(command: model.ChildRunStart) -> rs.StartChildRunRequest:
         run=run_start(command.run),
         parent_linked=record(command.parent_linked),
         started=record(command.started),
-        canceled=record(command.canceled),
+        canceled=_optional_record(command.canceled),
+        request_digest=command.request_digest,
+        cancellation=_optional_record(command.cancellation),
     )
 
 
 def one_shot_run_start(command: model.OneShotRunStart) -> rs.StartOneShotRunRequest:
-    return rs.StartOneShotRunRequest(run=run_start(command.run), started=record(command.started))
+    return rs.StartOneShotRunRequest(
+        run=run_start(command.run),
+        started=record(command.started),
+        request_digest=command.request_digest,
+    )
 
 
 def one_shot_child_run_start(
@@ -147,6 +160,7 @@ def one_shot_child_run_start(
         run=run_start(command.run),
         parent_linked=record(command.parent_linked),
         started=record(command.started),
+        request_digest=command.request_digest,
     )
 
 

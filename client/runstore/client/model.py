@@ -104,6 +104,11 @@ class RunRecord:
 class RunMeta(contract.RunMeta[datetime]):
     """Run metadata (§3.5), its times as UTC ``datetime``."""
 
+    seed_end_id: str = ""
+    """The published seed end the run started from; empty without a seed."""
+    successor_run_id: str = ""
+    """The first current-generation continuation of this run (§10.2); empty otherwise."""
+
 
 class Page(contract.Page[RunRecord]):
     """One page of records, oldest first; an empty ``next_cursor`` means the end."""

@@ -118,6 +118,21 @@ def ended_session_record(
     )
 
 
+def session_ended_intent_record(
+    run: RunStart, *, event_key: str = "run_cancellation_session_ended", turn_id: str = ""
+) -> RunRecord:
+    """The ``session_ended`` cancellation intent a current session start
+    (one with a request digest) carries instead, stored only if the session
+    has ended; the run then stays running (V5, §10.1)."""
+    return cancellation_intent_record(
+        run,
+        lifecycle.REASON_SESSION_ENDED,
+        event_key=event_key,
+        timestamp=run.started_at,
+        turn_id=turn_id,
+    )
+
+
 def child_run_linked_record(
     child: RunStart,
     *,
@@ -234,33 +249,62 @@ def run_completed_record(
 # --- Commands -------------------------------------------------------------------
 
 
-def root_run_start(run: RunStart) -> RootRunStart:
-    """A root start with its ``run_started`` and ended-session records."""
+def root_run_start(run: RunStart, *, request_digest: bytes = b"") -> RootRunStart:
+    """A root start with its ``run_started`` and ended-session records: the
+    seed-era canceled completion, or with a 32-byte ``request_digest`` the
+    current generation's intent (D1)."""
+    if request_digest:
+        return RootRunStart(
+            run=run,
+            started=run_started_record(run),
+            request_digest=request_digest,
+            cancellation=session_ended_intent_record(run),
+        )
     return RootRunStart(
         run=run, started=run_started_record(run), canceled=ended_session_record(run)
     )
 
 
 def child_run_start(
-    run: RunStart, *, parent_agent_id: str, tool_name: str, tool_call_id: str
+    run: RunStart,
+    *,
+    parent_agent_id: str,
+    tool_name: str,
+    tool_call_id: str,
+    request_digest: bytes = b"",
 ) -> ChildRunStart:
-    """A session child start: the link on the parent plus the child's records."""
+    """A session child start: the link on the parent plus the child's records
+    (the ended-session record as in ``root_run_start``)."""
+    link = child_run_linked_record(
+        run, parent_agent_id=parent_agent_id, tool_name=tool_name, tool_call_id=tool_call_id
+    )
+    if request_digest:
+        return ChildRunStart(
+            run=run,
+            parent_linked=link,
+            started=run_started_record(run),
+            request_digest=request_digest,
+            cancellation=session_ended_intent_record(run),
+        )
     return ChildRunStart(
         run=run,
-        parent_linked=child_run_linked_record(
-            run, parent_agent_id=parent_agent_id, tool_name=tool_name, tool_call_id=tool_call_id
-        ),
+        parent_linked=link,
         started=run_started_record(run),
         canceled=ended_session_record(run),
     )
 
 
-def one_shot_run_start(run: RunStart) -> OneShotRunStart:
-    return OneShotRunStart(run=run, started=run_started_record(run))
+def one_shot_run_start(run: RunStart, *, request_digest: bytes = b"") -> OneShotRunStart:
+    return OneShotRunStart(run=run, started=run_started_record(run), request_digest=request_digest)
 
 
 def one_shot_child_run_start(
-    run: RunStart, *, parent_agent_id: str, tool_name: str, tool_call_id: str
+    run: RunStart,
+    *,
+    parent_agent_id: str,
+    tool_name: str,
+    tool_call_id: str,
+    request_digest: bytes = b"",
 ) -> OneShotChildRunStart:
     return OneShotChildRunStart(
         run=run,
@@ -268,6 +312,7 @@ def one_shot_child_run_start(
             run, parent_agent_id=parent_agent_id, tool_name=tool_name, tool_call_id=tool_call_id
         ),
         started=run_started_record(run),
+        request_digest=request_digest,
     )
 
 

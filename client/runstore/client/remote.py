@@ -379,6 +379,8 @@ class RemoteStore(_Client):
             outcome=convert.START_OUTCOME[response.outcome],
             started=convert.from_append_result(response.started),
             canceled=convert.from_append_result(response.canceled),
+            run_status=convert.RUN_STATUS.get(response.run_status),
+            cancellation=convert.from_append_result(response.cancellation),
         )
 
     async def start_child_run(self, command: ChildRunStart) -> ChildRunStartResult:
@@ -388,11 +390,16 @@ class RemoteStore(_Client):
             parent_record=convert.from_append_result(response.parent_record),
             started=convert.from_append_result(response.started),
             canceled=convert.from_append_result(response.canceled),
+            run_status=convert.RUN_STATUS.get(response.run_status),
+            cancellation=convert.from_append_result(response.cancellation),
         )
 
     async def start_one_shot_run(self, command: OneShotRunStart) -> OneShotRunStartResult:
         response = await self._call(self.stub.StartOneShotRun, convert.one_shot_run_start(command))
-        return OneShotRunStartResult(record=convert.from_append_result(response.record))
+        return OneShotRunStartResult(
+            record=convert.from_append_result(response.record),
+            run_status=convert.RUN_STATUS.get(response.run_status),
+        )
 
     async def start_one_shot_child_run(
         self, command: OneShotChildRunStart
@@ -403,6 +410,7 @@ class RemoteStore(_Client):
         return OneShotChildRunStartResult(
             parent_record=convert.from_append_result(response.parent_record),
             started=convert.from_append_result(response.started),
+            run_status=convert.RUN_STATUS.get(response.run_status),
         )
 
     async def append_run_record(self, record: RunRecord) -> AppendResult:

@@ -184,26 +184,41 @@ class RunFilter(Generic[T]):
 # --- Commands (§3.10) -----------------------------------------------------------
 
 
+DIGEST_BYTES: Final = 32
+"""Length of a current-generation start's ``request_digest`` (§10.6)."""
+
+
 @dataclass(frozen=True)
 class RootRunStart(Generic[S, R]):
+    """A root start. Seed-era (``request_digest`` empty) carries ``canceled``,
+    the canceled ``run_completed`` written if the session has ended; current
+    (a 32-byte digest) carries ``cancellation``, the ``session_ended`` intent
+    written then instead (D1, §10.1)."""
+
     run: S
     started: R
-    canceled: R
-    """The record written if the session has ended; every root start carries one."""
+    canceled: R | None = None
+    request_digest: bytes = b""
+    cancellation: R | None = None
 
 
 @dataclass(frozen=True)
 class ChildRunStart(Generic[S, R]):
+    """A child start; the generations as in ``RootRunStart``."""
+
     run: S
     parent_linked: R
     started: R
-    canceled: R
+    canceled: R | None = None
+    request_digest: bytes = b""
+    cancellation: R | None = None
 
 
 @dataclass(frozen=True)
 class OneShotRunStart(Generic[S, R]):
     run: S
     started: R
+    request_digest: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -211,6 +226,7 @@ class OneShotChildRunStart(Generic[S, R]):
     run: S
     parent_linked: R
     started: R
+    request_digest: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -239,11 +255,18 @@ class RunTerminal(Generic[R]):
 # --- Start results (§3.11): what each start kind answers on the wire ------------
 
 
+# ``run_status`` is the run's status observed in the start's own transaction
+# (None only from a server that predates it); ``canceled`` is a seed-era stop
+# start's record, ``cancellation`` a current one's (§3.11).
+
+
 @dataclass(frozen=True, slots=True)
 class RootRunStartResult:
     outcome: RunStartOutcome
     started: AppendResult
     canceled: AppendResult = NO_RECORD
+    run_status: RunStatus | None = None
+    cancellation: AppendResult = NO_RECORD
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,14 +275,18 @@ class ChildRunStartResult:
     parent_record: AppendResult
     started: AppendResult
     canceled: AppendResult = NO_RECORD
+    run_status: RunStatus | None = None
+    cancellation: AppendResult = NO_RECORD
 
 
 @dataclass(frozen=True, slots=True)
 class OneShotRunStartResult:
     record: AppendResult
+    run_status: RunStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class OneShotChildRunStartResult:
     parent_record: AppendResult
     started: AppendResult
+    run_status: RunStatus | None = None

@@ -127,6 +127,8 @@ RUN_META_FIELDS: Final = (
     "session_id",
     "parent_run_id",
     "cancellation_reason",
+    "seed_end_id",
+    "successor_run_id",
 )
 """RunMeta fields kept as they are (times, labels and enums need a conversion)."""
 

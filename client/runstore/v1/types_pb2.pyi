@@ -336,6 +336,8 @@ class RunMeta(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     CANCELLATION_REASON_FIELD_NUMBER: _builtins.int
     UPDATED_AT_FIELD_NUMBER: _builtins.int
+    SEED_END_ID_FIELD_NUMBER: _builtins.int
+    SUCCESSOR_RUN_ID_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     agent_id: _builtins.str
     session_id: _builtins.str
@@ -344,6 +346,14 @@ class RunMeta(_message.Message):
     status: Global___RunStatus.ValueType
     cancellation_reason: _builtins.str
     """The first accepted cancellation reason; empty means "no request"."""
+    seed_end_id: _builtins.str
+    """The published seed end the run started from; empty for a run started
+    without a seed (every seed-era run).
+    """
+    successor_run_id: _builtins.str
+    """Set once, by the first current-generation continuation of this suspended
+    run (§10.2); empty otherwise.
+    """
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -365,10 +375,12 @@ class RunMeta(_message.Message):
         status: Global___RunStatus.ValueType = ...,
         cancellation_reason: _builtins.str = ...,
         updated_at: _timestamp_pb2.Timestamp | None = ...,
+        seed_end_id: _builtins.str = ...,
+        successor_run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "cancellation_reason", b"cancellation_reason", "labels", b"labels", "parent_run_id", b"parent_run_id", "run_id", b"run_id", "session_id", b"session_id", "start_outcome", b"start_outcome", "started_at", b"started_at", "status", b"status", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "cancellation_reason", b"cancellation_reason", "labels", b"labels", "parent_run_id", b"parent_run_id", "run_id", b"run_id", "seed_end_id", b"seed_end_id", "session_id", b"session_id", "start_outcome", b"start_outcome", "started_at", b"started_at", "status", b"status", "successor_run_id", b"successor_run_id", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

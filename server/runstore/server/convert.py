@@ -98,6 +98,8 @@ def root_run_start(request: rs.StartRootRunRequest) -> model.RootRunStart:
         run=run_start_from_wire(request),
         started=record_from_wire(request, "started"),
         canceled=record_from_wire(request, "canceled"),
+        request_digest=request.request_digest,
+        cancellation=record_from_wire(request, "cancellation"),
     )
 
 
@@ -107,12 +109,16 @@ def child_run_start(request: rs.StartChildRunRequest) -> model.ChildRunStart:
         parent_linked=record_from_wire(request, "parent_linked"),
         started=record_from_wire(request, "started"),
         canceled=record_from_wire(request, "canceled"),
+        request_digest=request.request_digest,
+        cancellation=record_from_wire(request, "cancellation"),
     )
 
 
 def one_shot_run_start(request: rs.StartOneShotRunRequest) -> model.OneShotRunStart:
     return model.OneShotRunStart(
-        run=run_start_from_wire(request), started=record_from_wire(request, "started")
+        run=run_start_from_wire(request),
+        started=record_from_wire(request, "started"),
+        request_digest=request.request_digest,
     )
 
 
@@ -123,6 +129,7 @@ def one_shot_child_run_start(
         run=run_start_from_wire(request),
         parent_linked=record_from_wire(request, "parent_linked"),
         started=record_from_wire(request, "started"),
+        request_digest=request.request_digest,
     )
 
 

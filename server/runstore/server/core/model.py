@@ -54,6 +54,18 @@ class RunState(contract.RunMeta[Nanos]):
 
     keys: LifecycleKeys = field(default_factory=LifecycleKeys)
     checkpoint: Checkpoint | None = None
+    request_digest: bytes = b""
+    """The digest its first start bound (§10.6); empty for a seed-era start,
+    which is what decides the run's generation (D1)."""
+    seed_end_id: str = ""
+    """The published seed end the run started from; empty without a seed."""
+    successor_run_id: str = ""
+    """The first current-generation continuation of this run (§10.2); empty otherwise."""
+
+    @property
+    def current(self) -> bool:
+        """Whether a current-generation engine start created the run."""
+        return bool(self.request_digest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +79,7 @@ class RunChange:
     suspension_key: str | None = None
     terminal_key: str | None = None
     checkpoint: Checkpoint | None = None
+    successor_run_id: str | None = None
     finished_at: Nanos | None = None
     """The ending record's timestamp, when the change ends the run for good."""
 
@@ -210,9 +223,12 @@ class RunStartResult:
     """Result of every start; fields a start kind does not have stay ``NO_RECORD``."""
 
     outcome: RunStartOutcome
+    run_status: RunStatus
+    """The run's status seen in the start's transaction (§3.11)."""
     started: AppendResult
     canceled: AppendResult = NO_RECORD
     parent_record: AppendResult = NO_RECORD
+    cancellation: AppendResult = NO_RECORD
 
 
 # --- Product memory (§12, D5) ----------------------------------------------------

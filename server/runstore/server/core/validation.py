@@ -16,14 +16,28 @@ from runstore.contract.errors import (
     ChildAgentIDRequiredError,
     ChildRunIDRequiredError,
     ChildSessionIDRequiredError,
+    ContinuationMismatchError,
     ErrorContext,
     ParentRunIDRequiredError,
     RunRecordOwnerMismatchError,
     ValidationError,
     quote,
 )
-from runstore.contract.model import TERMINAL_COMMAND_STATUSES, Checkpoint, RunStatus
-from runstore.server.core.model import NANOS_PER_MILLI, Nanos, RecordDraft, RunStart, RunState
+from runstore.contract.model import (
+    DIGEST_BYTES,
+    TERMINAL_COMMAND_STATUSES,
+    Checkpoint,
+    RunStartOutcome,
+    RunStatus,
+)
+from runstore.server.core.model import (
+    NANOS_PER_MILLI,
+    Nanos,
+    RecordDraft,
+    RunRecord,
+    RunStart,
+    RunState,
+)
 
 MIN_NANOS = -62_135_596_800 * 1_000_000_000
 MAX_NANOS = 253_402_300_799 * 1_000_000_000 + 999_999_999
@@ -124,6 +138,26 @@ def _decode_lifecycle_record(
             f"{prefix}decode {expected_type} payload: {exc}", f"{field}.payload", record
         ) from None
     return record, payload
+
+
+# --- The generation of a start (D1, §10.6) ----------------------------------
+
+
+def check_request_digest(digest: bytes, run_id: str) -> bool:
+    """Which generation an engine start belongs to, told by its digest alone:
+    empty is seed-era (False); exactly ``DIGEST_BYTES`` bytes, not all zero,
+    is current (True); anything else is refused naming ``request_digest``."""
+    if not digest:
+        return False
+    if len(digest) != DIGEST_BYTES:
+        raise _invalid(
+            f"request_digest must be {DIGEST_BYTES} bytes, not {len(digest)}",
+            "request_digest",
+            run_id=run_id,
+        )
+    if not any(digest):
+        raise _invalid("accepted request digest is required", "request_digest", run_id=run_id)
+    return True
 
 
 # --- V3 ---------------------------------------------------------------------
@@ -252,6 +286,55 @@ def check_ended_session_record(
     return record
 
 
+def check_start_cancellation(
+    record: RecordDraft | None, run: RunStart, started: RecordDraft
+) -> RecordDraft:
+    """V5 [N]: the ``session_ended`` intent a current stopped start stores.
+
+    Always required and validated, like the seed-era record (§3.10)."""
+    field = "cancellation"
+    if record is None:
+        raise _invalid("cancellation record is required", field, run_id=run.run_id)
+    record = _check_intent_record(record, run, lifecycle.REASON_SESSION_ENDED, field)
+    if record.timestamp != run.started_at:
+        raise _invalid(
+            "cancellation record: timestamp does not match run start", f"{field}.timestamp", record
+        )
+    if record.event_key == started.event_key:
+        raise _invalid(
+            "started and cancellation records require different event keys",
+            f"{field}.event_key",
+            record,
+        )
+    return record
+
+
+def _ended_session_record(
+    run: RunStart,
+    started: RecordDraft,
+    canceled: RecordDraft | None,
+    cancellation: RecordDraft | None,
+    current: bool,
+) -> RecordDraft:
+    """V5 of the start's own generation; the other generation's record must be
+    absent, so that a command never means both (D1)."""
+    if current:
+        if canceled is not None:
+            raise _invalid(
+                "a start with a request digest carries cancellation, not canceled",
+                "canceled",
+                run_id=run.run_id,
+            )
+        return check_start_cancellation(cancellation, run, started)
+    if cancellation is not None:
+        raise _invalid(
+            "a start without a request digest carries canceled, not cancellation",
+            "cancellation",
+            run_id=run.run_id,
+        )
+    return check_ended_session_record(canceled, run, started)
+
+
 def check_parent_link(record: RecordDraft | None, run: RunStart) -> RecordDraft:
     """V6: the ``child_run_linked`` record written on the parent run.
 
@@ -287,12 +370,17 @@ def check_distinct_link_and_start_keys(parent_linked: RecordDraft, started: Reco
 
 
 def check_root_run_start(
-    run: RunStart, started: RecordDraft | None, canceled: RecordDraft | None
+    run: RunStart,
+    started: RecordDraft | None,
+    canceled: RecordDraft | None,
+    *,
+    current: bool = False,
+    cancellation: RecordDraft | None = None,
 ) -> tuple[RecordDraft, RecordDraft]:
-    """§9.2.1 step 1: V3 (root), V4, V5."""
+    """§9.2.1 step 1: V3 (root), V4, V5 of the start's generation."""
     check_session_run_start(run, child=False)
     started = check_started_record(started, run)
-    return started, check_ended_session_record(canceled, run, started)
+    return started, _ended_session_record(run, started, canceled, cancellation, current)
 
 
 def check_child_run_start(
@@ -300,13 +388,16 @@ def check_child_run_start(
     parent_linked: RecordDraft | None,
     started: RecordDraft | None,
     canceled: RecordDraft | None,
+    *,
+    current: bool = False,
+    cancellation: RecordDraft | None = None,
 ) -> tuple[RecordDraft, RecordDraft, RecordDraft]:
     """§9.2.2 step 1: V3 (child), V6, V4, V5. The link and start keys may be
     equal: they live in different runs."""
     check_session_run_start(run, child=True)
     link = check_parent_link(parent_linked, run)
     started = check_started_record(started, run)
-    return link, started, check_ended_session_record(canceled, run, started)
+    return link, started, _ended_session_record(run, started, canceled, cancellation, current)
 
 
 def check_one_shot_run_start(run: RunStart, started: RecordDraft | None) -> RecordDraft:
@@ -341,9 +432,16 @@ def check_cancellation(
         )
     if run_id != run.run_id:
         raise _invalid("cancellation command does not match stored run", "run_id", run_id=run_id)
-    field, prefix = "record", "cancellation record: "
+    return _check_intent_record(record, run, reason, "record")
+
+
+def _check_intent_record(
+    record: RecordDraft | None, owner: RunStart | RunState, reason: str, field: str
+) -> RecordDraft:
+    """A ``runtime.cancellation_intent`` record of ``owner`` carrying ``reason`` (§5.6)."""
+    prefix = "cancellation record: "
     record = check_record_envelope(record, field, prefix)
-    _check_owned_by(record, run, field, prefix)
+    _check_owned_by(record, owner, field, prefix)
     if record.type != lifecycle.CANCELLATION_INTENT:
         raise _invalid(
             f"cancellation record has type {quote(record.type)}, "
@@ -379,6 +477,12 @@ def check_suspension(
         )
     if run_id != run.run_id:
         raise _invalid("suspension command does not match stored run", "run_id", run_id=run_id)
+    if run.current and run.start_outcome is RunStartOutcome.STOP:
+        raise _invalid(
+            "ended-session start cannot suspend instead of settling cancellation",
+            "record",
+            run_id=run_id,
+        )
     field, prefix = "record", "suspension record: "
     record, payload = _decode_lifecycle_record(
         record, lifecycle.RUN_SUSPENDED, lifecycle.decode_run_suspended, field, prefix
@@ -424,6 +528,8 @@ def check_terminal(
     assert status is not None
     if run_id != run.run_id:
         raise _invalid("terminal command does not match stored run", "run_id", run_id=run_id)
+    if run.current and run.start_outcome is RunStartOutcome.STOP and status is RunStatus.COMPLETED:
+        raise _invalid("ended-session start cannot complete successfully", "status", run_id=run_id)
     field, prefix = "record", "terminal record: "
     if payload is None or record is None:
         record, payload = terminal_record(record)
@@ -441,6 +547,93 @@ def check_terminal(
                 record,
             )
     return status, record
+
+
+# --- Stored proof of a closed start (§10.6) and of a continued child (§10.2) ---
+
+
+def draft_of(record: RunRecord) -> RecordDraft:
+    """A stored record as a draft, so that the rules for commands can check it."""
+    return RecordDraft(
+        record.event_key,
+        record.run_id,
+        record.agent_id,
+        record.session_id,
+        record.turn_id,
+        record.type,
+        record.payload,
+        record.timestamp,
+    )
+
+
+def check_stored_run_start(record: RunRecord, run: RunState) -> None:
+    """The stored ``run_started`` agrees with the stored run (V4 against its
+    metadata; the predecessor is only in the payload, §3.5)."""
+    try:
+        predecessor = lifecycle.decode_run_started(record.payload).predecessor_run_id
+    except lifecycle.PayloadError as exc:
+        raise _invalid(f"decode run_started payload: {exc}", "started", run_id=run.run_id) from None
+    start = RunStart(
+        run.run_id,
+        run.agent_id,
+        run.session_id,
+        run.parent_run_id,
+        predecessor,
+        run.started_at,
+        run.labels,
+    )
+    check_started_record(draft_of(record), start)
+
+
+def check_stored_child_link(record: RunRecord, parent: RunState, child: RunState) -> None:
+    """The stored ``child_run_linked`` agrees with the stored parent and child (V6)."""
+    if parent.run_id != child.parent_run_id:
+        raise _invalid(
+            "stored parent run does not match child parent id", "parent_linked", run_id=child.run_id
+        )
+    if parent.session_id != child.session_id:
+        raise _invalid(
+            "stored parent and child belong to different sessions",
+            "parent_linked",
+            run_id=child.run_id,
+        )
+    link = draft_of(record)
+    check_parent_link(
+        link,
+        RunStart(child.run_id, child.agent_id, child.session_id, child.parent_run_id),
+    )
+    if link.agent_id != parent.agent_id:
+        raise _invalid("parent agent does not match stored run", "parent_linked", link)
+
+
+def check_stored_intent(record: RunRecord, run: RunState) -> None:
+    """The stored intent of a current stopped start carries the run's reason."""
+    _check_intent_record(draft_of(record), run, run.cancellation_reason, "cancellation")
+
+
+def check_continuation_link(
+    previous: RunRecord, link: RecordDraft, predecessor_run_id: str
+) -> None:
+    """§10.2 [N]: a child continuation keeps the predecessor's parent tool
+    call, tool name, parent agent and session and child agent; the execution
+    parent run may differ. ``previous`` is already validated."""
+    before = lifecycle.decode_child_run_linked(previous.payload)
+    now = lifecycle.decode_child_run_linked(link.payload)
+    if (
+        before.tool_call_id != now.tool_call_id
+        or before.tool_name != now.tool_name
+        or previous.agent_id != link.agent_id
+        or previous.session_id != link.session_id
+        or before.child_agent_id != now.child_agent_id
+    ):
+        raise ContinuationMismatchError(
+            "child continuation does not match predecessor parent tool call",
+            run_id=now.child_run_id,
+            session_id=link.session_id,
+            event_key=link.event_key,
+            field="parent_linked.payload",
+            details={"predecessor_run_id": predecessor_run_id},
+        )
 
 
 def check_session_command(session_id: str, at: Nanos | None, at_field: str) -> None:

@@ -51,6 +51,9 @@ RUN_COLUMNS = (
     runs.c.cancellation_key,
     runs.c.suspension_key,
     runs.c.terminal_key,
+    runs.c.request_digest,
+    runs.c.successor_run_id,
+    runs.c.seed_end_id,
     runs.c.checkpoint_id,
     runs.c.checkpoint_data,
 )
@@ -120,8 +123,13 @@ def run_from_row(row: Sequence[Any]) -> RunState:
         _RUN_STATUS[row[7]],
         row[8],
         row[9],
-        LifecycleKeys(row[10], row[11], row[12], row[13], row[14]),
-        Checkpoint(row[15], bytes(row[16])) if row[15] is not None else None,
+        seed_end_id=row[17] or "",
+        successor_run_id=row[16] or "",
+        keys=LifecycleKeys(row[10], row[11], row[12], row[13], row[14]),
+        checkpoint=Checkpoint(row[18], bytes(row[19])) if row[18] is not None else None,
+        # NULL (a seed-era run) reads as empty; a stored digest is kept as it
+        # is, whatever its length, so that the start's checks can see it corrupt.
+        request_digest=bytes(row[15]) if row[15] is not None else b"",
     )
 
 
@@ -166,6 +174,9 @@ def run_params(run: RunState) -> dict[str, Any]:
         "cancellation_key": run.keys.cancellation,
         "suspension_key": run.keys.suspension,
         "terminal_key": run.keys.terminal,
+        "request_digest": run.request_digest or None,
+        "successor_run_id": run.successor_run_id or None,
+        "seed_end_id": run.seed_end_id or None,
         "checkpoint_id": checkpoint.id if checkpoint else None,
         "checkpoint_data": checkpoint.data if checkpoint else None,
     }
@@ -181,6 +192,7 @@ def change_params(run_id: str, change: RunChange) -> dict[str, Any]:
         "cancellation_key": change.cancellation_key,
         "suspension_key": change.suspension_key,
         "terminal_key": change.terminal_key,
+        "successor_run_id": change.successor_run_id,
         "checkpoint_id": checkpoint.id if checkpoint else None,
         "checkpoint_data": checkpoint.data if checkpoint else None,
         "finished_at_ms": (

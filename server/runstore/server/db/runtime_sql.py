@@ -166,6 +166,7 @@ def _run_change() -> Any:
             cancellation_key=keep("cancellation_key"),
             suspension_key=keep("suspension_key"),
             terminal_key=keep("terminal_key"),
+            successor_run_id=keep("successor_run_id"),
             checkpoint_id=keep("checkpoint_id"),
             checkpoint_data=keep("checkpoint_data"),
             finished_at_ms=keep("finished_at_ms"),

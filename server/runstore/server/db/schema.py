@@ -116,6 +116,13 @@ runs = Table(
     # canceled), whole milliseconds; NULL while running or suspended, and for
     # runs a start stopped. Sessionless retention cuts on it (§9.10.2).
     Column("finished_at_ms", BigInteger, nullable=True),
+    # The current generation (0011, docs/contract.md §10.6, D1), all NULL for a
+    # run a seed-era start created: the 32-byte digest its first engine start
+    # bound, the first current continuation admitted for it (§10.2), and the
+    # seed end it started from.
+    Column("request_digest", LargeBinary, nullable=True),
+    Column("successor_run_id", Text, nullable=True),
+    Column("seed_end_id", Text, nullable=True),
     # ListRunsBySession (ordered, Q10) and PurgeSession's running-run check;
     # ListRuns by session, and sessionless runs (session_id '').
     Index(None, "namespace", "session_id", "started_at_ms", "run_id"),

@@ -49,6 +49,8 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
             outcome=wire.START_OUTCOME_TO_WIRE[result.outcome],
             started=convert.append_result_to_wire(result.started),
             canceled=convert.append_result_to_wire(result.canceled),
+            run_status=wire.RUN_STATUS_TO_WIRE[result.run_status],
+            cancellation=convert.append_result_to_wire(result.cancellation),
         )
 
     @maps_errors
@@ -61,6 +63,8 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
             parent_record=convert.append_result_to_wire(result.parent_record),
             started=convert.append_result_to_wire(result.started),
             canceled=convert.append_result_to_wire(result.canceled),
+            run_status=wire.RUN_STATUS_TO_WIRE[result.run_status],
+            cancellation=convert.append_result_to_wire(result.cancellation),
         )
 
     @maps_errors
@@ -68,7 +72,10 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
         self, request: rs.StartOneShotRunRequest, context: Context
     ) -> rs.StartOneShotRunResponse:
         result = await self._store.start_one_shot_run(convert.one_shot_run_start(request))
-        return rs.StartOneShotRunResponse(record=convert.append_result_to_wire(result.started))
+        return rs.StartOneShotRunResponse(
+            record=convert.append_result_to_wire(result.started),
+            run_status=wire.RUN_STATUS_TO_WIRE[result.run_status],
+        )
 
     @maps_errors
     async def StartOneShotChildRun(
@@ -80,6 +87,7 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
         return rs.StartOneShotChildRunResponse(
             parent_record=convert.append_result_to_wire(result.parent_record),
             started=convert.append_result_to_wire(result.started),
+            run_status=wire.RUN_STATUS_TO_WIRE[result.run_status],
         )
 
     @maps_errors
