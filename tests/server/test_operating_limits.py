@@ -79,6 +79,12 @@ async def full_pages_session(store: Store, pages: int = 1) -> Run:
     return run
 
 
+def _listings_logged(log: bytearray) -> list[dict[str, str]]:
+    """The access log's lines for ListSessionRunRecords, in order."""
+    lines = (json.loads(line) for line in log.decode().splitlines() if line.startswith("{"))
+    return [line for line in lines if line.get("method", "").endswith("/ListSessionRunRecords")]
+
+
 async def test_clients_that_never_read_cannot_pin_server_memory(tmp_path: Path) -> None:
     """20 connections with a zero HTTP/2 window ask 5 times each for a 4 MiB page:
     the server grows by less than 512 MB (1.3 GB without the budget), refuses
@@ -87,8 +93,12 @@ async def test_clients_that_never_read_cannot_pin_server_memory(tmp_path: Path) 
     # that outlasts the default 4 s database bound, whose UNAVAILABLE this test
     # is not about: the bound is lifted, so each call meets the budget.
     database = ("--database-url", f"sqlite:///{tmp_path / 'runstore.db'}")
+    # The access log says when the server has produced each response (or refused
+    # it): response headers cannot, since every call's initial metadata (the
+    # server's version) is sent as the call begins.
+    logs = ("--log-format", "json", "--access-log")
     async with (
-        server_process(*database, "--db-operation-timeout", "120") as server,
+        server_process(*database, *logs, "--db-operation-timeout", "120") as server,
         grpc.aio.insecure_channel(server.target) as channel,
     ):
         store = Store(channel, target=server.target)
@@ -96,6 +106,7 @@ async def test_clients_that_never_read_cannot_pin_server_memory(tmp_path: Path) 
         page = rs.ListSessionRunRecordsRequest(session_id=run.start.session_id, limit=1000)
         assert (await store.runtime.ListSessionRunRecords(page)).ByteSize() > 3 * MiB
         before = rss_bytes(server.process.pid)
+        listed_before = len(_listings_logged(server.log))
 
         async with health_watch(server.target), zero_window_clients(server.target, 20) as clients:
             for client in clients:
@@ -105,16 +116,26 @@ async def test_clients_that_never_read_cannot_pin_server_memory(tmp_path: Path) 
             calls = [call for client in clients for call in client.calls.values()]
             deadline = time.monotonic() + 120
             peak = before
-            # Bounded: until the server has answered (headers) every call.
-            while not all(call.answered for call in calls) and time.monotonic() < deadline:
+            overloaded = (grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], "OVERLOADED")
+
+            def settled() -> bool:
+                """The server produced or refused every response, and each refusal
+                reached its client."""
+                logged = _listings_logged(server.log)[listed_before:]
+                refused = sum(line["code"] == "ResourceExhausted" for line in logged)
+                seen = sum((call.status, call.reason) == overloaded for call in calls)
+                return len(logged) == len(calls) and seen == refused
+
+            # Bounded: until the server has answered every call.
+            while not settled() and time.monotonic() < deadline:
                 peak = max(peak, rss_bytes(server.process.pid))
                 await asyncio.sleep(0.1)
+            assert settled(), _listings_logged(server.log)[listed_before:]
             assert all(call.answered for call in calls)
             peak = max(peak, rss_bytes(server.process.pid))
 
             outcomes = collections.Counter((call.status, call.reason) for call in calls)
             # Parked (no status yet) and refused: nothing else.
-            overloaded = (grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], "OVERLOADED")
             assert set(outcomes) == {(None, ""), overloaded}, outcomes
             assert not any(call.data_bytes for call in calls)
 

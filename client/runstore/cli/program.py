@@ -27,7 +27,6 @@ from runstore.cli.plugins import (
     server_placeholders,
     unavailable,
 )
-from runstore.client.version import __version__ as CLIENT_VERSION
 
 CLIENT_DISTRIBUTION: Final = "runstore-client"
 
@@ -102,8 +101,12 @@ def quiet_grpc_core() -> None:
 
 def version(entry_points: Iterable[EntryPoint]) -> str:
     """``runstore (runstore-client X, <each distribution that adds commands> Y)``."""
+    # Imported here, not at the top: importing runstore.client imports grpc,
+    # which must wait for quiet_grpc_core().
+    from runstore.client.version import __version__ as client_version
+
     owners = {f"{ep.dist.name} {ep.dist.version}" for ep in entry_points if ep.dist is not None}
-    parts = [f"{CLIENT_DISTRIBUTION} {CLIENT_VERSION}", *sorted(owners)]
+    parts = [f"{CLIENT_DISTRIBUTION} {client_version}", *sorted(owners)]
     return "runstore (" + ", ".join(parts) + ")"
 
 
