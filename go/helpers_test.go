@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,14 +49,23 @@ func forEachBackend(t *testing.T, test func(t *testing.T, target string)) {
 	}
 }
 
+// dial connects in plaintext; the client's log goes to the test's log.
 func dial(t *testing.T, target string, opts ...runstore.Option) *runstore.Client {
 	t.Helper()
-	client, err := runstore.Dial(target, append([]runstore.Option{runstore.WithInsecure()}, opts...)...)
+	logger := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	client, err := runstore.Dial(target, append([]runstore.Option{runstore.WithInsecure(), runstore.WithLogger(logger)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = client.Close() })
 	return client
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
 }
 
 func testContext(t *testing.T) context.Context {
@@ -135,4 +146,8 @@ func ok[T any](value T, err error) func(t *testing.T) T {
 		}
 		return value
 	}
+}
+
+func contextWithExpiredDeadline(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(parent, time.Now().Add(-time.Second))
 }
