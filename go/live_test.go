@@ -326,6 +326,15 @@ func TestErrors(t *testing.T) {
 		if failure.Metadata()["field"] == "" {
 			t.Fatalf("CONTRACT_VALIDATION names no field: %v", failure.Metadata())
 		}
+
+		// The namespace travels as x-runstore-namespace.
+		inDefault := dial(t, target, runstore.WithNamespace("default"))
+		if _, err := inDefault.LoadSessionStatus(ctx, uid("none")); !errors.Is(err, runstore.ErrSessionNotFound) {
+			t.Fatalf("in namespace default: %v", err)
+		}
+		elsewhere := dial(t, target, runstore.WithNamespace(uid("nowhere")))
+		_, err = elsewhere.LoadSessionStatus(ctx, "x")
+		expectReason(t, err, runstore.ErrNamespaceNotFound, runstore.ErrNotFound, codes.NotFound)
 	})
 }
 
