@@ -27,6 +27,7 @@ type ownServer struct {
 	target   string
 	database string
 	command  *exec.Cmd
+	args     []string
 	log      *strings.Builder
 	logMu    sync.Mutex
 }
@@ -58,7 +59,7 @@ func newOwnServer(t *testing.T) *ownServer {
 // start runs the server and returns once it logged that it serves.
 func (s *ownServer) start() {
 	s.t.Helper()
-	command := exec.Command(s.binary, "serve", "--listen", s.target, "--database-url", "sqlite:///"+s.database)
+	command := exec.Command(s.binary, append([]string{"serve", "--listen", s.target, "--database-url", "sqlite:///" + s.database}, s.args...)...)
 	stderr, err := command.StderrPipe()
 	if err != nil {
 		s.t.Fatal(err)
