@@ -164,14 +164,15 @@ func TestSessionLifecycle(t *testing.T) {
 		if len(watched) != 3 || watched[2] != "done" {
 			t.Fatalf("WatchRunRecords: %v", watched)
 		}
-		sessionWatch := c.WatchSessionRunRecords(ctx, sessionID, sessionPage.Records[len(sessionPage.Records)-2].ID)
-		_ = sessionWatch
+		// A session's stream resumes after a cursor of ListSessionRunRecords.
+		middle := ok(c.ListSessionRunRecords(ctx, sessionID, "", len(sessionPage.Records)-1))(t)
+		sessionWatch := c.WatchSessionRunRecords(ctx, sessionID, middle.NextCursor)
+		rest := ok(sessionWatch.Next())(t)
 		sessionWatch.Close()
-		fromStart := c.WatchSessionRunRecords(ctx, sessionID, "")
-		first := ok(fromStart.Next())(t)
-		fromStart.Close()
-		if len(first.Records) == 0 || first.Records[0].EventKey != "start" || fromStart.Cursor() != first.NextCursor {
-			t.Fatalf("WatchSessionRunRecords: %+v", first)
+		last := sessionPage.Records[len(sessionPage.Records)-1]
+		if len(rest.Records) != 1 || rest.Records[0].EventKey != last.EventKey || rest.Records[0].RunID != last.RunID ||
+			sessionWatch.Cursor() != rest.NextCursor {
+			t.Fatalf("WatchSessionRunRecords: %+v", rest)
 		}
 
 		// Admin listings.

@@ -24,7 +24,8 @@ type Watch struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu           sync.Mutex
+	mu           sync.Mutex // one Next at a time
+	cursorMu     sync.Mutex
 	cursor       string
 	stream       grpc.ClientStream
 	streamCancel context.CancelFunc
@@ -73,10 +74,11 @@ func (c *Client) newWatch(
 	return &Watch{client: c, method: method, open: open, recv: recv, ctx: watchCtx, cancel: cancel, cursor: cursor}
 }
 
-// Cursor is the position of the last record Next returned (resume from it).
+// Cursor is the position of the last record Next returned (resume from it);
+// it may be read while a Next blocks.
 func (w *Watch) Cursor() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.cursorMu.Lock()
+	defer w.cursorMu.Unlock()
 	return w.cursor
 }
 
@@ -96,7 +98,7 @@ func (w *Watch) Next() (Page, error) {
 					streamCancel()
 					return err
 				}
-				stream, err := w.open(callCtx, w.cursor)
+				stream, err := w.open(callCtx, w.Cursor())
 				if err != nil {
 					streamCancel()
 					return err
@@ -114,7 +116,9 @@ func (w *Watch) Next() (Page, error) {
 			if len(events) == 0 {
 				continue
 			}
+			w.cursorMu.Lock()
 			w.cursor = next
+			w.cursorMu.Unlock()
 			page = Page{Records: recordsFromWire(events), NextCursor: next}
 			return nil
 		}
