@@ -21,7 +21,8 @@ type RetryPolicy struct {
 	Multiplier float64
 	// MaxAttempts counts the first attempt; 0: no limit, 1: no retries.
 	MaxAttempts int
-	// Deadline bounds all attempts of one call; 0: only the context does.
+	// Deadline bounds all attempts of one call (of a Watch's Next: from the
+	// stream's first failure); 0: only the context does.
 	Deadline time.Duration
 }
 
@@ -101,13 +102,9 @@ func (c *Client) report(ctx context.Context, refusal Refusal) {
 // the call timeout and the policy's deadline (a Watch stream's is not).
 func (c *Client) withRetry(ctx context.Context, method string, bounded bool, attempt func(context.Context) error) error {
 	policy := c.opts.retry
-	var deadline time.Time
-	if policy.Deadline > 0 {
-		deadline = time.Now().Add(policy.Deadline)
-	}
-	if ctxDeadline, ok := ctx.Deadline(); ok && (deadline.IsZero() || ctxDeadline.Before(deadline)) {
-		deadline = ctxDeadline
-	}
+	// The policy's deadline runs from the call's start; for a stream, which
+	// may run for hours before it breaks, from its first failure.
+	deadline := c.retryDeadline(ctx, time.Now())
 	backoffCap := policy.Initial
 	for number := 1; ; number++ {
 		if err := ctx.Err(); err != nil {
@@ -127,6 +124,9 @@ func (c *Client) withRetry(ctx context.Context, method string, bounded bool, att
 		failure, ok := asError(err).(*Error)
 		if !ok {
 			return err
+		}
+		if !bounded && number == 1 {
+			deadline = c.retryDeadline(ctx, time.Now())
 		}
 		refusal := Refusal{Method: method, Attempt: number, Err: failure}
 		switch {
@@ -163,6 +163,19 @@ func (c *Client) withRetry(ctx context.Context, method string, bounded bool, att
 		case <-timer.C:
 		}
 	}
+}
+
+// retryDeadline is when retries stop: RetryPolicy.Deadline after from, or
+// the context's deadline if sooner; zero for none.
+func (c *Client) retryDeadline(ctx context.Context, from time.Time) time.Time {
+	var deadline time.Time
+	if c.opts.retry.Deadline > 0 {
+		deadline = from.Add(c.opts.retry.Deadline)
+	}
+	if ctxDeadline, ok := ctx.Deadline(); ok && (deadline.IsZero() || ctxDeadline.Before(deadline)) {
+		deadline = ctxDeadline
+	}
+	return deadline
 }
 
 func (c *Client) attemptContext(ctx context.Context, deadline time.Time) (context.Context, context.CancelFunc) {

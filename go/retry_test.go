@@ -440,3 +440,27 @@ func TestWatchResumesFromItsCursor(t *testing.T) {
 		t.Fatalf("refusals: %v", got)
 	}
 }
+
+// A stream that served longer than RetryPolicy.Deadline before it broke is
+// still reopened: the deadline runs from the failure, not from Next's start.
+func TestWatchDeadlineRunsFromTheFailure(t *testing.T) {
+	const served = 150 * time.Millisecond
+	store := &fakeStore{streams: []func(string, func(*runstorev1.WatchRunRecordsResponse) error) error{
+		func(string, func(*runstorev1.WatchRunRecordsResponse) error) error {
+			time.Sleep(served) // a stream that lived longer than the retry deadline
+			return transient(context.Background())
+		},
+		func(_ string, send func(*runstorev1.WatchRunRecordsResponse) error) error {
+			return send(&runstorev1.WatchRunRecordsResponse{Events: []*runstorev1.RunRecord{{Id: "1", EventKey: "a"}}, NextCursor: "1"})
+		},
+	}}
+	policy := fast
+	policy.Deadline = served / 3
+	c := dial(t, serveFake(t, store), runstore.WithRetry(policy))
+	watch := c.WatchRunRecords(testContext(t), "r", "")
+	defer watch.Close()
+	page, err := watch.Next()
+	if err != nil || len(page.Records) != 1 || len(store.watches) != 2 {
+		t.Fatalf("%+v %v after %d streams", page, err, len(store.watches))
+	}
+}
