@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	runstorev1 "github.com/runstore/runstore/gen/go/runstore/v1"
@@ -250,6 +252,36 @@ func TestCallerDeadline(t *testing.T) {
 		defer cancel()
 		if _, err := c.LoadRun(expired, "x"); !errors.Is(err, expired.Err()) {
 			t.Fatalf("want %v, got %v", expired.Err(), err)
+		}
+	})
+}
+
+// TestNewOverAConnection: New wraps a connection the caller made (and
+// closes); the generated stubs of the rest share it through Conn.
+func TestNewOverAConnection(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, target string) {
+		conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := runstore.New(conn, runstore.WithInsecure()); err == nil {
+			t.Fatal("New took a transport option")
+		}
+		c, err := runstore.New(conn, runstore.WithNamespace("default"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := testContext(t)
+		if _, err := c.LoadSessionStatus(ctx, uid("none")); !errors.Is(err, runstore.ErrSessionNotFound) {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		namespaces := ok(runstorev1.NewNamespaceAdminClient(c.Conn()).ListNamespaces(ctx, &runstorev1.ListNamespacesRequest{}))(t)
+		if len(namespaces.GetNamespaces()) == 0 {
+			t.Fatal("ListNamespaces over the same connection: none")
 		}
 	})
 }
