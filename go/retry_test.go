@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -463,4 +465,35 @@ func TestWatchDeadlineRunsFromTheFailure(t *testing.T) {
 	if err != nil || len(page.Records) != 1 || len(store.watches) != 2 {
 		t.Fatalf("%+v %v after %d streams", page, err, len(store.watches))
 	}
+}
+
+// No retry is silent: each is a warning on the client's logger.
+func TestRetriesAreLogged(t *testing.T) {
+	store := &fakeStore{script: []func(context.Context) error{transient}}
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))
+	c := dial(t, serveFake(t, store), runstore.WithRetry(fast), runstore.WithLogger(logger))
+	if _, err := c.AppendRunRecord(testContext(t), sampleRecord()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	line := logged.String()
+	for _, want := range []string{"level=WARN", "decision=retrying", "reason=TRANSIENT", "attempt=1", "method=/runstore.v1.RuntimeStore/AppendRunRecord"} {
+		if !strings.Contains(line, want) {
+			t.Fatalf("the log lacks %q: %s", want, line)
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu  *sync.Mutex
+	out *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.out.Write(p)
 }
