@@ -1,5 +1,7 @@
 // The worker-facing runtime store: the Goa-AI storage.Store contract
-// (docs/contract.md §2, Profile S with the repair and transcript methods, D1).
+// (docs/contract.md §2): the seed-era methods with the repair and transcript
+// methods, and the current generation's engine starts, told apart by each
+// call's request_digest (D1).
 //
 // Every mutation may be retried: an exact retry returns the original result
 // with inserted=false; a changed retry is rejected. Errors carry one
@@ -123,9 +125,20 @@ type StartRootRunRequest struct {
 	Run   *RunStart              `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	// The run_started record (ID "1").
 	Started *RunRecord `protobuf:"bytes,2,opt,name=started,proto3" json:"started,omitempty"`
-	// The canceled run_completed record stored only when the session has ended
-	// (reason session_ended). Always required and validated.
-	Canceled      *RunRecord `protobuf:"bytes,3,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	// Seed-era starts (empty request_digest): the canceled run_completed record
+	// stored only when the session has ended (reason session_ended). Always
+	// required and validated; absent in a current start.
+	Canceled *RunRecord `protobuf:"bytes,3,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	// The current generation (docs/contract.md §10.6): exactly 32 bytes, not all
+	// zero, binding this start to the request the engine accepted. Empty: a
+	// seed-era start (no binding). Any other length, or 32 zero bytes, is
+	// CONTRACT_VALIDATION naming request_digest.
+	RequestDigest []byte `protobuf:"bytes,4,opt,name=request_digest,json=requestDigest,proto3" json:"request_digest,omitempty"`
+	// Current starts (32-byte request_digest): the runtime.cancellation_intent
+	// record (reason session_ended) stored only when the session has ended; the
+	// run then stays running (§10.1). Always required and validated; absent in a
+	// seed-era start.
+	Cancellation  *RunRecord `protobuf:"bytes,5,opt,name=cancellation,proto3" json:"cancellation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -181,12 +194,32 @@ func (x *StartRootRunRequest) GetCanceled() *RunRecord {
 	return nil
 }
 
+func (x *StartRootRunRequest) GetRequestDigest() []byte {
+	if x != nil {
+		return x.RequestDigest
+	}
+	return nil
+}
+
+func (x *StartRootRunRequest) GetCancellation() *RunRecord {
+	if x != nil {
+		return x.Cancellation
+	}
+	return nil
+}
+
 type StartRootRunResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Outcome RunStartOutcome        `protobuf:"varint,1,opt,name=outcome,proto3,enum=runstore.v1.RunStartOutcome" json:"outcome,omitempty"`
 	Started *AppendResult          `protobuf:"bytes,2,opt,name=started,proto3" json:"started,omitempty"`
-	// Empty when the outcome is PROCEED.
-	Canceled      *AppendResult `protobuf:"bytes,3,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	// Seed-era starts: the canceled run_completed; empty when the outcome is
+	// PROCEED.
+	Canceled *AppendResult `protobuf:"bytes,3,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	// The run's status observed in the same transaction (a retry after the run
+	// ended reports its ending).
+	RunStatus RunStatus `protobuf:"varint,4,opt,name=run_status,json=runStatus,proto3,enum=runstore.v1.RunStatus" json:"run_status,omitempty"`
+	// Current starts: the cancellation intent; empty when the outcome is PROCEED.
+	Cancellation  *AppendResult `protobuf:"bytes,5,opt,name=cancellation,proto3" json:"cancellation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -242,13 +275,35 @@ func (x *StartRootRunResponse) GetCanceled() *AppendResult {
 	return nil
 }
 
+func (x *StartRootRunResponse) GetRunStatus() RunStatus {
+	if x != nil {
+		return x.RunStatus
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *StartRootRunResponse) GetCancellation() *AppendResult {
+	if x != nil {
+		return x.Cancellation
+	}
+	return nil
+}
+
 type StartChildRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Run   *RunStart              `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	// The child_run_linked record, owned by the parent run.
-	ParentLinked  *RunRecord `protobuf:"bytes,2,opt,name=parent_linked,json=parentLinked,proto3" json:"parent_linked,omitempty"`
-	Started       *RunRecord `protobuf:"bytes,3,opt,name=started,proto3" json:"started,omitempty"`
-	Canceled      *RunRecord `protobuf:"bytes,4,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	ParentLinked *RunRecord `protobuf:"bytes,2,opt,name=parent_linked,json=parentLinked,proto3" json:"parent_linked,omitempty"`
+	Started      *RunRecord `protobuf:"bytes,3,opt,name=started,proto3" json:"started,omitempty"`
+	// As in StartRootRunRequest.
+	Canceled *RunRecord `protobuf:"bytes,4,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	// The current generation (docs/contract.md §10.6): exactly 32 bytes, not all
+	// zero, binding this start to the request the engine accepted. Empty: a
+	// seed-era start (no binding). Any other length, or 32 zero bytes, is
+	// CONTRACT_VALIDATION naming request_digest.
+	RequestDigest []byte `protobuf:"bytes,5,opt,name=request_digest,json=requestDigest,proto3" json:"request_digest,omitempty"`
+	// As in StartRootRunRequest.
+	Cancellation  *RunRecord `protobuf:"bytes,6,opt,name=cancellation,proto3" json:"cancellation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -311,12 +366,29 @@ func (x *StartChildRunRequest) GetCanceled() *RunRecord {
 	return nil
 }
 
+func (x *StartChildRunRequest) GetRequestDigest() []byte {
+	if x != nil {
+		return x.RequestDigest
+	}
+	return nil
+}
+
+func (x *StartChildRunRequest) GetCancellation() *RunRecord {
+	if x != nil {
+		return x.Cancellation
+	}
+	return nil
+}
+
 type StartChildRunResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Outcome       RunStartOutcome        `protobuf:"varint,1,opt,name=outcome,proto3,enum=runstore.v1.RunStartOutcome" json:"outcome,omitempty"`
-	ParentRecord  *AppendResult          `protobuf:"bytes,2,opt,name=parent_record,json=parentRecord,proto3" json:"parent_record,omitempty"`
-	Started       *AppendResult          `protobuf:"bytes,3,opt,name=started,proto3" json:"started,omitempty"`
-	Canceled      *AppendResult          `protobuf:"bytes,4,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Outcome      RunStartOutcome        `protobuf:"varint,1,opt,name=outcome,proto3,enum=runstore.v1.RunStartOutcome" json:"outcome,omitempty"`
+	ParentRecord *AppendResult          `protobuf:"bytes,2,opt,name=parent_record,json=parentRecord,proto3" json:"parent_record,omitempty"`
+	Started      *AppendResult          `protobuf:"bytes,3,opt,name=started,proto3" json:"started,omitempty"`
+	Canceled     *AppendResult          `protobuf:"bytes,4,opt,name=canceled,proto3" json:"canceled,omitempty"`
+	// As in StartRootRunResponse.
+	RunStatus     RunStatus     `protobuf:"varint,5,opt,name=run_status,json=runStatus,proto3,enum=runstore.v1.RunStatus" json:"run_status,omitempty"`
+	Cancellation  *AppendResult `protobuf:"bytes,6,opt,name=cancellation,proto3" json:"cancellation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -379,10 +451,29 @@ func (x *StartChildRunResponse) GetCanceled() *AppendResult {
 	return nil
 }
 
+func (x *StartChildRunResponse) GetRunStatus() RunStatus {
+	if x != nil {
+		return x.RunStatus
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *StartChildRunResponse) GetCancellation() *AppendResult {
+	if x != nil {
+		return x.Cancellation
+	}
+	return nil
+}
+
 type StartOneShotRunRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           *RunStart              `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	Started       *RunRecord             `protobuf:"bytes,2,opt,name=started,proto3" json:"started,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Run     *RunStart              `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	Started *RunRecord             `protobuf:"bytes,2,opt,name=started,proto3" json:"started,omitempty"`
+	// The current generation (docs/contract.md §10.6): exactly 32 bytes, not all
+	// zero, binding this start to the request the engine accepted. Empty: a
+	// seed-era start (no binding). Any other length, or 32 zero bytes, is
+	// CONTRACT_VALIDATION naming request_digest.
+	RequestDigest []byte `protobuf:"bytes,3,opt,name=request_digest,json=requestDigest,proto3" json:"request_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -431,9 +522,18 @@ func (x *StartOneShotRunRequest) GetStarted() *RunRecord {
 	return nil
 }
 
+func (x *StartOneShotRunRequest) GetRequestDigest() []byte {
+	if x != nil {
+		return x.RequestDigest
+	}
+	return nil
+}
+
 type StartOneShotRunResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Record        *AppendResult          `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Record *AppendResult          `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// The run's status observed in the same transaction.
+	RunStatus     RunStatus `protobuf:"varint,2,opt,name=run_status,json=runStatus,proto3,enum=runstore.v1.RunStatus" json:"run_status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -475,11 +575,23 @@ func (x *StartOneShotRunResponse) GetRecord() *AppendResult {
 	return nil
 }
 
+func (x *StartOneShotRunResponse) GetRunStatus() RunStatus {
+	if x != nil {
+		return x.RunStatus
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
 type StartOneShotChildRunRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           *RunStart              `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
-	ParentLinked  *RunRecord             `protobuf:"bytes,2,opt,name=parent_linked,json=parentLinked,proto3" json:"parent_linked,omitempty"`
-	Started       *RunRecord             `protobuf:"bytes,3,opt,name=started,proto3" json:"started,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Run          *RunStart              `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
+	ParentLinked *RunRecord             `protobuf:"bytes,2,opt,name=parent_linked,json=parentLinked,proto3" json:"parent_linked,omitempty"`
+	Started      *RunRecord             `protobuf:"bytes,3,opt,name=started,proto3" json:"started,omitempty"`
+	// The current generation (docs/contract.md §10.6): exactly 32 bytes, not all
+	// zero, binding this start to the request the engine accepted. Empty: a
+	// seed-era start (no binding). Any other length, or 32 zero bytes, is
+	// CONTRACT_VALIDATION naming request_digest.
+	RequestDigest []byte `protobuf:"bytes,4,opt,name=request_digest,json=requestDigest,proto3" json:"request_digest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -535,10 +647,19 @@ func (x *StartOneShotChildRunRequest) GetStarted() *RunRecord {
 	return nil
 }
 
+func (x *StartOneShotChildRunRequest) GetRequestDigest() []byte {
+	if x != nil {
+		return x.RequestDigest
+	}
+	return nil
+}
+
 type StartOneShotChildRunResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ParentRecord  *AppendResult          `protobuf:"bytes,1,opt,name=parent_record,json=parentRecord,proto3" json:"parent_record,omitempty"`
-	Started       *AppendResult          `protobuf:"bytes,2,opt,name=started,proto3" json:"started,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ParentRecord *AppendResult          `protobuf:"bytes,1,opt,name=parent_record,json=parentRecord,proto3" json:"parent_record,omitempty"`
+	Started      *AppendResult          `protobuf:"bytes,2,opt,name=started,proto3" json:"started,omitempty"`
+	// The child's status observed in the same transaction.
+	RunStatus     RunStatus `protobuf:"varint,3,opt,name=run_status,json=runStatus,proto3,enum=runstore.v1.RunStatus" json:"run_status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,6 +706,13 @@ func (x *StartOneShotChildRunResponse) GetStarted() *AppendResult {
 		return x.Started
 	}
 	return nil
+}
+
+func (x *StartOneShotChildRunResponse) GetRunStatus() RunStatus {
+	if x != nil {
+		return x.RunStatus
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
 }
 
 type AppendRunRecordRequest struct {
@@ -2146,37 +2274,53 @@ const file_runstore_v1_runtime_store_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"O\n" +
 	"\x19LoadSessionStatusResponse\x122\n" +
-	"\x06status\x18\x01 \x01(\x0e2\x1a.runstore.v1.SessionStatusR\x06status\"\xa4\x01\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x1a.runstore.v1.SessionStatusR\x06status\"\x87\x02\n" +
 	"\x13StartRootRunRequest\x12'\n" +
 	"\x03run\x18\x01 \x01(\v2\x15.runstore.v1.RunStartR\x03run\x120\n" +
 	"\astarted\x18\x02 \x01(\v2\x16.runstore.v1.RunRecordR\astarted\x122\n" +
-	"\bcanceled\x18\x03 \x01(\v2\x16.runstore.v1.RunRecordR\bcanceled\"\xba\x01\n" +
+	"\bcanceled\x18\x03 \x01(\v2\x16.runstore.v1.RunRecordR\bcanceled\x12%\n" +
+	"\x0erequest_digest\x18\x04 \x01(\fR\rrequestDigest\x12:\n" +
+	"\fcancellation\x18\x05 \x01(\v2\x16.runstore.v1.RunRecordR\fcancellation\"\xb0\x02\n" +
 	"\x14StartRootRunResponse\x126\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1c.runstore.v1.RunStartOutcomeR\aoutcome\x123\n" +
 	"\astarted\x18\x02 \x01(\v2\x19.runstore.v1.AppendResultR\astarted\x125\n" +
-	"\bcanceled\x18\x03 \x01(\v2\x19.runstore.v1.AppendResultR\bcanceled\"\xe2\x01\n" +
+	"\bcanceled\x18\x03 \x01(\v2\x19.runstore.v1.AppendResultR\bcanceled\x125\n" +
+	"\n" +
+	"run_status\x18\x04 \x01(\x0e2\x16.runstore.v1.RunStatusR\trunStatus\x12=\n" +
+	"\fcancellation\x18\x05 \x01(\v2\x19.runstore.v1.AppendResultR\fcancellation\"\xc5\x02\n" +
 	"\x14StartChildRunRequest\x12'\n" +
 	"\x03run\x18\x01 \x01(\v2\x15.runstore.v1.RunStartR\x03run\x12;\n" +
 	"\rparent_linked\x18\x02 \x01(\v2\x16.runstore.v1.RunRecordR\fparentLinked\x120\n" +
 	"\astarted\x18\x03 \x01(\v2\x16.runstore.v1.RunRecordR\astarted\x122\n" +
-	"\bcanceled\x18\x04 \x01(\v2\x16.runstore.v1.RunRecordR\bcanceled\"\xfb\x01\n" +
+	"\bcanceled\x18\x04 \x01(\v2\x16.runstore.v1.RunRecordR\bcanceled\x12%\n" +
+	"\x0erequest_digest\x18\x05 \x01(\fR\rrequestDigest\x12:\n" +
+	"\fcancellation\x18\x06 \x01(\v2\x16.runstore.v1.RunRecordR\fcancellation\"\xf1\x02\n" +
 	"\x15StartChildRunResponse\x126\n" +
 	"\aoutcome\x18\x01 \x01(\x0e2\x1c.runstore.v1.RunStartOutcomeR\aoutcome\x12>\n" +
 	"\rparent_record\x18\x02 \x01(\v2\x19.runstore.v1.AppendResultR\fparentRecord\x123\n" +
 	"\astarted\x18\x03 \x01(\v2\x19.runstore.v1.AppendResultR\astarted\x125\n" +
-	"\bcanceled\x18\x04 \x01(\v2\x19.runstore.v1.AppendResultR\bcanceled\"s\n" +
+	"\bcanceled\x18\x04 \x01(\v2\x19.runstore.v1.AppendResultR\bcanceled\x125\n" +
+	"\n" +
+	"run_status\x18\x05 \x01(\x0e2\x16.runstore.v1.RunStatusR\trunStatus\x12=\n" +
+	"\fcancellation\x18\x06 \x01(\v2\x19.runstore.v1.AppendResultR\fcancellation\"\x9a\x01\n" +
 	"\x16StartOneShotRunRequest\x12'\n" +
 	"\x03run\x18\x01 \x01(\v2\x15.runstore.v1.RunStartR\x03run\x120\n" +
-	"\astarted\x18\x02 \x01(\v2\x16.runstore.v1.RunRecordR\astarted\"L\n" +
+	"\astarted\x18\x02 \x01(\v2\x16.runstore.v1.RunRecordR\astarted\x12%\n" +
+	"\x0erequest_digest\x18\x03 \x01(\fR\rrequestDigest\"\x83\x01\n" +
 	"\x17StartOneShotRunResponse\x121\n" +
-	"\x06record\x18\x01 \x01(\v2\x19.runstore.v1.AppendResultR\x06record\"\xb5\x01\n" +
+	"\x06record\x18\x01 \x01(\v2\x19.runstore.v1.AppendResultR\x06record\x125\n" +
+	"\n" +
+	"run_status\x18\x02 \x01(\x0e2\x16.runstore.v1.RunStatusR\trunStatus\"\xdc\x01\n" +
 	"\x1bStartOneShotChildRunRequest\x12'\n" +
 	"\x03run\x18\x01 \x01(\v2\x15.runstore.v1.RunStartR\x03run\x12;\n" +
 	"\rparent_linked\x18\x02 \x01(\v2\x16.runstore.v1.RunRecordR\fparentLinked\x120\n" +
-	"\astarted\x18\x03 \x01(\v2\x16.runstore.v1.RunRecordR\astarted\"\x93\x01\n" +
+	"\astarted\x18\x03 \x01(\v2\x16.runstore.v1.RunRecordR\astarted\x12%\n" +
+	"\x0erequest_digest\x18\x04 \x01(\fR\rrequestDigest\"\xca\x01\n" +
 	"\x1cStartOneShotChildRunResponse\x12>\n" +
 	"\rparent_record\x18\x01 \x01(\v2\x19.runstore.v1.AppendResultR\fparentRecord\x123\n" +
-	"\astarted\x18\x02 \x01(\v2\x19.runstore.v1.AppendResultR\astarted\"H\n" +
+	"\astarted\x18\x02 \x01(\v2\x19.runstore.v1.AppendResultR\astarted\x125\n" +
+	"\n" +
+	"run_status\x18\x03 \x01(\x0e2\x16.runstore.v1.RunStatusR\trunStatus\"H\n" +
 	"\x16AppendRunRecordRequest\x12.\n" +
 	"\x06record\x18\x01 \x01(\v2\x16.runstore.v1.RunRecordR\x06record\"\x88\x01\n" +
 	"\x17AppendRunRecordResponse\x12\x0e\n" +
@@ -2361,8 +2505,8 @@ var file_runstore_v1_runtime_store_proto_goTypes = []any{
 	(*RunRecord)(nil),                        // 40: runstore.v1.RunRecord
 	(RunStartOutcome)(0),                     // 41: runstore.v1.RunStartOutcome
 	(*AppendResult)(nil),                     // 42: runstore.v1.AppendResult
-	(*Checkpoint)(nil),                       // 43: runstore.v1.Checkpoint
-	(RunStatus)(0),                           // 44: runstore.v1.RunStatus
+	(RunStatus)(0),                           // 43: runstore.v1.RunStatus
+	(*Checkpoint)(nil),                       // 44: runstore.v1.Checkpoint
 	(RunRepairOutcome)(0),                    // 45: runstore.v1.RunRepairOutcome
 	(*RunMeta)(nil),                          // 46: runstore.v1.RunMeta
 }
@@ -2371,97 +2515,105 @@ var file_runstore_v1_runtime_store_proto_depIdxs = []int32{
 	39, // 1: runstore.v1.StartRootRunRequest.run:type_name -> runstore.v1.RunStart
 	40, // 2: runstore.v1.StartRootRunRequest.started:type_name -> runstore.v1.RunRecord
 	40, // 3: runstore.v1.StartRootRunRequest.canceled:type_name -> runstore.v1.RunRecord
-	41, // 4: runstore.v1.StartRootRunResponse.outcome:type_name -> runstore.v1.RunStartOutcome
-	42, // 5: runstore.v1.StartRootRunResponse.started:type_name -> runstore.v1.AppendResult
-	42, // 6: runstore.v1.StartRootRunResponse.canceled:type_name -> runstore.v1.AppendResult
-	39, // 7: runstore.v1.StartChildRunRequest.run:type_name -> runstore.v1.RunStart
-	40, // 8: runstore.v1.StartChildRunRequest.parent_linked:type_name -> runstore.v1.RunRecord
-	40, // 9: runstore.v1.StartChildRunRequest.started:type_name -> runstore.v1.RunRecord
-	40, // 10: runstore.v1.StartChildRunRequest.canceled:type_name -> runstore.v1.RunRecord
-	41, // 11: runstore.v1.StartChildRunResponse.outcome:type_name -> runstore.v1.RunStartOutcome
-	42, // 12: runstore.v1.StartChildRunResponse.parent_record:type_name -> runstore.v1.AppendResult
-	42, // 13: runstore.v1.StartChildRunResponse.started:type_name -> runstore.v1.AppendResult
-	42, // 14: runstore.v1.StartChildRunResponse.canceled:type_name -> runstore.v1.AppendResult
-	39, // 15: runstore.v1.StartOneShotRunRequest.run:type_name -> runstore.v1.RunStart
-	40, // 16: runstore.v1.StartOneShotRunRequest.started:type_name -> runstore.v1.RunRecord
-	42, // 17: runstore.v1.StartOneShotRunResponse.record:type_name -> runstore.v1.AppendResult
-	39, // 18: runstore.v1.StartOneShotChildRunRequest.run:type_name -> runstore.v1.RunStart
-	40, // 19: runstore.v1.StartOneShotChildRunRequest.parent_linked:type_name -> runstore.v1.RunRecord
-	40, // 20: runstore.v1.StartOneShotChildRunRequest.started:type_name -> runstore.v1.RunRecord
-	42, // 21: runstore.v1.StartOneShotChildRunResponse.parent_record:type_name -> runstore.v1.AppendResult
-	42, // 22: runstore.v1.StartOneShotChildRunResponse.started:type_name -> runstore.v1.AppendResult
-	40, // 23: runstore.v1.AppendRunRecordRequest.record:type_name -> runstore.v1.RunRecord
-	38, // 24: runstore.v1.AppendRunRecordResponse.session_status:type_name -> runstore.v1.SessionStatus
-	40, // 25: runstore.v1.AppendRunRecordsRequest.records:type_name -> runstore.v1.RunRecord
-	42, // 26: runstore.v1.AppendRunRecordsResponse.results:type_name -> runstore.v1.AppendResult
-	40, // 27: runstore.v1.RecordRunCancellationRequest.record:type_name -> runstore.v1.RunRecord
-	38, // 28: runstore.v1.RecordRunCancellationResponse.session_status:type_name -> runstore.v1.SessionStatus
-	43, // 29: runstore.v1.RecordRunSuspensionRequest.suspension:type_name -> runstore.v1.Checkpoint
-	40, // 30: runstore.v1.RecordRunSuspensionRequest.record:type_name -> runstore.v1.RunRecord
-	38, // 31: runstore.v1.RecordRunSuspensionResponse.session_status:type_name -> runstore.v1.SessionStatus
-	44, // 32: runstore.v1.RecordRunTerminalRequest.status:type_name -> runstore.v1.RunStatus
-	40, // 33: runstore.v1.RecordRunTerminalRequest.record:type_name -> runstore.v1.RunRecord
-	38, // 34: runstore.v1.RecordRunTerminalResponse.session_status:type_name -> runstore.v1.SessionStatus
-	43, // 35: runstore.v1.RepairRunSuspensionRequest.suspension:type_name -> runstore.v1.Checkpoint
-	40, // 36: runstore.v1.RepairRunSuspensionRequest.record:type_name -> runstore.v1.RunRecord
-	45, // 37: runstore.v1.RepairRunSuspensionResponse.outcome:type_name -> runstore.v1.RunRepairOutcome
-	44, // 38: runstore.v1.RepairRunSuspensionResponse.status:type_name -> runstore.v1.RunStatus
-	42, // 39: runstore.v1.RepairRunSuspensionResponse.record:type_name -> runstore.v1.AppendResult
-	44, // 40: runstore.v1.RepairRunTerminalRequest.status:type_name -> runstore.v1.RunStatus
-	40, // 41: runstore.v1.RepairRunTerminalRequest.record:type_name -> runstore.v1.RunRecord
-	45, // 42: runstore.v1.RepairRunTerminalResponse.outcome:type_name -> runstore.v1.RunRepairOutcome
-	44, // 43: runstore.v1.RepairRunTerminalResponse.status:type_name -> runstore.v1.RunStatus
-	42, // 44: runstore.v1.RepairRunTerminalResponse.record:type_name -> runstore.v1.AppendResult
-	46, // 45: runstore.v1.LoadRunResponse.run:type_name -> runstore.v1.RunMeta
-	43, // 46: runstore.v1.LoadRunSuspensionResponse.suspension:type_name -> runstore.v1.Checkpoint
-	40, // 47: runstore.v1.ListRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
-	40, // 48: runstore.v1.ListSessionRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
-	40, // 49: runstore.v1.ListRunTranscriptRecordsResponse.events:type_name -> runstore.v1.RunRecord
-	40, // 50: runstore.v1.WatchSessionRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
-	40, // 51: runstore.v1.WatchRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
-	0,  // 52: runstore.v1.RuntimeStore.LoadSessionStatus:input_type -> runstore.v1.LoadSessionStatusRequest
-	2,  // 53: runstore.v1.RuntimeStore.StartRootRun:input_type -> runstore.v1.StartRootRunRequest
-	4,  // 54: runstore.v1.RuntimeStore.StartChildRun:input_type -> runstore.v1.StartChildRunRequest
-	6,  // 55: runstore.v1.RuntimeStore.StartOneShotRun:input_type -> runstore.v1.StartOneShotRunRequest
-	8,  // 56: runstore.v1.RuntimeStore.StartOneShotChildRun:input_type -> runstore.v1.StartOneShotChildRunRequest
-	10, // 57: runstore.v1.RuntimeStore.AppendRunRecord:input_type -> runstore.v1.AppendRunRecordRequest
-	12, // 58: runstore.v1.RuntimeStore.AppendRunRecords:input_type -> runstore.v1.AppendRunRecordsRequest
-	14, // 59: runstore.v1.RuntimeStore.RecordRunCancellation:input_type -> runstore.v1.RecordRunCancellationRequest
-	16, // 60: runstore.v1.RuntimeStore.RecordRunSuspension:input_type -> runstore.v1.RecordRunSuspensionRequest
-	18, // 61: runstore.v1.RuntimeStore.RecordRunTerminal:input_type -> runstore.v1.RecordRunTerminalRequest
-	20, // 62: runstore.v1.RuntimeStore.RepairRunSuspension:input_type -> runstore.v1.RepairRunSuspensionRequest
-	22, // 63: runstore.v1.RuntimeStore.RepairRunTerminal:input_type -> runstore.v1.RepairRunTerminalRequest
-	24, // 64: runstore.v1.RuntimeStore.LoadRun:input_type -> runstore.v1.LoadRunRequest
-	26, // 65: runstore.v1.RuntimeStore.LoadRunSuspension:input_type -> runstore.v1.LoadRunSuspensionRequest
-	28, // 66: runstore.v1.RuntimeStore.ListRunRecords:input_type -> runstore.v1.ListRunRecordsRequest
-	30, // 67: runstore.v1.RuntimeStore.ListSessionRunRecords:input_type -> runstore.v1.ListSessionRunRecordsRequest
-	32, // 68: runstore.v1.RuntimeStore.ListRunTranscriptRecords:input_type -> runstore.v1.ListRunTranscriptRecordsRequest
-	34, // 69: runstore.v1.RuntimeStore.WatchSessionRunRecords:input_type -> runstore.v1.WatchSessionRunRecordsRequest
-	36, // 70: runstore.v1.RuntimeStore.WatchRunRecords:input_type -> runstore.v1.WatchRunRecordsRequest
-	1,  // 71: runstore.v1.RuntimeStore.LoadSessionStatus:output_type -> runstore.v1.LoadSessionStatusResponse
-	3,  // 72: runstore.v1.RuntimeStore.StartRootRun:output_type -> runstore.v1.StartRootRunResponse
-	5,  // 73: runstore.v1.RuntimeStore.StartChildRun:output_type -> runstore.v1.StartChildRunResponse
-	7,  // 74: runstore.v1.RuntimeStore.StartOneShotRun:output_type -> runstore.v1.StartOneShotRunResponse
-	9,  // 75: runstore.v1.RuntimeStore.StartOneShotChildRun:output_type -> runstore.v1.StartOneShotChildRunResponse
-	11, // 76: runstore.v1.RuntimeStore.AppendRunRecord:output_type -> runstore.v1.AppendRunRecordResponse
-	13, // 77: runstore.v1.RuntimeStore.AppendRunRecords:output_type -> runstore.v1.AppendRunRecordsResponse
-	15, // 78: runstore.v1.RuntimeStore.RecordRunCancellation:output_type -> runstore.v1.RecordRunCancellationResponse
-	17, // 79: runstore.v1.RuntimeStore.RecordRunSuspension:output_type -> runstore.v1.RecordRunSuspensionResponse
-	19, // 80: runstore.v1.RuntimeStore.RecordRunTerminal:output_type -> runstore.v1.RecordRunTerminalResponse
-	21, // 81: runstore.v1.RuntimeStore.RepairRunSuspension:output_type -> runstore.v1.RepairRunSuspensionResponse
-	23, // 82: runstore.v1.RuntimeStore.RepairRunTerminal:output_type -> runstore.v1.RepairRunTerminalResponse
-	25, // 83: runstore.v1.RuntimeStore.LoadRun:output_type -> runstore.v1.LoadRunResponse
-	27, // 84: runstore.v1.RuntimeStore.LoadRunSuspension:output_type -> runstore.v1.LoadRunSuspensionResponse
-	29, // 85: runstore.v1.RuntimeStore.ListRunRecords:output_type -> runstore.v1.ListRunRecordsResponse
-	31, // 86: runstore.v1.RuntimeStore.ListSessionRunRecords:output_type -> runstore.v1.ListSessionRunRecordsResponse
-	33, // 87: runstore.v1.RuntimeStore.ListRunTranscriptRecords:output_type -> runstore.v1.ListRunTranscriptRecordsResponse
-	35, // 88: runstore.v1.RuntimeStore.WatchSessionRunRecords:output_type -> runstore.v1.WatchSessionRunRecordsResponse
-	37, // 89: runstore.v1.RuntimeStore.WatchRunRecords:output_type -> runstore.v1.WatchRunRecordsResponse
-	71, // [71:90] is the sub-list for method output_type
-	52, // [52:71] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	40, // 4: runstore.v1.StartRootRunRequest.cancellation:type_name -> runstore.v1.RunRecord
+	41, // 5: runstore.v1.StartRootRunResponse.outcome:type_name -> runstore.v1.RunStartOutcome
+	42, // 6: runstore.v1.StartRootRunResponse.started:type_name -> runstore.v1.AppendResult
+	42, // 7: runstore.v1.StartRootRunResponse.canceled:type_name -> runstore.v1.AppendResult
+	43, // 8: runstore.v1.StartRootRunResponse.run_status:type_name -> runstore.v1.RunStatus
+	42, // 9: runstore.v1.StartRootRunResponse.cancellation:type_name -> runstore.v1.AppendResult
+	39, // 10: runstore.v1.StartChildRunRequest.run:type_name -> runstore.v1.RunStart
+	40, // 11: runstore.v1.StartChildRunRequest.parent_linked:type_name -> runstore.v1.RunRecord
+	40, // 12: runstore.v1.StartChildRunRequest.started:type_name -> runstore.v1.RunRecord
+	40, // 13: runstore.v1.StartChildRunRequest.canceled:type_name -> runstore.v1.RunRecord
+	40, // 14: runstore.v1.StartChildRunRequest.cancellation:type_name -> runstore.v1.RunRecord
+	41, // 15: runstore.v1.StartChildRunResponse.outcome:type_name -> runstore.v1.RunStartOutcome
+	42, // 16: runstore.v1.StartChildRunResponse.parent_record:type_name -> runstore.v1.AppendResult
+	42, // 17: runstore.v1.StartChildRunResponse.started:type_name -> runstore.v1.AppendResult
+	42, // 18: runstore.v1.StartChildRunResponse.canceled:type_name -> runstore.v1.AppendResult
+	43, // 19: runstore.v1.StartChildRunResponse.run_status:type_name -> runstore.v1.RunStatus
+	42, // 20: runstore.v1.StartChildRunResponse.cancellation:type_name -> runstore.v1.AppendResult
+	39, // 21: runstore.v1.StartOneShotRunRequest.run:type_name -> runstore.v1.RunStart
+	40, // 22: runstore.v1.StartOneShotRunRequest.started:type_name -> runstore.v1.RunRecord
+	42, // 23: runstore.v1.StartOneShotRunResponse.record:type_name -> runstore.v1.AppendResult
+	43, // 24: runstore.v1.StartOneShotRunResponse.run_status:type_name -> runstore.v1.RunStatus
+	39, // 25: runstore.v1.StartOneShotChildRunRequest.run:type_name -> runstore.v1.RunStart
+	40, // 26: runstore.v1.StartOneShotChildRunRequest.parent_linked:type_name -> runstore.v1.RunRecord
+	40, // 27: runstore.v1.StartOneShotChildRunRequest.started:type_name -> runstore.v1.RunRecord
+	42, // 28: runstore.v1.StartOneShotChildRunResponse.parent_record:type_name -> runstore.v1.AppendResult
+	42, // 29: runstore.v1.StartOneShotChildRunResponse.started:type_name -> runstore.v1.AppendResult
+	43, // 30: runstore.v1.StartOneShotChildRunResponse.run_status:type_name -> runstore.v1.RunStatus
+	40, // 31: runstore.v1.AppendRunRecordRequest.record:type_name -> runstore.v1.RunRecord
+	38, // 32: runstore.v1.AppendRunRecordResponse.session_status:type_name -> runstore.v1.SessionStatus
+	40, // 33: runstore.v1.AppendRunRecordsRequest.records:type_name -> runstore.v1.RunRecord
+	42, // 34: runstore.v1.AppendRunRecordsResponse.results:type_name -> runstore.v1.AppendResult
+	40, // 35: runstore.v1.RecordRunCancellationRequest.record:type_name -> runstore.v1.RunRecord
+	38, // 36: runstore.v1.RecordRunCancellationResponse.session_status:type_name -> runstore.v1.SessionStatus
+	44, // 37: runstore.v1.RecordRunSuspensionRequest.suspension:type_name -> runstore.v1.Checkpoint
+	40, // 38: runstore.v1.RecordRunSuspensionRequest.record:type_name -> runstore.v1.RunRecord
+	38, // 39: runstore.v1.RecordRunSuspensionResponse.session_status:type_name -> runstore.v1.SessionStatus
+	43, // 40: runstore.v1.RecordRunTerminalRequest.status:type_name -> runstore.v1.RunStatus
+	40, // 41: runstore.v1.RecordRunTerminalRequest.record:type_name -> runstore.v1.RunRecord
+	38, // 42: runstore.v1.RecordRunTerminalResponse.session_status:type_name -> runstore.v1.SessionStatus
+	44, // 43: runstore.v1.RepairRunSuspensionRequest.suspension:type_name -> runstore.v1.Checkpoint
+	40, // 44: runstore.v1.RepairRunSuspensionRequest.record:type_name -> runstore.v1.RunRecord
+	45, // 45: runstore.v1.RepairRunSuspensionResponse.outcome:type_name -> runstore.v1.RunRepairOutcome
+	43, // 46: runstore.v1.RepairRunSuspensionResponse.status:type_name -> runstore.v1.RunStatus
+	42, // 47: runstore.v1.RepairRunSuspensionResponse.record:type_name -> runstore.v1.AppendResult
+	43, // 48: runstore.v1.RepairRunTerminalRequest.status:type_name -> runstore.v1.RunStatus
+	40, // 49: runstore.v1.RepairRunTerminalRequest.record:type_name -> runstore.v1.RunRecord
+	45, // 50: runstore.v1.RepairRunTerminalResponse.outcome:type_name -> runstore.v1.RunRepairOutcome
+	43, // 51: runstore.v1.RepairRunTerminalResponse.status:type_name -> runstore.v1.RunStatus
+	42, // 52: runstore.v1.RepairRunTerminalResponse.record:type_name -> runstore.v1.AppendResult
+	46, // 53: runstore.v1.LoadRunResponse.run:type_name -> runstore.v1.RunMeta
+	44, // 54: runstore.v1.LoadRunSuspensionResponse.suspension:type_name -> runstore.v1.Checkpoint
+	40, // 55: runstore.v1.ListRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
+	40, // 56: runstore.v1.ListSessionRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
+	40, // 57: runstore.v1.ListRunTranscriptRecordsResponse.events:type_name -> runstore.v1.RunRecord
+	40, // 58: runstore.v1.WatchSessionRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
+	40, // 59: runstore.v1.WatchRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
+	0,  // 60: runstore.v1.RuntimeStore.LoadSessionStatus:input_type -> runstore.v1.LoadSessionStatusRequest
+	2,  // 61: runstore.v1.RuntimeStore.StartRootRun:input_type -> runstore.v1.StartRootRunRequest
+	4,  // 62: runstore.v1.RuntimeStore.StartChildRun:input_type -> runstore.v1.StartChildRunRequest
+	6,  // 63: runstore.v1.RuntimeStore.StartOneShotRun:input_type -> runstore.v1.StartOneShotRunRequest
+	8,  // 64: runstore.v1.RuntimeStore.StartOneShotChildRun:input_type -> runstore.v1.StartOneShotChildRunRequest
+	10, // 65: runstore.v1.RuntimeStore.AppendRunRecord:input_type -> runstore.v1.AppendRunRecordRequest
+	12, // 66: runstore.v1.RuntimeStore.AppendRunRecords:input_type -> runstore.v1.AppendRunRecordsRequest
+	14, // 67: runstore.v1.RuntimeStore.RecordRunCancellation:input_type -> runstore.v1.RecordRunCancellationRequest
+	16, // 68: runstore.v1.RuntimeStore.RecordRunSuspension:input_type -> runstore.v1.RecordRunSuspensionRequest
+	18, // 69: runstore.v1.RuntimeStore.RecordRunTerminal:input_type -> runstore.v1.RecordRunTerminalRequest
+	20, // 70: runstore.v1.RuntimeStore.RepairRunSuspension:input_type -> runstore.v1.RepairRunSuspensionRequest
+	22, // 71: runstore.v1.RuntimeStore.RepairRunTerminal:input_type -> runstore.v1.RepairRunTerminalRequest
+	24, // 72: runstore.v1.RuntimeStore.LoadRun:input_type -> runstore.v1.LoadRunRequest
+	26, // 73: runstore.v1.RuntimeStore.LoadRunSuspension:input_type -> runstore.v1.LoadRunSuspensionRequest
+	28, // 74: runstore.v1.RuntimeStore.ListRunRecords:input_type -> runstore.v1.ListRunRecordsRequest
+	30, // 75: runstore.v1.RuntimeStore.ListSessionRunRecords:input_type -> runstore.v1.ListSessionRunRecordsRequest
+	32, // 76: runstore.v1.RuntimeStore.ListRunTranscriptRecords:input_type -> runstore.v1.ListRunTranscriptRecordsRequest
+	34, // 77: runstore.v1.RuntimeStore.WatchSessionRunRecords:input_type -> runstore.v1.WatchSessionRunRecordsRequest
+	36, // 78: runstore.v1.RuntimeStore.WatchRunRecords:input_type -> runstore.v1.WatchRunRecordsRequest
+	1,  // 79: runstore.v1.RuntimeStore.LoadSessionStatus:output_type -> runstore.v1.LoadSessionStatusResponse
+	3,  // 80: runstore.v1.RuntimeStore.StartRootRun:output_type -> runstore.v1.StartRootRunResponse
+	5,  // 81: runstore.v1.RuntimeStore.StartChildRun:output_type -> runstore.v1.StartChildRunResponse
+	7,  // 82: runstore.v1.RuntimeStore.StartOneShotRun:output_type -> runstore.v1.StartOneShotRunResponse
+	9,  // 83: runstore.v1.RuntimeStore.StartOneShotChildRun:output_type -> runstore.v1.StartOneShotChildRunResponse
+	11, // 84: runstore.v1.RuntimeStore.AppendRunRecord:output_type -> runstore.v1.AppendRunRecordResponse
+	13, // 85: runstore.v1.RuntimeStore.AppendRunRecords:output_type -> runstore.v1.AppendRunRecordsResponse
+	15, // 86: runstore.v1.RuntimeStore.RecordRunCancellation:output_type -> runstore.v1.RecordRunCancellationResponse
+	17, // 87: runstore.v1.RuntimeStore.RecordRunSuspension:output_type -> runstore.v1.RecordRunSuspensionResponse
+	19, // 88: runstore.v1.RuntimeStore.RecordRunTerminal:output_type -> runstore.v1.RecordRunTerminalResponse
+	21, // 89: runstore.v1.RuntimeStore.RepairRunSuspension:output_type -> runstore.v1.RepairRunSuspensionResponse
+	23, // 90: runstore.v1.RuntimeStore.RepairRunTerminal:output_type -> runstore.v1.RepairRunTerminalResponse
+	25, // 91: runstore.v1.RuntimeStore.LoadRun:output_type -> runstore.v1.LoadRunResponse
+	27, // 92: runstore.v1.RuntimeStore.LoadRunSuspension:output_type -> runstore.v1.LoadRunSuspensionResponse
+	29, // 93: runstore.v1.RuntimeStore.ListRunRecords:output_type -> runstore.v1.ListRunRecordsResponse
+	31, // 94: runstore.v1.RuntimeStore.ListSessionRunRecords:output_type -> runstore.v1.ListSessionRunRecordsResponse
+	33, // 95: runstore.v1.RuntimeStore.ListRunTranscriptRecords:output_type -> runstore.v1.ListRunTranscriptRecordsResponse
+	35, // 96: runstore.v1.RuntimeStore.WatchSessionRunRecords:output_type -> runstore.v1.WatchSessionRunRecordsResponse
+	37, // 97: runstore.v1.RuntimeStore.WatchRunRecords:output_type -> runstore.v1.WatchRunRecordsResponse
+	79, // [79:98] is the sub-list for method output_type
+	60, // [60:79] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_runstore_v1_runtime_store_proto_init() }

@@ -1,5 +1,7 @@
 // The worker-facing runtime store: the Goa-AI storage.Store contract
-// (docs/contract.md §2, Profile S with the repair and transcript methods, D1).
+// (docs/contract.md §2): the seed-era methods with the repair and transcript
+// methods, and the current generation's engine starts, told apart by each
+// call's request_digest (D1).
 //
 // Every mutation may be retried: an exact retry returns the original result
 // with inserted=false; a changed retry is rejected. Errors carry one

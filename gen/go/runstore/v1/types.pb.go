@@ -606,9 +606,15 @@ type RunMeta struct {
 	// The first accepted cancellation reason; empty means "no request".
 	CancellationReason string `protobuf:"bytes,9,opt,name=cancellation_reason,json=cancellationReason,proto3" json:"cancellation_reason,omitempty"`
 	// Wall clock of the last state change, full precision.
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// The published seed end the run started from; empty for a run started
+	// without a seed (every seed-era run).
+	SeedEndId string `protobuf:"bytes,11,opt,name=seed_end_id,json=seedEndId,proto3" json:"seed_end_id,omitempty"`
+	// Set once, by the first current-generation continuation of this suspended
+	// run (§10.2); empty otherwise.
+	SuccessorRunId string `protobuf:"bytes,12,opt,name=successor_run_id,json=successorRunId,proto3" json:"successor_run_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RunMeta) Reset() {
@@ -711,6 +717,20 @@ func (x *RunMeta) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *RunMeta) GetSeedEndId() string {
+	if x != nil {
+		return x.SeedEndId
+	}
+	return ""
+}
+
+func (x *RunMeta) GetSuccessorRunId() string {
+	if x != nil {
+		return x.SuccessorRunId
+	}
+	return ""
+}
+
 // A continuation checkpoint (§3.6): at most one per run, write-once.
 type Checkpoint struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -802,7 +822,7 @@ const file_runstore_v1_types_proto_rawDesc = "" +
 	"\fAppendResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\binserted\x18\x02 \x01(\bR\binserted\x12A\n" +
-	"\x0esession_status\x18\x03 \x01(\x0e2\x1a.runstore.v1.SessionStatusR\rsessionStatus\"\x8d\x04\n" +
+	"\x0esession_status\x18\x03 \x01(\x0e2\x1a.runstore.v1.SessionStatusR\rsessionStatus\"\xd7\x04\n" +
 	"\aRunMeta\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x1d\n" +
@@ -817,7 +837,9 @@ const file_runstore_v1_types_proto_rawDesc = "" +
 	"\x13cancellation_reason\x18\t \x01(\tR\x12cancellationReason\x129\n" +
 	"\n" +
 	"updated_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x1a9\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1e\n" +
+	"\vseed_end_id\x18\v \x01(\tR\tseedEndId\x12(\n" +
+	"\x10successor_run_id\x18\f \x01(\tR\x0esuccessorRunId\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"0\n" +
