@@ -37,7 +37,8 @@ def test_the_version_is_written_once_in_the_package(name: str) -> None:
     # hatchling's default pattern: the one assignment of __version__, a plain string.
     (found,) = re.findall(r'(?m)^__version__ = "([^"]+)"$', source.read_text(encoding="utf-8"))
     assert found == module.__version__
-    assert re.fullmatch(r"\d+\.\d+\.\d+", found), "a release version, MAJOR.MINOR.PATCH"
+    # A release is MAJOR.MINOR.PATCH; main between releases carries the next one's .dev0.
+    assert re.fullmatch(r"\d+\.\d+\.\d+(\.dev0)?", found), "MAJOR.MINOR.PATCH[.dev0]"
 
 
 def test_the_server_requires_exactly_the_client_of_its_release() -> None:

@@ -3,4 +3,4 @@ into the distribution's metadata, and the server announces it in every
 response's initial metadata (``x-runstore-version``) and in
 ``runstore_build_info`` (docs/development.md#releases)."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
