@@ -16,7 +16,7 @@ BUF_STAMP := .tools/.buf-$(BUF_VERSION)
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
 
-.PHONY: install chromium screenshots run test test-pg image deploy-tools test-deploy proto vendor-protos proto-image lint fmt migrate bench bench-quick bench-chain check clean
+.PHONY: install chromium screenshots run test test-pg image image-archive deploy-tools test-deploy proto vendor-protos proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
 # The version files too: an editable install keeps the version it was made with.
@@ -78,6 +78,10 @@ test-deploy: $(STAMP) deploy-tools
 ## Cold about 2.5 minutes; again, a few seconds.
 image: deploy-tools
 	deploy/image/build
+
+## The same image as a docker-archive, var/image/runstore-VERSION.tar, for `docker load`.
+image-archive: deploy-tools
+	deploy/image/build --archive
 
 # buildah and debootstrap (the image), systemd-analyze (the unit's check):
 # installed with apt-get when missing and we are root, as for chromium.
