@@ -191,8 +191,10 @@ bench-chain: $(STAMP)
 
 check: lint test
 
-# var/image/ (the image store) may hold a mounted container of an interrupted test.
+# var/image/ (the image store) may hold a mounted container of an interrupted
+# test, and the private bind mount buildah's overlay driver puts on its own directory.
 clean:
 	-test ! -d var/image/storage || buildah --root $(CURDIR)/var/image/storage \
 		--runroot $(CURDIR)/var/image/run --storage-driver overlay unmount --all
+	-! mountpoint -q var/image/storage/overlay || umount var/image/storage/overlay
 	rm -rf $(VENV) .tools var site examples/node/node_modules .pytest_cache .mypy_cache .ruff_cache
