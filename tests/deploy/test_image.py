@@ -21,6 +21,7 @@ import pytest
 
 from runstore.client import SyncRemoteSessionAdmin
 from runstore.server.version import __version__
+from tests.certs import Authority
 from tests.deploy import image
 
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1500)]
@@ -128,3 +129,44 @@ def test_refuses_to_serve_off_loopback_unsecured(rootfs: Path, data: Path) -> No
         log = "".join(box.log)
     assert "refusing to serve 0.0.0.0:50051" in log, log
     assert "--insecure" in log
+
+
+def test_health_check_under_mtls(rootfs: Path, data: Path) -> None:
+    """With TLS and client certificates required, the health check trusts
+    RUNSTORE_TLS_CA and presents RUNSTORE_HEALTH_TLS_CERT/KEY, not the server's
+    own RUNSTORE_TLS_CERT/KEY, which the container's environment also holds."""
+    authority = Authority()
+    tls = data / "tls"
+    tls.mkdir()
+    (tls / "ca.crt").write_bytes(authority.pem)
+    authority.server().write(tls, "server")
+    authority.client("healthcheck").write(tls, "client")
+    env = {
+        **image.environment(),
+        "RUNSTORE_LISTEN": "127.0.0.1:0",
+        "RUNSTORE_TLS_CERT": "/data/tls/server.crt",
+        "RUNSTORE_TLS_KEY": "/data/tls/server.key",
+        "RUNSTORE_TLS_CLIENT_CA": "/data/tls/ca.crt",
+    }
+    with image.sandbox(rootfs, data, ["runstore", "serve"], env) as box:
+        port = box.wait_serving()
+        health_env = {
+            **env,
+            "RUNSTORE_LISTEN": f"127.0.0.1:{port}",
+            "RUNSTORE_TLS_CA": "/data/tls/ca.crt",
+        }
+        # Plain `runstore health` in the container's environment presents the
+        # server's certificate as its own, and is refused: why the script exists.
+        plain = box.enter("runstore", "health", "--target", f"127.0.0.1:{port}", env=health_env)
+        assert plain.returncode == 1
+        assert "does not trust the client certificate" in plain.stderr, plain.stderr
+        without = box.enter("runstore-healthcheck", env=health_env)
+        assert without.returncode == 1
+        assert "requires a client certificate" in without.stderr, without.stderr
+        health_env |= {
+            "RUNSTORE_HEALTH_TLS_CERT": "/data/tls/client.crt",
+            "RUNSTORE_HEALTH_TLS_KEY": "/data/tls/client.key",
+        }
+        check = box.enter("runstore-healthcheck", env=health_env)
+        assert (check.returncode, check.stdout.strip()) == (0, "SERVING"), check.stderr
+        assert box.stop() == 0
