@@ -75,7 +75,7 @@ test-deploy: $(STAMP) deploy-tools
 
 ## The OCI image localhost/runstore:VERSION (deploy/image/Containerfile) with buildah,
 ## on a Debian bookworm base made by debootstrap, into var/image/ (docs/deploy.md).
-## Cold about 2.5 minutes; again, a few seconds.
+## Cold 1.5 to 2.5 minutes (debootstrap, then the wheels from PyPI); again, a few seconds.
 image: deploy-tools
 	deploy/image/build
 
