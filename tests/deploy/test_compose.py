@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -115,3 +116,13 @@ def test_the_schema_rejects_a_broken_file(schema: dict[str, Any]) -> None:
     found = problems(schema, broken)
     assert any("service_done" in problem for problem in found), found
     assert any("restart_policy" in problem for problem in found), found
+
+
+def test_every_image_tag_is_this_version() -> None:
+    """The page and the deploy files name the image of this version, so a
+    release that forgets one fails here."""
+    tag = re.compile(r"runstore[:-](\d+\.\d+\.\d+)")
+    places = [ROOT / "docs" / "deploy.md", *sorted((ROOT / "deploy").rglob("*.yaml"))]
+    found = {(path.name, version) for path in places for version in tag.findall(path.read_text())}
+    assert found, "no image tag found"
+    assert {version for _, version in found} == {__version__}, sorted(found)
