@@ -364,6 +364,8 @@ OTHER_PROGRAMS = {
     "--format", "--file", "--no-owner", "--dbname", "--go_out", "--go_opt",
     "--go-grpc_out", "--go-grpc_opt", "--prefix", "--group", "--check", "--strict", "--ca",
     "--force-reinstall", "--no-deps", "--to", "--no-access-log",
+    # docker, podman and systemctl (docs/deploy.md)
+    "--build-arg", "--secret", "--read-only", "--tmpfs", "--signal", "--now",
 }  # fmt: skip
 # A flag a page names as history ("the flag is now --protections").
 RENAMED = {"--chain"}
