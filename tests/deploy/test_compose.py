@@ -121,7 +121,7 @@ def test_the_schema_rejects_a_broken_file(schema: dict[str, Any]) -> None:
 def test_every_image_tag_is_this_version() -> None:
     """The page and the deploy files name the image of this version, so a
     release that forgets one fails here."""
-    tag = re.compile(r"runstore[:-](\d+\.\d+\.\d+)")
+    tag = re.compile(r"runstore[:-](\d+\.\d+\.\d+(?:\.dev\d+)?)")
     places = [ROOT / "docs" / "deploy.md", *sorted((ROOT / "deploy").rglob("*.yaml"))]
     found = {(path.name, version) for path in places for version in tag.findall(path.read_text())}
     assert found, "no image tag found"
