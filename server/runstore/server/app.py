@@ -215,7 +215,9 @@ def _retention_task(
         # directory's: only a pass's purges are measured and traced.
         overrides=RuntimeStore(getattr(db, "inner", db)).namespace_retention,
     )
-    task.expiry = SeedExpiry.from_config(runtime, config)
+    # The server's own work, like the overrides' read: counted by its own
+    # metric, not measured or traced as calls' transactions.
+    task.expiry = SeedExpiry.from_config(RuntimeStore(getattr(db, "inner", db)), config)
     return task
 
 

@@ -470,8 +470,15 @@ class Seeds(Section):
         re-checked under its run's operation lock. Returns how many, and
         whether more may remain."""
 
+        async def find(tx: Transaction) -> list[tuple[str, str]]:
+            return await tx.expired_seed_attempts(created_before, limit)
+
+        # A read first: a pass with nothing to expire writes nothing.
+        hints = await self._db.read(find)
+        if not hints:
+            return 0, False
+
         async def tx_fn(tx: Transaction) -> tuple[int, bool]:
-            hints = await tx.expired_seed_attempts(created_before, limit)
             expired = 0
             for run_id, attempt_id in hints:
                 await tx.lock_seed_operation(run_id, None, created_before)
