@@ -8,7 +8,7 @@ from typing import Any
 
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
 from runstore.v1 import seeds_pb2 as sd
-from tests.support import unique
+from tests.support import run_start, started_record, unique
 
 MESSAGES = b'[{"role":"user","parts":[{"text":"hello"}]}]'
 
@@ -129,3 +129,15 @@ def another_attempt(upload: Upload) -> Upload:
     decl.CopyFrom(upload.decl)
     decl.attempt_id = unique("attempt")
     return Upload(upload.runtime, decl)
+
+
+async def synchronous_request(
+    runtime: rs_grpc.RuntimeStoreStub, **fields: Any
+) -> sd.StartSynchronousRunRequest:
+    """A StartSynchronousRun of a fresh run whose literal seed is published
+    (history end "1"); ``fields`` override the seed's declaration."""
+    upload = await Upload(runtime, declaration(**fields)).published()
+    run = run_start(run_id=upload.run_id, agent_id=str(upload.decl.agent_id))
+    return sd.StartSynchronousRunRequest(
+        run=run.start, started=started_record(run.start), seed_end_id="1"
+    )

@@ -58,7 +58,7 @@ from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
 from tests import postgres
-from tests.seeds import Upload, declaration, messages
+from tests.seeds import Upload, declaration, messages, synchronous_request
 from tests.support import Run, Store, failure_of, now_ms, run_start, ts, unique
 
 T = TypeVar("T")
@@ -372,6 +372,10 @@ async def _seed_upload(store: Store, world: World, stage: str) -> Upload:
     return upload
 
 
+async def _synchronous_start(store: Store, world: World) -> Message:
+    return await synchronous_request(store.runtime)
+
+
 async def _begin_seed(store: Store, world: World) -> Message:
     decl = declaration(session_id=world.session)
     decl.rendered_prompts.add(prompt_id="p", version="1").scope.labels["k"] = "v"
@@ -461,6 +465,7 @@ BUILDERS: dict[str, Builder] = {
             run_id=w.root.id, through_record_id="2", after_record_id="1", limit=10
         )
     ),
+    "/runstore.v1.RuntimeStore/StartSynchronousRun": _synchronous_start,
     "/runstore.v1.RuntimeStore/BeginRunSeed": _begin_seed,
     "/runstore.v1.RuntimeStore/AppendRunSeed": _append_seed,
     "/runstore.v1.RuntimeStore/PublishRunSeed": _publish_seed,

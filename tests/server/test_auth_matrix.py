@@ -44,7 +44,7 @@ from tests.secured import (
     running_server,
     write_auth_file,
 )
-from tests.seeds import Upload, declaration, messages
+from tests.seeds import Upload, declaration, messages, synchronous_request
 from tests.support import Run, Store, now_ms, run_start, ts, unique
 
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
@@ -245,6 +245,10 @@ async def _list_transcript(store: Store) -> Any:
     )
 
 
+async def _synchronous_start(store: Store) -> Any:
+    return await synchronous_request(store.runtime)
+
+
 async def _begin_seed(store: Store) -> Any:
     return sd.BeginRunSeedRequest(declaration=declaration())
 
@@ -428,6 +432,7 @@ BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.RuntimeStore/StartChildRun": ("runtime", _child),
     "/runstore.v1.RuntimeStore/StartOneShotRun": ("runtime", _one_shot_request),
     "/runstore.v1.RuntimeStore/StartOneShotChildRun": ("runtime", _one_shot_child),
+    "/runstore.v1.RuntimeStore/StartSynchronousRun": ("runtime", _synchronous_start),
     "/runstore.v1.RuntimeStore/AppendRunRecord": ("runtime", _append),
     "/runstore.v1.RuntimeStore/AppendRunRecords": ("runtime", _append_batch),
     "/runstore.v1.RuntimeStore/RecordRunCancellation": ("runtime", _cancel),

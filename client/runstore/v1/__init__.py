@@ -146,6 +146,8 @@ from runstore.v1.seeds_pb2 import (
     SeedRecord,
     SettleRunPreparationRequest,
     SettleRunPreparationResponse,
+    StartSynchronousRunRequest,
+    StartSynchronousRunResponse,
 )
 from runstore.v1.session_admin_pb2 import (
     CreateSessionRequest,
@@ -323,6 +325,8 @@ __all__ = [
     "StartOneShotRunResponse",
     "StartRootRunRequest",
     "StartRootRunResponse",
+    "StartSynchronousRunRequest",
+    "StartSynchronousRunResponse",
     "TextBlock",
     "ThinkingBlock",
     "ToolResultBlock",

@@ -60,6 +60,11 @@ class RuntimeStoreStub:
                 request_serializer=runstore_dot_v1_dot_runtime__store__pb2.StartOneShotChildRunRequest.SerializeToString,
                 response_deserializer=runstore_dot_v1_dot_runtime__store__pb2.StartOneShotChildRunResponse.FromString,
                 _registered_method=True)
+        self.StartSynchronousRun = channel.unary_unary(
+                '/runstore.v1.RuntimeStore/StartSynchronousRun',
+                request_serializer=runstore_dot_v1_dot_seeds__pb2.StartSynchronousRunRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_seeds__pb2.StartSynchronousRunResponse.FromString,
+                _registered_method=True)
         self.AppendRunRecord = channel.unary_unary(
                 '/runstore.v1.RuntimeStore/AppendRunRecord',
                 request_serializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordRequest.SerializeToString,
@@ -205,6 +210,15 @@ class RuntimeStoreServicer:
 
     def StartOneShotChildRun(self, request, context):
         """Parent link and first state of a sessionless child run (§9.2.4).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartSynchronousRun(self, request, context):
+        """A sessionless start owned by a callback outside the workflow engine, with
+        its run's published seed; retries must be exact, start time included
+        (§9.2.5). Current generation only (D1).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -396,6 +410,11 @@ def add_RuntimeStoreServicer_to_server(servicer, server):
                     servicer.StartOneShotChildRun,
                     request_deserializer=runstore_dot_v1_dot_runtime__store__pb2.StartOneShotChildRunRequest.FromString,
                     response_serializer=runstore_dot_v1_dot_runtime__store__pb2.StartOneShotChildRunResponse.SerializeToString,
+            ),
+            'StartSynchronousRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartSynchronousRun,
+                    request_deserializer=runstore_dot_v1_dot_seeds__pb2.StartSynchronousRunRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_seeds__pb2.StartSynchronousRunResponse.SerializeToString,
             ),
             'AppendRunRecord': grpc.unary_unary_rpc_method_handler(
                     servicer.AppendRunRecord,
@@ -643,6 +662,33 @@ class RuntimeStore:
             '/runstore.v1.RuntimeStore/StartOneShotChildRun',
             runstore_dot_v1_dot_runtime__store__pb2.StartOneShotChildRunRequest.SerializeToString,
             runstore_dot_v1_dot_runtime__store__pb2.StartOneShotChildRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartSynchronousRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/StartSynchronousRun',
+            runstore_dot_v1_dot_seeds__pb2.StartSynchronousRunRequest.SerializeToString,
+            runstore_dot_v1_dot_seeds__pb2.StartSynchronousRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -50,6 +50,11 @@ class RuntimeStoreStub:
     """First state and run_started record of a sessionless run (§9.2.3)."""
     StartOneShotChildRun: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.StartOneShotChildRunRequest, _runtime_store_pb2.StartOneShotChildRunResponse]
     """Parent link and first state of a sessionless child run (§9.2.4)."""
+    StartSynchronousRun: _grpc.UnaryUnaryMultiCallable[_seeds_pb2.StartSynchronousRunRequest, _seeds_pb2.StartSynchronousRunResponse]
+    """A sessionless start owned by a callback outside the workflow engine, with
+    its run's published seed; retries must be exact, start time included
+    (§9.2.5). Current generation only (D1).
+    """
     AppendRunRecord: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordRequest, _runtime_store_pb2.AppendRunRecordResponse]
     """Stores one ordinary (non-lifecycle) record (§9.3)."""
     AppendRunRecords: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordsRequest, _runtime_store_pb2.AppendRunRecordsResponse]
@@ -117,6 +122,11 @@ class RuntimeStoreAsyncStub(RuntimeStoreStub):
     """First state and run_started record of a sessionless run (§9.2.3)."""
     StartOneShotChildRun: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.StartOneShotChildRunRequest, _runtime_store_pb2.StartOneShotChildRunResponse]  # type: ignore[assignment]
     """Parent link and first state of a sessionless child run (§9.2.4)."""
+    StartSynchronousRun: _aio.UnaryUnaryMultiCallable[_seeds_pb2.StartSynchronousRunRequest, _seeds_pb2.StartSynchronousRunResponse]  # type: ignore[assignment]
+    """A sessionless start owned by a callback outside the workflow engine, with
+    its run's published seed; retries must be exact, start time included
+    (§9.2.5). Current generation only (D1).
+    """
     AppendRunRecord: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordRequest, _runtime_store_pb2.AppendRunRecordResponse]  # type: ignore[assignment]
     """Stores one ordinary (non-lifecycle) record (§9.3)."""
     AppendRunRecords: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordsRequest, _runtime_store_pb2.AppendRunRecordsResponse]  # type: ignore[assignment]
@@ -211,6 +221,17 @@ class RuntimeStoreServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_runtime_store_pb2.StartOneShotChildRunResponse, _abc.Awaitable[_runtime_store_pb2.StartOneShotChildRunResponse]]:
         """Parent link and first state of a sessionless child run (§9.2.4)."""
+
+    @_abc_1.abstractmethod
+    def StartSynchronousRun(
+        self,
+        request: _seeds_pb2.StartSynchronousRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_seeds_pb2.StartSynchronousRunResponse, _abc.Awaitable[_seeds_pb2.StartSynchronousRunResponse]]:
+        """A sessionless start owned by a callback outside the workflow engine, with
+        its run's published seed; retries must be exact, start time included
+        (§9.2.5). Current generation only (D1).
+        """
 
     @_abc_1.abstractmethod
     def AppendRunRecord(

@@ -3,7 +3,8 @@
 isort:skip_file
 Seeds and preparations of the current contract generation (docs/contract.md
 §9.7, D1): a run's initial history and compiled start, uploaded under the
-destination run ID before the run starts, published once, then read back.
+destination run ID before the run starts, published once, then read back;
+and StartSynchronousRun, the start of a callback that attaches one (§9.2.5).
 
 Every mutation may be retried: an exact retry returns the original result;
 a changed retry is SEED_CONFLICT. Errors carry one google.rpc.ErrorInfo as
@@ -15,6 +16,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from runstore.v1 import types_pb2 as _types_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -775,3 +777,57 @@ class ListRunPreparationRecordsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListRunPreparationRecordsResponse: _TypeAlias = ListRunPreparationRecordsResponse  # noqa: Y015
+
+@_typing.final
+class StartSynchronousRunRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_FIELD_NUMBER: _builtins.int
+    STARTED_FIELD_NUMBER: _builtins.int
+    SEED_END_ID_FIELD_NUMBER: _builtins.int
+    seed_end_id: _builtins.str
+    """The run's published seed's history end (RunSeed.end_id), required: the
+    start attaches that seed (§9.7.9). Part of the run's identity.
+    """
+    @_builtins.property
+    def run(self) -> _types_pb2.RunStart:
+        """A sessionless root run start (as StartOneShotRun's)."""
+
+    @_builtins.property
+    def started(self) -> _types_pb2.RunRecord:
+        """The run_started record (ID "1")."""
+
+    def __init__(
+        self,
+        *,
+        run: _types_pb2.RunStart | None = ...,
+        started: _types_pb2.RunRecord | None = ...,
+        seed_end_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["run", b"run", "started", b"started"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run", b"run", "seed_end_id", b"seed_end_id", "started", b"started"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartSynchronousRunRequest: _TypeAlias = StartSynchronousRunRequest  # noqa: Y015
+
+@_typing.final
+class StartSynchronousRunResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORD_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def record(self) -> _types_pb2.AppendResult: ...
+    def __init__(
+        self,
+        *,
+        record: _types_pb2.AppendResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartSynchronousRunResponse: _TypeAlias = StartSynchronousRunResponse  # noqa: Y015

@@ -3,7 +3,8 @@
 isort:skip_file
 Seeds and preparations of the current contract generation (docs/contract.md
 §9.7, D1): a run's initial history and compiled start, uploaded under the
-destination run ID before the run starts, published once, then read back.
+destination run ID before the run starts, published once, then read back;
+and StartSynchronousRun, the start of a callback that attaches one (§9.2.5).
 
 Every mutation may be retried: an exact retry returns the original result;
 a changed retry is SEED_CONFLICT. Errors carry one google.rpc.ErrorInfo as

@@ -25,6 +25,7 @@ from runstore.server.core import context_shape as shape
 from runstore.server.core import model, validation
 from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import types_pb2 as pb
 
 # --- Times ------------------------------------------------------------------
@@ -111,6 +112,13 @@ def child_run_start(request: rs.StartChildRunRequest) -> model.ChildRunStart:
 
 
 def one_shot_run_start(request: rs.StartOneShotRunRequest) -> model.OneShotRunStart:
+    return model.OneShotRunStart(
+        run=run_start_from_wire(request), started=record_from_wire(request, "started")
+    )
+
+
+def synchronous_run_start(request: sd.StartSynchronousRunRequest) -> model.OneShotRunStart:
+    """§9.2.5: the command of StartOneShotRun (its seed end travels beside it)."""
     return model.OneShotRunStart(
         run=run_start_from_wire(request), started=record_from_wire(request, "started")
     )

@@ -38,6 +38,7 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
     _RUNTIME + "StartChildRun": _WORKER,
     _RUNTIME + "StartOneShotRun": _WORKER,
     _RUNTIME + "StartOneShotChildRun": _WORKER,
+    _RUNTIME + "StartSynchronousRun": _WORKER,
     _RUNTIME + "AppendRunRecord": _WORKER,
     _RUNTIME + "AppendRunRecords": _WORKER,
     _RUNTIME + "RecordRunCancellation": _WORKER,

@@ -98,6 +98,7 @@ METHODS: Final[Mapping[str, Rule]] = {
     "/runstore.v1.RuntimeStore/StartChildRun": _ADDS,
     "/runstore.v1.RuntimeStore/StartOneShotRun": _ADDS,
     "/runstore.v1.RuntimeStore/StartOneShotChildRun": _ADDS,
+    "/runstore.v1.RuntimeStore/StartSynchronousRun": _ADDS,
     "/runstore.v1.RuntimeStore/AppendRunRecord": _ADDS,
     "/runstore.v1.RuntimeStore/AppendRunRecords": _ADDS,
     # Lifecycle changes that stop or end a run pass the stored_bytes quota,

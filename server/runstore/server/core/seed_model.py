@@ -110,3 +110,10 @@ class SeedTransaction(Protocol):
         """The attempt and its records; its operation too when it has no other
         attempt and no publication."""
         ...
+
+    async def synchronous_run(self, run_id: str) -> str | None:
+        """The seed end of a run StartSynchronousRun created; None for any
+        other run ID (§9.2.5)."""
+        ...
+
+    async def insert_synchronous_run(self, run_id: str, seed_end_id: str) -> None: ...

@@ -47,7 +47,7 @@ from runstore.contract.seeds import (
 )
 from runstore.server.core import input_rules, paging
 from runstore.server.core.checks import existing_session
-from runstore.server.core.model import Nanos
+from runstore.server.core.model import Nanos, RunStart
 from runstore.server.core.ports import Transaction
 from runstore.server.core.section import Section
 from runstore.server.core.seed_model import (
@@ -604,3 +604,20 @@ async def _page(
         records=tuple(stored.record for stored in records),
         next_cursor=str(last) if more and taken else "",
     )
+
+
+async def check_start_seed(tx: Transaction, run: RunStart, seed_end_id: str) -> None:
+    """§9.7.9: a current-generation start attaches its run's published seed:
+    one exists (SEED_NOT_FOUND), ends at ``seed_end_id`` (SEED_CONFLICT), has the
+    start's agent and session (RUN_RECORD_OWNER_MISMATCH), and is a
+    continuation exactly when the start continues its source (SEED_CONFLICT)."""
+    attempt = await _published_seed(tx, run.run_id, seed_end_id)
+    d = attempt.declaration
+    if d.agent_id != run.agent_id or d.session_id != run.session_id:
+        field = "run.agent_id" if d.agent_id != run.agent_id else "run.session_id"
+        raise RunRecordOwnerMismatchError(run_id=run.run_id, session_id=run.session_id, field=field)
+    continuation = d.kind is SeedKind.CONTINUATION
+    if continuation != bool(run.predecessor_run_id) or (
+        continuation and d.source_run_id != run.predecessor_run_id
+    ):
+        raise SeedConflictError(run_id=run.run_id, session_id=run.session_id)

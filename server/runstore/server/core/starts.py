@@ -121,6 +121,9 @@ class Starts(Section):
         async def tx_fn(tx: Transaction) -> RunStartResult:
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
+                # §9.2.5: a synchronous run never takes an engine start.
+                if await tx.synchronous_run(run.run_id) is not None:
+                    raise RunConflictError(run_id=run.run_id)
                 _check_sessionless_retry(stored, run, None, started)
                 return RunStartResult(
                     RunStartOutcome.PROCEED, await _replay_record(tx, started, None)

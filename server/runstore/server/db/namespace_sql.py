@@ -17,6 +17,7 @@ from runstore.server.db.compiled import Compiled, compile_for
 from runstore.server.db.schema import namespace_tombstones, namespace_usage, namespaces
 
 DATA_TABLES: Final = (
+    "synchronous_runs",
     "seed_records",
     "seed_attempts",
     "seed_operations",

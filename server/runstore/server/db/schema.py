@@ -253,6 +253,18 @@ seed_records = Table(
     Index(None, "namespace", "run_id", "attempt_id", "key_digest", unique=True),
 )
 
+synchronous_runs = Table(
+    "synchronous_runs",
+    metadata,
+    _namespace(),
+    # A run StartSynchronousRun created (§9.2.5): its start kind is permanent,
+    # so an engine start of the same ID is RUN_CONFLICT, and so is a
+    # synchronous start of an engine-created run (no row here).
+    Column("run_id", Text, primary_key=True),
+    # The published seed's history end the run attached (part of its identity).
+    Column("seed_end_id", Text, nullable=False),
+)
+
 # --- Namespaces (docs/namespaces.md) ---
 
 namespaces = Table(

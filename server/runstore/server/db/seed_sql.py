@@ -32,7 +32,12 @@ from runstore.server.core.seed_model import (
 )
 from runstore.server.db.compiled import Compiled, compile_for
 from runstore.server.db.record_writes import in_namespace, namespace_param
-from runstore.server.db.schema import seed_attempts, seed_operations, seed_records
+from runstore.server.db.schema import (
+    seed_attempts,
+    seed_operations,
+    seed_records,
+    synchronous_runs,
+)
 
 _OPERATION = (
     seed_operations.c.agent_id,
@@ -87,6 +92,8 @@ class SeedStatements:
     delete_attempt_records: Compiled
     delete_attempt: Compiled
     delete_idle_operation: Compiled
+    synchronous_run: Compiled
+    insert_synchronous_run: Compiled
 
     @classmethod
     def compile(cls, dialect: Dialect) -> SeedStatements:
@@ -175,6 +182,12 @@ class SeedStatements:
                 _run(seed_operations),
                 seed_operations.c.published_attempt_id.is_(None),
                 ~exists().where(_run(seed_attempts)),
+            ),
+            "synchronous_run": select(synchronous_runs.c.seed_end_id).where(_run(synchronous_runs)),
+            "insert_synchronous_run": insert(synchronous_runs).values(
+                namespace=namespace_param(),
+                run_id=bindparam("run_id"),
+                seed_end_id=bindparam("seed_end_id"),
             ),
         }
         return cls(**{name: compile_for(stmt, dialect) for name, stmt in sources.items()})
@@ -428,3 +441,12 @@ class SeedOperations:
         await self._run(sql.delete_attempt_records, run_id=run_id, attempt_id=attempt_id)
         await self._run(sql.delete_attempt, run_id=run_id, attempt_id=attempt_id)
         await self._run(sql.delete_idle_operation, run_id=run_id)
+
+    async def synchronous_run(self, run_id: str) -> str | None:
+        row = await self._one(self._seed_sql.synchronous_run, run_id=run_id)
+        return None if row is None else str(row[0])
+
+    async def insert_synchronous_run(self, run_id: str, seed_end_id: str) -> None:
+        await self._run(
+            self._seed_sql.insert_synchronous_run, run_id=run_id, seed_end_id=seed_end_id
+        )

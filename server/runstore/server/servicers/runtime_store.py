@@ -85,6 +85,14 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
         )
 
     @maps_errors
+    async def StartSynchronousRun(
+        self, request: sd.StartSynchronousRunRequest, context: Context
+    ) -> sd.StartSynchronousRunResponse:
+        command = convert.synchronous_run_start(request)
+        result = await self._store.start_synchronous_run(command, request.seed_end_id)
+        return sd.StartSynchronousRunResponse(record=convert.append_result_to_wire(result.started))
+
+    @maps_errors
     async def AppendRunRecord(
         self, request: rs.AppendRunRecordRequest, context: Context
     ) -> rs.AppendRunRecordResponse:

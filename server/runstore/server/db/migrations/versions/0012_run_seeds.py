@@ -4,6 +4,8 @@
   attempt whose publication was accepted; every seed mutation locks its row.
 * ``seed_attempts``: each upload's declaration, state and positions.
 * ``seed_records``: each attempt's records.
+* ``synchronous_runs``: the runs StartSynchronousRun created, with the seed
+  end each attached.
 
 Every row carries its namespace, as every other table's does. A server of an
 earlier release never reads these tables, so it can still serve the schema.
@@ -93,9 +95,17 @@ def upgrade() -> None:
         ["namespace", "run_id", "attempt_id", "key_digest"],
         unique=True,
     )
+    op.create_table(
+        "synchronous_runs",
+        _namespace(),
+        sa.Column("run_id", sa.Text(), nullable=False),
+        sa.Column("seed_end_id", sa.Text(), nullable=False),
+        sa.PrimaryKeyConstraint("namespace", "run_id", name="pk_synchronous_runs"),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("synchronous_runs")
     op.drop_table("seed_records")
     op.drop_table("seed_attempts")
     op.drop_table("seed_operations")
