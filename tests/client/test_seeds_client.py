@@ -13,6 +13,7 @@ from runstore.client import (
     PreparationOperation,
     RemoteStore,
     RenderedPrompt,
+    RunStart,
     SeedAppend,
     SeedConflictError,
     SeedDeclaration,
@@ -22,6 +23,7 @@ from runstore.client import (
     SeedRecord,
     SeedStore,
     SyncRemoteStore,
+    records,
 )
 from runstore.client.retry import RetryPolicy
 from tests.support import Store as StubStore
@@ -113,3 +115,22 @@ async def test_the_blocking_facade_uploads_and_reads(store: StubStore) -> None:
             return seed.end_id, len(pages.records)
 
     assert await asyncio.to_thread(worker) == ("1", 1)
+
+
+async def test_a_synchronous_start_through_the_client(store: StubStore) -> None:
+    d = _declaration()
+    async with RemoteStore(store.target, retry=FAST_RETRY) as remote:
+        await remote.begin_run_seed(d)
+        record = SeedRecord(key="m", previous_id="0", messages=b"[]")
+        await remote.append_run_seed(SeedAppend(d.run_id, d.attempt_id, record))
+        compiled = SeedRecord(key="p", previous_id="1", prepared=b"x")
+        await remote.append_run_seed(SeedAppend(d.run_id, d.attempt_id, compiled))
+        await remote.publish_run_seed(SeedPublication(d.run_id, d.attempt_id, "1", "2", 1))
+        run = RunStart(run_id=d.run_id, agent_id="agent", started_at=records.now())
+        command = records.one_shot_run_start(run)
+        first = await remote.start_synchronous_run(command, "1")
+        assert (first.record.id, first.record.inserted) == ("1", True)
+        again = await remote.start_synchronous_run(command, "1")
+        assert (again.record.id, again.record.inserted) == ("1", False)
+        with pytest.raises(SeedConflictError):
+            await remote.start_synchronous_run(command, "2")

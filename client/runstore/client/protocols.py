@@ -91,6 +91,12 @@ class Store(Protocol):
 class SeedStore(Protocol):
     """Seeds and preparations of goa-ai's current contract (§9.7)."""
 
+    async def start_synchronous_run(
+        self, command: OneShotRunStart, seed_end_id: str
+    ) -> OneShotRunStartResult:
+        """§9.2.5: a callback's start attaching the run's published seed."""
+        ...
+
     async def begin_run_seed(self, declaration: SeedDeclaration) -> RunSeed: ...
 
     async def append_run_seed(self, command: SeedAppend) -> str:
