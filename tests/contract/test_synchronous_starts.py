@@ -10,6 +10,7 @@ import grpc
 
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import seeds_pb2 as sd
+from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
 from tests.seeds import Upload, declaration, synchronous_request
 from tests.support import Store, fails_with, outcome, run_start, started_record, ts
@@ -116,3 +117,32 @@ async def test_racing_synchronous_and_engine_starts_make_one_run(store: Store) -
             ({"RUN_CONFLICT": 8}, {"ok": 8}),
         ), (sync, eng)
         assert len(await store.records(request.run.run_id)) == 1
+
+
+async def test_retention_deletes_a_sessionless_run_with_its_seed(store: Store) -> None:
+    upload = await Upload(store.runtime, declaration()).published()
+    long_ago = -5_000_000_000_000  # 1811: finished before every other test's runs
+    run = run_start(run_id=upload.run_id, started_ms=long_ago)
+    request = sd.StartSynchronousRunRequest(
+        run=run.start, started=started_record(run.start), seed_end_id="1"
+    )
+    await store.runtime.StartSynchronousRun(request)
+    await store.runtime.RecordRunTerminal(run.terminal_request(at_ms=long_ago))
+    purged: list[str] = []
+    more = True
+    while more and run.id not in purged:
+        response = await store.admin.PurgeSessionlessRuns(
+            sa.PurgeSessionlessRunsRequest(finished_before=ts(long_ago + 1), limit=100)
+        )
+        purged += response.purged_run_ids
+        more = response.more
+    assert run.id in purged
+    await fails_with(
+        store.runtime.LoadRunSeed(sd.LoadRunSeedRequest(run_id=run.id, end_id="1")),
+        grpc.StatusCode.NOT_FOUND,
+        "SEED_NOT_FOUND",
+    )
+    # The run's tombstone still refuses a new seed or start of the ID.
+    await fails_with(
+        Upload(store.runtime, declaration(run_id=run.id)).begin(), CONFLICT, "RUN_CONFLICT"
+    )

@@ -94,6 +94,10 @@ class SeedStatements:
     delete_idle_operation: Compiled
     synchronous_run: Compiled
     insert_synchronous_run: Compiled
+    delete_run_records: Compiled
+    delete_run_attempts: Compiled
+    delete_run_operation: Compiled
+    delete_synchronous_run: Compiled
 
     @classmethod
     def compile(cls, dialect: Dialect) -> SeedStatements:
@@ -184,6 +188,10 @@ class SeedStatements:
                 ~exists().where(_run(seed_attempts)),
             ),
             "synchronous_run": select(synchronous_runs.c.seed_end_id).where(_run(synchronous_runs)),
+            "delete_run_records": delete(seed_records).where(_run(seed_records)),
+            "delete_run_attempts": delete(seed_attempts).where(_run(seed_attempts)),
+            "delete_run_operation": delete(seed_operations).where(_run(seed_operations)),
+            "delete_synchronous_run": delete(synchronous_runs).where(_run(synchronous_runs)),
             "insert_synchronous_run": insert(synchronous_runs).values(
                 namespace=namespace_param(),
                 run_id=bindparam("run_id"),
@@ -450,3 +458,14 @@ class SeedOperations:
         await self._run(
             self._seed_sql.insert_synchronous_run, run_id=run_id, seed_end_id=seed_end_id
         )
+
+    async def delete_run_seeds(self, run_id: str) -> None:
+        """A deleted sessionless run's seed and start kind (retention, §9.10.2)."""
+        sql = self._seed_sql
+        for statement in (
+            sql.delete_run_records,
+            sql.delete_run_attempts,
+            sql.delete_run_operation,
+            sql.delete_synchronous_run,
+        ):
+            await self._run(statement, run_id=run_id)

@@ -316,6 +316,7 @@ class SqlTransaction(NamespaceOperations, SeedOperations, Transaction):
     async def purge_sessionless_run(self, run_id: str, purged_at: Nanos) -> None:
         await self._run(self._sql.delete_run_records, run_id=run_id)
         await self._run(self._sql.delete_run, run_id=run_id)
+        await self.delete_run_seeds(run_id)
         await self._run(self._sql.insert_run_tombstone, run_id=run_id, purged_at=purged_at)
         self.touched.add(run_key(self.namespace, run_id))
         self.runs_purged += 1
