@@ -4,13 +4,15 @@ expire after ``--seed-attempt-ttl`` (docs/configuration.md), counted by
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import pytest
 
-from runstore.server.app import open_database
+from runstore.server.app import create_stores, open_database
 from runstore.server.config import ServerConfig
 from runstore.server.core.store import RuntimeStore
 from runstore.server.metrics import Metrics
@@ -74,3 +76,39 @@ async def _published_is_kept(store: Store, published: Upload) -> None:
     request = sd.LoadRunSeedRequest(run_id=published.run_id, end_id="1")
     seed = (await store.runtime.LoadRunSeed(request)).seed
     assert seed.declaration.attempt_id == published.decl.attempt_id
+
+
+class _CountingExpiry:
+    def __init__(self) -> None:
+        self.passes = 0
+
+    async def run_pass(self) -> int:
+        self.passes += 1
+        return 0
+
+
+async def test_the_server_runs_an_expiry_pass_after_each_retention_pass(
+    tmp_path: Path,
+) -> None:
+    """Even with every --retain-* off (retention itself does nothing then)."""
+    config = ServerConfig(
+        database_url=f"sqlite:///{tmp_path / 'runstore.db'}", seed_attempt_ttl="2h"
+    )
+    async with open_database(config) as db:
+        task = create_stores(config, db).retention
+        assert task is not None and task.expiry is not None
+        assert task.expiry.ttl == 7200
+        counting = _CountingExpiry()
+        task.expiry = counting  # type: ignore[assignment]
+        waits: list[float] = []
+
+        async def wait(seconds: float) -> None:
+            waits.append(seconds)
+            if len(waits) == 2:
+                task.stopping.set()
+
+        task._wait = wait
+        task.start()
+        assert task._task is not None
+        await asyncio.wait_for(task._task, 30)  # the loop ends at the second wait
+        assert counting.passes == 2
