@@ -8,6 +8,8 @@ import asyncio
 import collections
 
 from runstore.v1 import seeds_pb2 as sd
+from runstore.v1 import session_admin_pb2 as sa
+from tests.secured import dump_database
 from tests.seeds import Upload, another_attempt, declaration, messages
 from tests.support import Store, outcome
 
@@ -76,3 +78,29 @@ async def test_identical_begins_return_one_seed(store: Store) -> None:
     seeds = await asyncio.gather(*(upload.begin() for _ in range(N)))
     assert all(seed == seeds[0] for seed in seeds)
     assert isinstance(seeds[0], sd.RunSeed)
+
+
+async def test_a_purge_racing_appends_leaves_no_seed_row_behind(
+    store: Store, database_url: str
+) -> None:
+    for _ in range(3):
+        session = await store.session()
+        uploads = [Upload(store.runtime, declaration(session_id=session)) for _ in range(4)]
+        for upload in uploads:
+            await upload.begin()
+        await store.end(session)
+
+        async def keep_appending(upload: Upload) -> None:
+            for _ in range(6):
+                if await outcome(upload.history()) != "ok":
+                    return
+
+        await asyncio.gather(
+            *(keep_appending(upload) for upload in uploads),
+            store.admin.PurgeSession(sa.PurgeSessionRequest(session_id=session)),
+        )
+        dump = await dump_database(database_url)
+        runs = {upload.run_id for upload in uploads}
+        for table in ("seed_operations", "seed_attempts", "seed_records"):
+            left = [row for row in dump[table] if row[1] in runs]
+            assert left == [], (table, left)

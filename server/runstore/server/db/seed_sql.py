@@ -85,6 +85,7 @@ class SeedStatements:
     insert_record: Compiled
     record_sizes: Compiled
     records: Compiled
+    lock_session_operations: Compiled
     delete_session_records: Compiled
     delete_session_attempts: Compiled
     delete_session_operations: Compiled
@@ -162,6 +163,12 @@ class SeedStatements:
                 seed_records.c.record_id <= bindparam("through"),
             )
             .order_by(seed_records.c.record_id),
+            "lock_session_operations": select(seed_operations.c.run_id)
+            .where(
+                in_namespace(seed_operations),
+                seed_operations.c.session_id == bindparam("session_id"),
+            )
+            .with_for_update(),
             "delete_session_records": delete(seed_records).where(
                 in_namespace(seed_records), seed_records.c.run_id.in_(in_session)
             ),
@@ -431,6 +438,9 @@ class SeedOperations:
 
     async def delete_session_seeds(self, session_id: str) -> None:
         sql = self._seed_sql
+        # The runs' seed locks first: an append holding one commits before the
+        # deletes below run, so they see (and delete) its record too.
+        await self._all(sql.lock_session_operations, session_id=session_id)
         for statement in (
             sql.delete_session_records,
             sql.delete_session_attempts,
