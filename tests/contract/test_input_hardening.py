@@ -22,8 +22,10 @@ from runstore.server.error_status import CUT_MARK, MAX_ECHOED_VALUE_BYTES, MAX_M
 from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import memory_store_pb2 as ms
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
+from tests.seeds import declaration, messages
 from tests.support import (
     REQUEST_ID_KEY,
     Store,
@@ -275,6 +277,28 @@ def _nul_requests(run: Any, session: str) -> list[tuple[str, Callable[[], Any], 
         ("ListRunTranscriptRecords", lambda s: s.runtime.ListRunTranscriptRecords(
             rs.ListRunTranscriptRecordsRequest(run_id=bad, through_record_id="1", limit=1)),
          "run_id"),
+        ("BeginRunSeed", lambda s: s.runtime.BeginRunSeed(sd.BeginRunSeedRequest(
+            declaration=declaration(command_id=bad))), "declaration.command_id"),
+        ("BeginRunSeed.prompts", lambda s: s.runtime.BeginRunSeed(sd.BeginRunSeedRequest(
+            declaration=declaration(rendered_prompts=[sd.RenderedPrompt(
+                prompt_id="p", scope=sd.PromptScope(labels={"k": bad}))]))),
+         "declaration.rendered_prompts[0].scope.labels.value"),
+        ("AppendRunSeed", lambda s: s.runtime.AppendRunSeed(sd.AppendRunSeedRequest(
+            run_id="r", attempt_id="a", record=messages(bad, "0"))), "record.key"),
+        ("PublishRunSeed", lambda s: s.runtime.PublishRunSeed(sd.PublishRunSeedRequest(
+            run_id=bad, attempt_id="a")), "run_id"),
+        ("FindRunPreparation", lambda s: s.runtime.FindRunPreparation(
+            sd.FindRunPreparationRequest(operation=sd.PreparationOperation(
+                agent_id="a", run_id=bad, command_id="c"))), "operation.run_id"),
+        ("SettleRunPreparation", lambda s: s.runtime.SettleRunPreparation(
+            sd.SettleRunPreparationRequest(operation=sd.PreparationOperation(
+                agent_id="a", run_id="r", command_id="c"), attempt_id=bad)), "attempt_id"),
+        ("ListRunPreparationRecords", lambda s: s.runtime.ListRunPreparationRecords(
+            sd.ListRunPreparationRecordsRequest(run_id=bad, limit=1)), "run_id"),
+        ("LoadRunSeed", lambda s: s.runtime.LoadRunSeed(
+            sd.LoadRunSeedRequest(run_id="r", end_id=bad)), "end_id"),
+        ("ListRunSeedRecords", lambda s: s.runtime.ListRunSeedRecords(
+            sd.ListRunSeedRecordsRequest(run_id="r", after_id=bad, limit=1)), "after_id"),
         ("MemoryLoadRun", lambda s: s.memory.LoadRun(
             ms.MemoryLoadRunRequest(agent_id="a", run_id=bad)), "run_id"),
         ("AppendEvents", lambda s: s.memory.AppendEvents(

@@ -54,9 +54,11 @@ from runstore.v1 import memory_store_pb2 as ms
 from runstore.v1 import namespace_admin_pb2 as na
 from runstore.v1 import namespace_admin_pb2_grpc as na_grpc
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
 from tests import postgres
+from tests.seeds import Upload, declaration, messages, synchronous_request
 from tests.support import Run, Store, failure_of, now_ms, run_start, ts, unique
 
 T = TypeVar("T")
@@ -358,6 +360,62 @@ async def _delete_namespace(store: Store, world: World) -> Message:
     return na.DeleteNamespaceRequest(name=await _created_namespace(store, world))
 
 
+async def _seed_upload(store: Store, world: World, stage: str) -> Upload:
+    """A fresh upload of the world's session: begun, appended or published."""
+    upload = Upload(store.runtime, declaration(session_id=world.session))
+    await upload.begin()
+    if stage != "begun":
+        await upload.history()
+        await upload.compiled()
+    if stage == "published":
+        await upload.publish()
+    return upload
+
+
+async def _synchronous_start(store: Store, world: World) -> Message:
+    return await synchronous_request(store.runtime)
+
+
+async def _begin_seed(store: Store, world: World) -> Message:
+    decl = declaration(session_id=world.session)
+    decl.rendered_prompts.add(prompt_id="p", version="1").scope.labels["k"] = "v"
+    return sd.BeginRunSeedRequest(declaration=decl)
+
+
+async def _append_seed(store: Store, world: World) -> Message:
+    upload = await _seed_upload(store, world, "begun")
+    return upload.request(messages(unique("m"), "0"))
+
+
+async def _publish_seed(store: Store, world: World) -> Message:
+    return (await _seed_upload(store, world, "appended")).publication()
+
+
+async def _find_preparation(store: Store, world: World) -> Message:
+    return (await _seed_upload(store, world, "published")).find()
+
+
+async def _settle_preparation(store: Store, world: World) -> Message:
+    return (await _seed_upload(store, world, "appended")).settle()
+
+
+async def _load_seed(store: Store, world: World) -> Message:
+    upload = await _seed_upload(store, world, "published")
+    return sd.LoadRunSeedRequest(run_id=upload.run_id, end_id="1")
+
+
+async def _list_seed_records(store: Store, world: World) -> Message:
+    upload = await _seed_upload(store, world, "published")
+    return sd.ListRunSeedRecordsRequest(run_id=upload.run_id, end_id="1", limit=5)
+
+
+async def _list_preparation_records(store: Store, world: World) -> Message:
+    upload = await _seed_upload(store, world, "published")
+    return sd.ListRunPreparationRecordsRequest(
+        run_id=upload.run_id, end_id="2", after_id="", limit=5
+    )
+
+
 def _static(make: Callable[[World], Message]) -> Builder:
     async def build(store: Store, world: World) -> Message:
         return make(world)
@@ -407,6 +465,15 @@ BUILDERS: dict[str, Builder] = {
             run_id=w.root.id, through_record_id="2", after_record_id="1", limit=10
         )
     ),
+    "/runstore.v1.RuntimeStore/StartSynchronousRun": _synchronous_start,
+    "/runstore.v1.RuntimeStore/BeginRunSeed": _begin_seed,
+    "/runstore.v1.RuntimeStore/AppendRunSeed": _append_seed,
+    "/runstore.v1.RuntimeStore/PublishRunSeed": _publish_seed,
+    "/runstore.v1.RuntimeStore/FindRunPreparation": _find_preparation,
+    "/runstore.v1.RuntimeStore/SettleRunPreparation": _settle_preparation,
+    "/runstore.v1.RuntimeStore/ListRunPreparationRecords": _list_preparation_records,
+    "/runstore.v1.RuntimeStore/LoadRunSeed": _load_seed,
+    "/runstore.v1.RuntimeStore/ListRunSeedRecords": _list_seed_records,
     "/runstore.v1.SessionAdmin/CreateSession": _static(
         lambda w: sa.CreateSessionRequest(session_id=unique("session"), created_at=ts(now_ms()))
     ),

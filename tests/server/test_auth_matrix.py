@@ -30,6 +30,7 @@ from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import memory_store_pb2 as ms
 from runstore.v1 import namespace_admin_pb2 as na
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
 from tests import postgres
@@ -43,6 +44,7 @@ from tests.secured import (
     running_server,
     write_auth_file,
 )
+from tests.seeds import Upload, declaration, messages, synchronous_request
 from tests.support import Run, Store, now_ms, run_start, ts, unique
 
 UNAUTHENTICATED = grpc.StatusCode.UNAUTHENTICATED
@@ -243,6 +245,55 @@ async def _list_transcript(store: Store) -> Any:
     )
 
 
+async def _synchronous_start(store: Store) -> Any:
+    return await synchronous_request(store.runtime)
+
+
+async def _begin_seed(store: Store) -> Any:
+    return sd.BeginRunSeedRequest(declaration=declaration())
+
+
+async def _append_seed(store: Store) -> Any:
+    upload = Upload(store.runtime, declaration())
+    await upload.begin()
+    return upload.request(messages(unique("m"), "0"))
+
+
+async def _appended(store: Store) -> Upload:
+    upload = Upload(store.runtime, declaration())
+    await upload.begin()
+    await upload.history()
+    await upload.compiled()
+    return upload
+
+
+async def _publish_seed(store: Store) -> Any:
+    return (await _appended(store)).publication()
+
+
+async def _find_preparation(store: Store) -> Any:
+    return (await Upload(store.runtime, declaration()).published()).find()
+
+
+async def _settle_preparation(store: Store) -> Any:
+    return (await _appended(store)).settle()
+
+
+async def _list_preparation(store: Store) -> Any:
+    upload = await Upload(store.runtime, declaration()).published()
+    return sd.ListRunPreparationRecordsRequest(run_id=upload.run_id, end_id="2", limit=5)
+
+
+async def _load_seed(store: Store) -> Any:
+    upload = await Upload(store.runtime, declaration()).published()
+    return sd.LoadRunSeedRequest(run_id=upload.run_id, end_id="1")
+
+
+async def _list_seed(store: Store) -> Any:
+    upload = await Upload(store.runtime, declaration()).published()
+    return sd.ListRunSeedRecordsRequest(run_id=upload.run_id, end_id="1", limit=5)
+
+
 async def _finished_run(store: Store) -> Any:
     run = await store.root()
     await store.runtime.RecordRunTerminal(run.terminal_request())
@@ -381,6 +432,7 @@ BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.RuntimeStore/StartChildRun": ("runtime", _child),
     "/runstore.v1.RuntimeStore/StartOneShotRun": ("runtime", _one_shot_request),
     "/runstore.v1.RuntimeStore/StartOneShotChildRun": ("runtime", _one_shot_child),
+    "/runstore.v1.RuntimeStore/StartSynchronousRun": ("runtime", _synchronous_start),
     "/runstore.v1.RuntimeStore/AppendRunRecord": ("runtime", _append),
     "/runstore.v1.RuntimeStore/AppendRunRecords": ("runtime", _append_batch),
     "/runstore.v1.RuntimeStore/RecordRunCancellation": ("runtime", _cancel),
@@ -395,6 +447,14 @@ BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.RuntimeStore/ListRunTranscriptRecords": ("runtime", _list_transcript),
     "/runstore.v1.RuntimeStore/WatchSessionRunRecords": ("runtime", _watch_session),
     "/runstore.v1.RuntimeStore/WatchRunRecords": ("runtime", _watch_run),
+    "/runstore.v1.RuntimeStore/BeginRunSeed": ("runtime", _begin_seed),
+    "/runstore.v1.RuntimeStore/AppendRunSeed": ("runtime", _append_seed),
+    "/runstore.v1.RuntimeStore/PublishRunSeed": ("runtime", _publish_seed),
+    "/runstore.v1.RuntimeStore/FindRunPreparation": ("runtime", _find_preparation),
+    "/runstore.v1.RuntimeStore/SettleRunPreparation": ("runtime", _settle_preparation),
+    "/runstore.v1.RuntimeStore/ListRunPreparationRecords": ("runtime", _list_preparation),
+    "/runstore.v1.RuntimeStore/LoadRunSeed": ("runtime", _load_seed),
+    "/runstore.v1.RuntimeStore/ListRunSeedRecords": ("runtime", _list_seed),
     "/runstore.v1.SessionAdmin/CreateSession": ("admin", _create_session),
     "/runstore.v1.SessionAdmin/LoadSession": ("admin", _load_session),
     "/runstore.v1.SessionAdmin/EndSession": ("admin", _end_session),

@@ -38,10 +38,12 @@ from runstore.server.db.namespace_sql import DATA_TABLES
 from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import memory_store_pb2 as ms
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import session_admin_pb2 as sa
 from tests import postgres
 from tests.secured import dump_database
-from tests.support import Store, now_ms, ts, unique
+from tests.seeds import Upload, declaration
+from tests.support import Store, now_ms, run_start, started_record, ts, unique
 
 PURGE_BATCH_ROWS = 3
 """Small, so that every table of a purged namespace takes several batches."""
@@ -231,6 +233,20 @@ async def _fill(store: Store, ids: dict[str, str]) -> None:
         sa.PurgeSessionlessRunsRequest(finished_before=ts(now_ms() + 60_000), limit=1000)
     )
     assert one_shot.id in purged.purged_run_ids  # leaves its run tombstone
+    seed = Upload(store.runtime, declaration(run_id=ids["seeded"]))
+    await seed.begin()
+    for _ in range(PURGE_BATCH_ROWS + 1):
+        await seed.history(b"[]")
+    await seed.compiled()
+    await seed.publish()
+    synchronous = run_start(run_id=ids["seeded"])
+    await store.runtime.StartSynchronousRun(
+        sd.StartSynchronousRunRequest(
+            run=synchronous.start,
+            started=started_record(synchronous.start),
+            seed_end_id=str(seed.seed_end),
+        )
+    )
     for position in range(PURGE_BATCH_ROWS + 1):
         await store.memory.AppendEvents(
             ms.AppendEventsRequest(
@@ -286,7 +302,10 @@ async def test_delete_refuses_calls_then_purges_every_table_in_batches_and_tombs
 ) -> None:
     name = unique("doomed")
     await admin.client.create_namespace(name)
-    ids = {key: unique(key) for key in ("session", "run", "ended", "one-shot", "memory", "context")}
+    ids = {
+        key: unique(key)
+        for key in ("session", "run", "ended", "one-shot", "memory", "context", "seeded")
+    }
     async with (
         grpc.aio.insecure_channel(admin.target) as plain,
         grpc.aio.insecure_channel(admin.target, interceptors=[_InNamespace(name)]) as doomed,

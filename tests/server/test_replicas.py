@@ -27,6 +27,7 @@ from runstore.v1 import types_pb2 as pb
 from tests import postgres
 from tests.duplicates import SCENARIOS, fire_duplicates
 from tests.processes import server_process
+from tests.seeds import Upload, another_attempt, declaration, messages
 from tests.support import Store, canceled_record, outcome, run_start, started_record
 
 pytestmark = pytest.mark.postgres
@@ -312,3 +313,34 @@ async def test_racing_groups_of_both_replicas_keep_ids_and_positions_dense(
         await conn.close()
     expected = len(runs) + len(pairs) + len(changed) + 3 * batches
     assert positions == list(range(1, expected + 1))
+
+
+async def test_seed_races_across_replicas_have_one_winner_and_dense_ids(cluster: Cluster) -> None:
+    """Two uploads of one seed, publish against publish and settle against
+    settle, split over both replicas (§9.7): the run's seed_operations row
+    lock decides, whichever process serves the call."""
+    first = Upload(cluster.pick(0).runtime, declaration())
+    uploads = [first] + [another_attempt(first) for _ in range(7)]
+    for index, upload in enumerate(uploads):
+        upload.runtime = cluster.pick(index).runtime
+        await upload.begin()
+    # Every attempt appends its history at once: each chain stays dense.
+    for _ in range(3):
+        await asyncio.gather(*(upload.history() for upload in uploads))
+    assert {upload.end for upload in uploads} == {3}
+    await asyncio.gather(*(upload.compiled() for upload in uploads))
+    outcomes = await asyncio.gather(*(outcome(upload.publish()) for upload in uploads))
+    assert collections.Counter(outcomes) == {"ok": 1, "SEED_CONFLICT": 7}
+    winner = uploads[outcomes.index("ok")].decl.attempt_id
+    settled = await asyncio.gather(
+        *(cluster.pick(i).runtime.SettleRunPreparation(u.settle()) for i, u in enumerate(uploads))
+    )
+    assert {answer.preparation.seed.declaration.attempt_id for answer in settled} == {winner}
+    # Racing appends at one position of one attempt: one is accepted.
+    racer = Upload(cluster.pick(0).runtime, declaration())
+    await racer.begin()
+    requests = [racer.request(messages(f"k{index}", "0")) for index in range(8)]
+    tallies = await asyncio.gather(
+        *(outcome(cluster.pick(i).runtime.AppendRunSeed(r)) for i, r in enumerate(requests))
+    )
+    assert collections.Counter(tallies) == {"ok": 1, "SEED_CONFLICT": 7}

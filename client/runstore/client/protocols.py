@@ -22,22 +22,30 @@ from runstore.client.model import (
     OneShotRunStart,
     OneShotRunStartResult,
     Page,
+    PreparationOperation,
     RootRunStart,
     RootRunStartResult,
     RunCancellation,
     RunMeta,
+    RunPreparation,
     RunRecord,
     RunRepairResult,
+    RunSeed,
     RunStatus,
     RunSuspension,
     RunTerminal,
+    SeedAppend,
+    SeedDeclaration,
+    SeedPage,
+    SeedPublication,
     Session,
     SessionStatus,
 )
 
 
 class Store(Protocol):
-    """The worker-facing runtime store (Profile S with repairs and transcript reads)."""
+    """The worker-facing runtime store (Profile S with repairs and transcript
+    reads). ``RemoteStore`` also implements ``SeedStore``."""
 
     async def load_session_status(self, session_id: str) -> SessionStatus: ...
 
@@ -78,6 +86,44 @@ class Store(Protocol):
     async def list_run_transcript_records(
         self, run_id: str, through_record_id: str, after_record_id: str, limit: int
     ) -> Page: ...
+
+
+class SeedStore(Protocol):
+    """Seeds and preparations of goa-ai's current contract (§9.7)."""
+
+    async def start_synchronous_run(
+        self, command: OneShotRunStart, seed_end_id: str
+    ) -> OneShotRunStartResult:
+        """§9.2.5: a callback's start attaching the run's published seed."""
+        ...
+
+    async def begin_run_seed(self, declaration: SeedDeclaration) -> RunSeed: ...
+
+    async def append_run_seed(self, command: SeedAppend) -> str:
+        """The record's ID."""
+        ...
+
+    async def publish_run_seed(self, publication: SeedPublication) -> None: ...
+
+    async def find_run_preparation(self, operation: PreparationOperation) -> RunPreparation | None:
+        """The accepted preparation; None when nothing is published."""
+        ...
+
+    async def settle_run_preparation(
+        self, operation: PreparationOperation, attempt_id: str
+    ) -> RunPreparation | None:
+        """The accepted preparation; None when the attempt is now abandoned."""
+        ...
+
+    async def load_run_seed(self, run_id: str, end_id: str) -> RunSeed: ...
+
+    async def list_run_seed_records(
+        self, run_id: str, end_id: str, after_id: str, limit: int
+    ) -> SeedPage: ...
+
+    async def list_run_preparation_records(
+        self, run_id: str, end_id: str, after_id: str, limit: int
+    ) -> SeedPage: ...
 
 
 class SessionAdmin(Protocol):

@@ -36,17 +36,24 @@ from runstore.client.model import (
     OneShotRunStart,
     OneShotRunStartResult,
     Page,
+    PreparationOperation,
     PurgeResult,
     RootRunStart,
     RootRunStartResult,
     RunCancellation,
     RunMeta,
     RunPage,
+    RunPreparation,
     RunRecord,
     RunRepairResult,
+    RunSeed,
     RunStatus,
     RunSuspension,
     RunTerminal,
+    SeedAppend,
+    SeedDeclaration,
+    SeedPage,
+    SeedPublication,
     Session,
     SessionPage,
     SessionStatus,
@@ -61,6 +68,7 @@ from runstore.client.retry import (
     is_retryable,
 )
 from runstore.client.tokens import clean_token
+from runstore.contract import seed_wire
 from runstore.contract.errors import QuotaExceededError, RunstoreError, UnavailableError
 from runstore.contract.metadata import NAMESPACE_KEY, namespace_metadata
 from runstore.contract.model import Item, ListPage
@@ -68,6 +76,7 @@ from runstore.contract.namespaces import NAME_RULE as NAMESPACE_RULE
 from runstore.contract.namespaces import is_valid_name as is_valid_namespace
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
+from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import session_admin_pb2_grpc as sa_grpc
 
@@ -476,6 +485,80 @@ class RemoteStore(_Client):
             limit=limit,
         )
         return convert.from_page(await self._call(self.stub.ListRunTranscriptRecords, request))
+
+    # --- Seeds and preparations (§9.7, the ``SeedStore`` protocol) ---------------
+
+    async def start_synchronous_run(
+        self, command: OneShotRunStart, seed_end_id: str
+    ) -> OneShotRunStartResult:
+        """A callback's start (docs/contract.md §9.2.5): the run's published
+        seed ending at ``seed_end_id`` is attached; a retry must be exact."""
+        request = sd.StartSynchronousRunRequest(
+            run=convert.run_start(command.run),
+            started=convert.record(command.started),
+            seed_end_id=seed_end_id,
+        )
+        response = await self._call(self.stub.StartSynchronousRun, request)
+        return OneShotRunStartResult(record=convert.from_append_result(response.record))
+
+    async def begin_run_seed(self, declaration: SeedDeclaration) -> RunSeed:
+        request = sd.BeginRunSeedRequest(declaration=seed_wire.declaration_to_wire(declaration))
+        response = await self._call(self.stub.BeginRunSeed, request)
+        return seed_wire.seed_from_wire(response.seed)
+
+    async def append_run_seed(self, command: SeedAppend) -> str:
+        request = sd.AppendRunSeedRequest(
+            run_id=command.run_id,
+            attempt_id=command.attempt_id,
+            record=seed_wire.record_to_wire(command.record),
+        )
+        return str((await self._call(self.stub.AppendRunSeed, request)).id)
+
+    async def publish_run_seed(self, publication: SeedPublication) -> None:
+        request = sd.PublishRunSeedRequest(
+            run_id=publication.run_id,
+            attempt_id=publication.attempt_id,
+            seed_end_id=publication.seed_end_id,
+            end_id=publication.end_id,
+            prepared_bytes=publication.prepared_bytes,
+        )
+        await self._call(self.stub.PublishRunSeed, request)
+
+    async def find_run_preparation(self, operation: PreparationOperation) -> RunPreparation | None:
+        request = sd.FindRunPreparationRequest(operation=seed_wire.operation_to_wire(operation))
+        response = await self._call(self.stub.FindRunPreparation, request)
+        return seed_wire.preparation_from_wire(response.preparation) if response.found else None
+
+    async def settle_run_preparation(
+        self, operation: PreparationOperation, attempt_id: str
+    ) -> RunPreparation | None:
+        request = sd.SettleRunPreparationRequest(
+            operation=seed_wire.operation_to_wire(operation), attempt_id=attempt_id
+        )
+        response = await self._call(self.stub.SettleRunPreparation, request)
+        return seed_wire.preparation_from_wire(response.preparation) if response.found else None
+
+    async def load_run_seed(self, run_id: str, end_id: str) -> RunSeed:
+        request = sd.LoadRunSeedRequest(run_id=run_id, end_id=end_id)
+        return seed_wire.seed_from_wire((await self._call(self.stub.LoadRunSeed, request)).seed)
+
+    async def list_run_seed_records(
+        self, run_id: str, end_id: str, after_id: str, limit: int
+    ) -> SeedPage:
+        request = sd.ListRunSeedRecordsRequest(
+            run_id=run_id, end_id=end_id, after_id=after_id, limit=limit
+        )
+        response = await self._call(self.stub.ListRunSeedRecords, request)
+        return seed_wire.page_from_wire(list(response.records), response.next_cursor)
+
+    async def list_run_preparation_records(
+        self, run_id: str, end_id: str, after_id: str, limit: int
+    ) -> SeedPage:
+        request = sd.ListRunPreparationRecordsRequest(
+            run_id=run_id, end_id=end_id, after_id=after_id, limit=limit
+        )
+        response = await self._call(self.stub.ListRunPreparationRecords, request)
+        return seed_wire.page_from_wire(list(response.records), response.next_cursor)
 
     def watch_session_run_records(
         self, session_id: str, cursor: str = "", *, silence_timeout: float | None = None

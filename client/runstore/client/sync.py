@@ -27,17 +27,24 @@ from runstore.client.model import (
     OneShotRunStart,
     OneShotRunStartResult,
     Page,
+    PreparationOperation,
     PurgeResult,
     RootRunStart,
     RootRunStartResult,
     RunCancellation,
     RunMeta,
     RunPage,
+    RunPreparation,
     RunRecord,
     RunRepairResult,
+    RunSeed,
     RunStatus,
     RunSuspension,
     RunTerminal,
+    SeedAppend,
+    SeedDeclaration,
+    SeedPage,
+    SeedPublication,
     Session,
     SessionPage,
     SessionStatus,
@@ -168,6 +175,43 @@ class SyncRemoteStore(_Facade):
             self._remote.list_run_transcript_records(
                 run_id, through_record_id, after_record_id, limit
             )
+        )
+
+    def start_synchronous_run(
+        self, command: OneShotRunStart, seed_end_id: str
+    ) -> OneShotRunStartResult:
+        return self._thread.run(self._remote.start_synchronous_run(command, seed_end_id))
+
+    def begin_run_seed(self, declaration: SeedDeclaration) -> RunSeed:
+        return self._thread.run(self._remote.begin_run_seed(declaration))
+
+    def append_run_seed(self, command: SeedAppend) -> str:
+        return self._thread.run(self._remote.append_run_seed(command))
+
+    def publish_run_seed(self, publication: SeedPublication) -> None:
+        self._thread.run(self._remote.publish_run_seed(publication))
+
+    def find_run_preparation(self, operation: PreparationOperation) -> RunPreparation | None:
+        return self._thread.run(self._remote.find_run_preparation(operation))
+
+    def settle_run_preparation(
+        self, operation: PreparationOperation, attempt_id: str
+    ) -> RunPreparation | None:
+        return self._thread.run(self._remote.settle_run_preparation(operation, attempt_id))
+
+    def load_run_seed(self, run_id: str, end_id: str) -> RunSeed:
+        return self._thread.run(self._remote.load_run_seed(run_id, end_id))
+
+    def list_run_seed_records(
+        self, run_id: str, end_id: str, after_id: str, limit: int
+    ) -> SeedPage:
+        return self._thread.run(self._remote.list_run_seed_records(run_id, end_id, after_id, limit))
+
+    def list_run_preparation_records(
+        self, run_id: str, end_id: str, after_id: str, limit: int
+    ) -> SeedPage:
+        return self._thread.run(
+            self._remote.list_run_preparation_records(run_id, end_id, after_id, limit)
         )
 
     def watch_session_run_records(

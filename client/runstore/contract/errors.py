@@ -414,6 +414,37 @@ class InvalidTranscriptPositionError(InvalidArgumentError):
     default_message = "invalid transcript position"
 
 
+# --- Seeds and preparations (§9.7, current generation only) ---------------------
+
+
+class SeedNotFoundError(NotFoundError):
+    """No seed attempt, or no published seed, has this run ID."""
+
+    reason = "SEED_NOT_FOUND"
+    default_message = "run seed not found"
+
+
+class SeedConflictError(ConflictError):
+    """A seed's declaration, record or publication differs from the accepted one."""
+
+    reason = "SEED_CONFLICT"
+    default_message = "run seed conflict"
+
+
+class SeedNotPublishedError(PreconditionError):
+    """The seed is not published yet, so it cannot be read or started from."""
+
+    reason = "SEED_NOT_PUBLISHED"
+    default_message = "run seed is not published"
+
+
+class PreparationAbandonedError(PreconditionError):
+    """SettleRunPreparation closed this attempt forever."""
+
+    reason = "PREPARATION_ABANDONED"
+    default_message = "run preparation attempt abandoned"
+
+
 # --- Access (authentication and roles) ------------------------------------------
 
 

@@ -210,6 +210,24 @@ class _ErrorReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorReas
     of the namespace's streams ends; stored_bytes only when data is deleted
     or the quota raised (the Python client does not retry it).
     """
+    SEED_NOT_FOUND: _ErrorReason.ValueType  # 42
+    """NOT_FOUND; permanent. No seed attempt (AppendRunSeed, PublishRunSeed) or
+    no published seed (LoadRunSeed, the seed listings) has this run ID (§9.7).
+    Begin the seed first, or name the published one.
+    """
+    SEED_CONFLICT: _ErrorReason.ValueType  # 43
+    """ALREADY_EXISTS; permanent. A seed's declaration, record or publication
+    differs from the one accepted under that identity, or another attempt was
+    published for the run (§9.7). Resend the original, or use a new run ID.
+    """
+    SEED_NOT_PUBLISHED: _ErrorReason.ValueType  # 44
+    """FAILED_PRECONDITION; permanent. The seed is not published, so it cannot
+    be read or started from (§9.7). Publish it first.
+    """
+    PREPARATION_ABANDONED: _ErrorReason.ValueType  # 45
+    """FAILED_PRECONDITION; permanent. SettleRunPreparation closed this attempt
+    forever (§9.7.5). Upload under a new attempt ID.
+    """
 
 class ErrorReason(_ErrorReason, metaclass=_ErrorReasonEnumTypeWrapper): ...
 
@@ -390,5 +408,23 @@ Nothing was done. For the rate quotas a google.rpc.RetryInfo says when a
 token is free: retry after it, with jitter. watch_streams clears when one
 of the namespace's streams ends; stored_bytes only when data is deleted
 or the quota raised (the Python client does not retry it).
+"""
+SEED_NOT_FOUND: ErrorReason.ValueType  # 42
+"""NOT_FOUND; permanent. No seed attempt (AppendRunSeed, PublishRunSeed) or
+no published seed (LoadRunSeed, the seed listings) has this run ID (§9.7).
+Begin the seed first, or name the published one.
+"""
+SEED_CONFLICT: ErrorReason.ValueType  # 43
+"""ALREADY_EXISTS; permanent. A seed's declaration, record or publication
+differs from the one accepted under that identity, or another attempt was
+published for the run (§9.7). Resend the original, or use a new run ID.
+"""
+SEED_NOT_PUBLISHED: ErrorReason.ValueType  # 44
+"""FAILED_PRECONDITION; permanent. The seed is not published, so it cannot
+be read or started from (§9.7). Publish it first.
+"""
+PREPARATION_ABANDONED: ErrorReason.ValueType  # 45
+"""FAILED_PRECONDITION; permanent. SettleRunPreparation closed this attempt
+forever (§9.7.5). Upload under a new attempt ID.
 """
 Global___ErrorReason: _TypeAlias = ErrorReason  # noqa: Y015

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from runstore.v1 import runtime_store_pb2 as runstore_dot_v1_dot_runtime__store__pb2
+from runstore.v1 import seeds_pb2 as runstore_dot_v1_dot_seeds__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -58,6 +59,11 @@ class RuntimeStoreStub:
                 '/runstore.v1.RuntimeStore/StartOneShotChildRun',
                 request_serializer=runstore_dot_v1_dot_runtime__store__pb2.StartOneShotChildRunRequest.SerializeToString,
                 response_deserializer=runstore_dot_v1_dot_runtime__store__pb2.StartOneShotChildRunResponse.FromString,
+                _registered_method=True)
+        self.StartSynchronousRun = channel.unary_unary(
+                '/runstore.v1.RuntimeStore/StartSynchronousRun',
+                request_serializer=runstore_dot_v1_dot_seeds__pb2.StartSynchronousRunRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_seeds__pb2.StartSynchronousRunResponse.FromString,
                 _registered_method=True)
         self.AppendRunRecord = channel.unary_unary(
                 '/runstore.v1.RuntimeStore/AppendRunRecord',
@@ -119,6 +125,46 @@ class RuntimeStoreStub:
                 request_serializer=runstore_dot_v1_dot_runtime__store__pb2.ListRunTranscriptRecordsRequest.SerializeToString,
                 response_deserializer=runstore_dot_v1_dot_runtime__store__pb2.ListRunTranscriptRecordsResponse.FromString,
                 _registered_method=True)
+        self.BeginRunSeed = channel.unary_unary(
+                '/runstore.v1.RuntimeStore/BeginRunSeed',
+                request_serializer=runstore_dot_v1_dot_seeds__pb2.BeginRunSeedRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_seeds__pb2.BeginRunSeedResponse.FromString,
+                _registered_method=True)
+        self.AppendRunSeed = channel.unary_unary(
+                '/runstore.v1.RuntimeStore/AppendRunSeed',
+                request_serializer=runstore_dot_v1_dot_seeds__pb2.AppendRunSeedRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_seeds__pb2.AppendRunSeedResponse.FromString,
+                _registered_method=True)
+        self.PublishRunSeed = channel.unary_unary(
+                '/runstore.v1.RuntimeStore/PublishRunSeed',
+                request_serializer=runstore_dot_v1_dot_seeds__pb2.PublishRunSeedRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_seeds__pb2.PublishRunSeedResponse.FromString,
+                _registered_method=True)
+        self.FindRunPreparation = channel.unary_unary(
+                '/runstore.v1.RuntimeStore/FindRunPreparation',
+                request_serializer=runstore_dot_v1_dot_seeds__pb2.FindRunPreparationRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_seeds__pb2.FindRunPreparationResponse.FromString,
+                _registered_method=True)
+        self.SettleRunPreparation = channel.unary_unary(
+                '/runstore.v1.RuntimeStore/SettleRunPreparation',
+                request_serializer=runstore_dot_v1_dot_seeds__pb2.SettleRunPreparationRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_seeds__pb2.SettleRunPreparationResponse.FromString,
+                _registered_method=True)
+        self.ListRunPreparationRecords = channel.unary_unary(
+                '/runstore.v1.RuntimeStore/ListRunPreparationRecords',
+                request_serializer=runstore_dot_v1_dot_seeds__pb2.ListRunPreparationRecordsRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_seeds__pb2.ListRunPreparationRecordsResponse.FromString,
+                _registered_method=True)
+        self.LoadRunSeed = channel.unary_unary(
+                '/runstore.v1.RuntimeStore/LoadRunSeed',
+                request_serializer=runstore_dot_v1_dot_seeds__pb2.LoadRunSeedRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_seeds__pb2.LoadRunSeedResponse.FromString,
+                _registered_method=True)
+        self.ListRunSeedRecords = channel.unary_unary(
+                '/runstore.v1.RuntimeStore/ListRunSeedRecords',
+                request_serializer=runstore_dot_v1_dot_seeds__pb2.ListRunSeedRecordsRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_seeds__pb2.ListRunSeedRecordsResponse.FromString,
+                _registered_method=True)
         self.WatchSessionRunRecords = channel.unary_stream(
                 '/runstore.v1.RuntimeStore/WatchSessionRunRecords',
                 request_serializer=runstore_dot_v1_dot_runtime__store__pb2.WatchSessionRunRecordsRequest.SerializeToString,
@@ -164,6 +210,15 @@ class RuntimeStoreServicer:
 
     def StartOneShotChildRun(self, request, context):
         """Parent link and first state of a sessionless child run (§9.2.4).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartSynchronousRun(self, request, context):
+        """A sessionless start owned by a callback outside the workflow engine, with
+        its run's published seed; retries must be exact, start time included
+        (§9.2.5). Current generation only (D1).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -254,6 +309,63 @@ class RuntimeStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BeginRunSeed(self, request, context):
+        """Seeds and preparations (§9.7), current generation only (D1).
+        Reserves the destination run ID and freezes the history's source (§9.7.1).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendRunSeed(self, request, context):
+        """Appends one record to an attempt's initial history (§9.7.2).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PublishRunSeed(self, request, context):
+        """Seals an attempt's complete chain; one per run ID (§9.7.3).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FindRunPreparation(self, request, context):
+        """The accepted preparation of an operation, if any (§9.7.4).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SettleRunPreparation(self, request, context):
+        """The accepted preparation, or the attempt abandoned forever (§9.7.5).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRunPreparationRecords(self, request, context):
+        """One page of an accepted body's compiled-start part (§9.7.8).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LoadRunSeed(self, request, context):
+        """A published seed's header (§9.7.6).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRunSeedRecords(self, request, context):
+        """One page of a published seed's history part (§9.7.7).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchSessionRunRecords(self, request, context):
         """A session's records after a cursor, then each new one as it commits
         (durably), in session order, never twice (§9.9). Idle streams get a
@@ -298,6 +410,11 @@ def add_RuntimeStoreServicer_to_server(servicer, server):
                     servicer.StartOneShotChildRun,
                     request_deserializer=runstore_dot_v1_dot_runtime__store__pb2.StartOneShotChildRunRequest.FromString,
                     response_serializer=runstore_dot_v1_dot_runtime__store__pb2.StartOneShotChildRunResponse.SerializeToString,
+            ),
+            'StartSynchronousRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartSynchronousRun,
+                    request_deserializer=runstore_dot_v1_dot_seeds__pb2.StartSynchronousRunRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_seeds__pb2.StartSynchronousRunResponse.SerializeToString,
             ),
             'AppendRunRecord': grpc.unary_unary_rpc_method_handler(
                     servicer.AppendRunRecord,
@@ -358,6 +475,46 @@ def add_RuntimeStoreServicer_to_server(servicer, server):
                     servicer.ListRunTranscriptRecords,
                     request_deserializer=runstore_dot_v1_dot_runtime__store__pb2.ListRunTranscriptRecordsRequest.FromString,
                     response_serializer=runstore_dot_v1_dot_runtime__store__pb2.ListRunTranscriptRecordsResponse.SerializeToString,
+            ),
+            'BeginRunSeed': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginRunSeed,
+                    request_deserializer=runstore_dot_v1_dot_seeds__pb2.BeginRunSeedRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_seeds__pb2.BeginRunSeedResponse.SerializeToString,
+            ),
+            'AppendRunSeed': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendRunSeed,
+                    request_deserializer=runstore_dot_v1_dot_seeds__pb2.AppendRunSeedRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_seeds__pb2.AppendRunSeedResponse.SerializeToString,
+            ),
+            'PublishRunSeed': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishRunSeed,
+                    request_deserializer=runstore_dot_v1_dot_seeds__pb2.PublishRunSeedRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_seeds__pb2.PublishRunSeedResponse.SerializeToString,
+            ),
+            'FindRunPreparation': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindRunPreparation,
+                    request_deserializer=runstore_dot_v1_dot_seeds__pb2.FindRunPreparationRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_seeds__pb2.FindRunPreparationResponse.SerializeToString,
+            ),
+            'SettleRunPreparation': grpc.unary_unary_rpc_method_handler(
+                    servicer.SettleRunPreparation,
+                    request_deserializer=runstore_dot_v1_dot_seeds__pb2.SettleRunPreparationRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_seeds__pb2.SettleRunPreparationResponse.SerializeToString,
+            ),
+            'ListRunPreparationRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRunPreparationRecords,
+                    request_deserializer=runstore_dot_v1_dot_seeds__pb2.ListRunPreparationRecordsRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_seeds__pb2.ListRunPreparationRecordsResponse.SerializeToString,
+            ),
+            'LoadRunSeed': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadRunSeed,
+                    request_deserializer=runstore_dot_v1_dot_seeds__pb2.LoadRunSeedRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_seeds__pb2.LoadRunSeedResponse.SerializeToString,
+            ),
+            'ListRunSeedRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRunSeedRecords,
+                    request_deserializer=runstore_dot_v1_dot_seeds__pb2.ListRunSeedRecordsRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_seeds__pb2.ListRunSeedRecordsResponse.SerializeToString,
             ),
             'WatchSessionRunRecords': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchSessionRunRecords,
@@ -505,6 +662,33 @@ class RuntimeStore:
             '/runstore.v1.RuntimeStore/StartOneShotChildRun',
             runstore_dot_v1_dot_runtime__store__pb2.StartOneShotChildRunRequest.SerializeToString,
             runstore_dot_v1_dot_runtime__store__pb2.StartOneShotChildRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartSynchronousRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/StartSynchronousRun',
+            runstore_dot_v1_dot_seeds__pb2.StartSynchronousRunRequest.SerializeToString,
+            runstore_dot_v1_dot_seeds__pb2.StartSynchronousRunResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -829,6 +1013,222 @@ class RuntimeStore:
             '/runstore.v1.RuntimeStore/ListRunTranscriptRecords',
             runstore_dot_v1_dot_runtime__store__pb2.ListRunTranscriptRecordsRequest.SerializeToString,
             runstore_dot_v1_dot_runtime__store__pb2.ListRunTranscriptRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginRunSeed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/BeginRunSeed',
+            runstore_dot_v1_dot_seeds__pb2.BeginRunSeedRequest.SerializeToString,
+            runstore_dot_v1_dot_seeds__pb2.BeginRunSeedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendRunSeed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/AppendRunSeed',
+            runstore_dot_v1_dot_seeds__pb2.AppendRunSeedRequest.SerializeToString,
+            runstore_dot_v1_dot_seeds__pb2.AppendRunSeedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishRunSeed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/PublishRunSeed',
+            runstore_dot_v1_dot_seeds__pb2.PublishRunSeedRequest.SerializeToString,
+            runstore_dot_v1_dot_seeds__pb2.PublishRunSeedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindRunPreparation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/FindRunPreparation',
+            runstore_dot_v1_dot_seeds__pb2.FindRunPreparationRequest.SerializeToString,
+            runstore_dot_v1_dot_seeds__pb2.FindRunPreparationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SettleRunPreparation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/SettleRunPreparation',
+            runstore_dot_v1_dot_seeds__pb2.SettleRunPreparationRequest.SerializeToString,
+            runstore_dot_v1_dot_seeds__pb2.SettleRunPreparationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRunPreparationRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/ListRunPreparationRecords',
+            runstore_dot_v1_dot_seeds__pb2.ListRunPreparationRecordsRequest.SerializeToString,
+            runstore_dot_v1_dot_seeds__pb2.ListRunPreparationRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadRunSeed(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/LoadRunSeed',
+            runstore_dot_v1_dot_seeds__pb2.LoadRunSeedRequest.SerializeToString,
+            runstore_dot_v1_dot_seeds__pb2.LoadRunSeedResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRunSeedRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/ListRunSeedRecords',
+            runstore_dot_v1_dot_seeds__pb2.ListRunSeedRecordsRequest.SerializeToString,
+            runstore_dot_v1_dot_seeds__pb2.ListRunSeedRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,

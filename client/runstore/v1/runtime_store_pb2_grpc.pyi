@@ -16,6 +16,7 @@ in error_reason.proto, metadata "permanent", and "run_id", "session_id",
 from collections import abc as _abc
 from grpc import aio as _aio
 from runstore.v1 import runtime_store_pb2 as _runtime_store_pb2
+from runstore.v1 import seeds_pb2 as _seeds_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys
@@ -51,6 +52,11 @@ class RuntimeStoreStub:
     """First state and run_started record of a sessionless run (§9.2.3)."""
     StartOneShotChildRun: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.StartOneShotChildRunRequest, _runtime_store_pb2.StartOneShotChildRunResponse]
     """Parent link and first state of a sessionless child run (§9.2.4)."""
+    StartSynchronousRun: _grpc.UnaryUnaryMultiCallable[_seeds_pb2.StartSynchronousRunRequest, _seeds_pb2.StartSynchronousRunResponse]
+    """A sessionless start owned by a callback outside the workflow engine, with
+    its run's published seed; retries must be exact, start time included
+    (§9.2.5). Current generation only (D1).
+    """
     AppendRunRecord: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordRequest, _runtime_store_pb2.AppendRunRecordResponse]
     """Stores one ordinary (non-lifecycle) record (§9.3)."""
     AppendRunRecords: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordsRequest, _runtime_store_pb2.AppendRunRecordsResponse]
@@ -77,6 +83,24 @@ class RuntimeStoreStub:
     """One page of a session's records in commit order (§9.6.4)."""
     ListRunTranscriptRecords: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.ListRunTranscriptRecordsRequest, _runtime_store_pb2.ListRunTranscriptRecordsResponse]
     """Transcript records of a run through a fixed end record (§9.6.5)."""
+    BeginRunSeed: _grpc.UnaryUnaryMultiCallable[_seeds_pb2.BeginRunSeedRequest, _seeds_pb2.BeginRunSeedResponse]
+    """Seeds and preparations (§9.7), current generation only (D1).
+    Reserves the destination run ID and freezes the history's source (§9.7.1).
+    """
+    AppendRunSeed: _grpc.UnaryUnaryMultiCallable[_seeds_pb2.AppendRunSeedRequest, _seeds_pb2.AppendRunSeedResponse]
+    """Appends one record to an attempt's initial history (§9.7.2)."""
+    PublishRunSeed: _grpc.UnaryUnaryMultiCallable[_seeds_pb2.PublishRunSeedRequest, _seeds_pb2.PublishRunSeedResponse]
+    """Seals an attempt's complete chain; one per run ID (§9.7.3)."""
+    FindRunPreparation: _grpc.UnaryUnaryMultiCallable[_seeds_pb2.FindRunPreparationRequest, _seeds_pb2.FindRunPreparationResponse]
+    """The accepted preparation of an operation, if any (§9.7.4)."""
+    SettleRunPreparation: _grpc.UnaryUnaryMultiCallable[_seeds_pb2.SettleRunPreparationRequest, _seeds_pb2.SettleRunPreparationResponse]
+    """The accepted preparation, or the attempt abandoned forever (§9.7.5)."""
+    ListRunPreparationRecords: _grpc.UnaryUnaryMultiCallable[_seeds_pb2.ListRunPreparationRecordsRequest, _seeds_pb2.ListRunPreparationRecordsResponse]
+    """One page of an accepted body's compiled-start part (§9.7.8)."""
+    LoadRunSeed: _grpc.UnaryUnaryMultiCallable[_seeds_pb2.LoadRunSeedRequest, _seeds_pb2.LoadRunSeedResponse]
+    """A published seed's header (§9.7.6)."""
+    ListRunSeedRecords: _grpc.UnaryUnaryMultiCallable[_seeds_pb2.ListRunSeedRecordsRequest, _seeds_pb2.ListRunSeedRecordsResponse]
+    """One page of a published seed's history part (§9.7.7)."""
     WatchSessionRunRecords: _grpc.UnaryStreamMultiCallable[_runtime_store_pb2.WatchSessionRunRecordsRequest, _runtime_store_pb2.WatchSessionRunRecordsResponse]
     """A session's records after a cursor, then each new one as it commits
     (durably), in session order, never twice (§9.9). Idle streams get a
@@ -100,6 +124,11 @@ class RuntimeStoreAsyncStub(RuntimeStoreStub):
     """First state and run_started record of a sessionless run (§9.2.3)."""
     StartOneShotChildRun: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.StartOneShotChildRunRequest, _runtime_store_pb2.StartOneShotChildRunResponse]  # type: ignore[assignment]
     """Parent link and first state of a sessionless child run (§9.2.4)."""
+    StartSynchronousRun: _aio.UnaryUnaryMultiCallable[_seeds_pb2.StartSynchronousRunRequest, _seeds_pb2.StartSynchronousRunResponse]  # type: ignore[assignment]
+    """A sessionless start owned by a callback outside the workflow engine, with
+    its run's published seed; retries must be exact, start time included
+    (§9.2.5). Current generation only (D1).
+    """
     AppendRunRecord: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordRequest, _runtime_store_pb2.AppendRunRecordResponse]  # type: ignore[assignment]
     """Stores one ordinary (non-lifecycle) record (§9.3)."""
     AppendRunRecords: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordsRequest, _runtime_store_pb2.AppendRunRecordsResponse]  # type: ignore[assignment]
@@ -126,6 +155,24 @@ class RuntimeStoreAsyncStub(RuntimeStoreStub):
     """One page of a session's records in commit order (§9.6.4)."""
     ListRunTranscriptRecords: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.ListRunTranscriptRecordsRequest, _runtime_store_pb2.ListRunTranscriptRecordsResponse]  # type: ignore[assignment]
     """Transcript records of a run through a fixed end record (§9.6.5)."""
+    BeginRunSeed: _aio.UnaryUnaryMultiCallable[_seeds_pb2.BeginRunSeedRequest, _seeds_pb2.BeginRunSeedResponse]  # type: ignore[assignment]
+    """Seeds and preparations (§9.7), current generation only (D1).
+    Reserves the destination run ID and freezes the history's source (§9.7.1).
+    """
+    AppendRunSeed: _aio.UnaryUnaryMultiCallable[_seeds_pb2.AppendRunSeedRequest, _seeds_pb2.AppendRunSeedResponse]  # type: ignore[assignment]
+    """Appends one record to an attempt's initial history (§9.7.2)."""
+    PublishRunSeed: _aio.UnaryUnaryMultiCallable[_seeds_pb2.PublishRunSeedRequest, _seeds_pb2.PublishRunSeedResponse]  # type: ignore[assignment]
+    """Seals an attempt's complete chain; one per run ID (§9.7.3)."""
+    FindRunPreparation: _aio.UnaryUnaryMultiCallable[_seeds_pb2.FindRunPreparationRequest, _seeds_pb2.FindRunPreparationResponse]  # type: ignore[assignment]
+    """The accepted preparation of an operation, if any (§9.7.4)."""
+    SettleRunPreparation: _aio.UnaryUnaryMultiCallable[_seeds_pb2.SettleRunPreparationRequest, _seeds_pb2.SettleRunPreparationResponse]  # type: ignore[assignment]
+    """The accepted preparation, or the attempt abandoned forever (§9.7.5)."""
+    ListRunPreparationRecords: _aio.UnaryUnaryMultiCallable[_seeds_pb2.ListRunPreparationRecordsRequest, _seeds_pb2.ListRunPreparationRecordsResponse]  # type: ignore[assignment]
+    """One page of an accepted body's compiled-start part (§9.7.8)."""
+    LoadRunSeed: _aio.UnaryUnaryMultiCallable[_seeds_pb2.LoadRunSeedRequest, _seeds_pb2.LoadRunSeedResponse]  # type: ignore[assignment]
+    """A published seed's header (§9.7.6)."""
+    ListRunSeedRecords: _aio.UnaryUnaryMultiCallable[_seeds_pb2.ListRunSeedRecordsRequest, _seeds_pb2.ListRunSeedRecordsResponse]  # type: ignore[assignment]
+    """One page of a published seed's history part (§9.7.7)."""
     WatchSessionRunRecords: _aio.UnaryStreamMultiCallable[_runtime_store_pb2.WatchSessionRunRecordsRequest, _runtime_store_pb2.WatchSessionRunRecordsResponse]  # type: ignore[assignment]
     """A session's records after a cursor, then each new one as it commits
     (durably), in session order, never twice (§9.9). Idle streams get a
@@ -176,6 +223,17 @@ class RuntimeStoreServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_runtime_store_pb2.StartOneShotChildRunResponse, _abc.Awaitable[_runtime_store_pb2.StartOneShotChildRunResponse]]:
         """Parent link and first state of a sessionless child run (§9.2.4)."""
+
+    @_abc_1.abstractmethod
+    def StartSynchronousRun(
+        self,
+        request: _seeds_pb2.StartSynchronousRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_seeds_pb2.StartSynchronousRunResponse, _abc.Awaitable[_seeds_pb2.StartSynchronousRunResponse]]:
+        """A sessionless start owned by a callback outside the workflow engine, with
+        its run's published seed; retries must be exact, start time included
+        (§9.2.5). Current generation only (D1).
+        """
 
     @_abc_1.abstractmethod
     def AppendRunRecord(
@@ -274,6 +332,72 @@ class RuntimeStoreServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_runtime_store_pb2.ListRunTranscriptRecordsResponse, _abc.Awaitable[_runtime_store_pb2.ListRunTranscriptRecordsResponse]]:
         """Transcript records of a run through a fixed end record (§9.6.5)."""
+
+    @_abc_1.abstractmethod
+    def BeginRunSeed(
+        self,
+        request: _seeds_pb2.BeginRunSeedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_seeds_pb2.BeginRunSeedResponse, _abc.Awaitable[_seeds_pb2.BeginRunSeedResponse]]:
+        """Seeds and preparations (§9.7), current generation only (D1).
+        Reserves the destination run ID and freezes the history's source (§9.7.1).
+        """
+
+    @_abc_1.abstractmethod
+    def AppendRunSeed(
+        self,
+        request: _seeds_pb2.AppendRunSeedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_seeds_pb2.AppendRunSeedResponse, _abc.Awaitable[_seeds_pb2.AppendRunSeedResponse]]:
+        """Appends one record to an attempt's initial history (§9.7.2)."""
+
+    @_abc_1.abstractmethod
+    def PublishRunSeed(
+        self,
+        request: _seeds_pb2.PublishRunSeedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_seeds_pb2.PublishRunSeedResponse, _abc.Awaitable[_seeds_pb2.PublishRunSeedResponse]]:
+        """Seals an attempt's complete chain; one per run ID (§9.7.3)."""
+
+    @_abc_1.abstractmethod
+    def FindRunPreparation(
+        self,
+        request: _seeds_pb2.FindRunPreparationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_seeds_pb2.FindRunPreparationResponse, _abc.Awaitable[_seeds_pb2.FindRunPreparationResponse]]:
+        """The accepted preparation of an operation, if any (§9.7.4)."""
+
+    @_abc_1.abstractmethod
+    def SettleRunPreparation(
+        self,
+        request: _seeds_pb2.SettleRunPreparationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_seeds_pb2.SettleRunPreparationResponse, _abc.Awaitable[_seeds_pb2.SettleRunPreparationResponse]]:
+        """The accepted preparation, or the attempt abandoned forever (§9.7.5)."""
+
+    @_abc_1.abstractmethod
+    def ListRunPreparationRecords(
+        self,
+        request: _seeds_pb2.ListRunPreparationRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_seeds_pb2.ListRunPreparationRecordsResponse, _abc.Awaitable[_seeds_pb2.ListRunPreparationRecordsResponse]]:
+        """One page of an accepted body's compiled-start part (§9.7.8)."""
+
+    @_abc_1.abstractmethod
+    def LoadRunSeed(
+        self,
+        request: _seeds_pb2.LoadRunSeedRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_seeds_pb2.LoadRunSeedResponse, _abc.Awaitable[_seeds_pb2.LoadRunSeedResponse]]:
+        """A published seed's header (§9.7.6)."""
+
+    @_abc_1.abstractmethod
+    def ListRunSeedRecords(
+        self,
+        request: _seeds_pb2.ListRunSeedRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_seeds_pb2.ListRunSeedRecordsResponse, _abc.Awaitable[_seeds_pb2.ListRunSeedRecordsResponse]]:
+        """One page of a published seed's history part (§9.7.7)."""
 
     @_abc_1.abstractmethod
     def WatchSessionRunRecords(

@@ -47,6 +47,7 @@ from runstore.server.health import HealthMonitor, HealthServicer, Probe
 from runstore.server.interceptors import server_interceptors
 from runstore.server.metrics import Metrics, MetricsEndpoint
 from runstore.server.retention import RetentionSettings, RetentionTask
+from runstore.server.seed_expiry import SeedExpiry
 from runstore.server.servicers.context_store import ContextStoreServicer
 from runstore.server.servicers.memory_store import MemoryStoreServicer
 from runstore.server.servicers.namespace_admin import NamespaceAdminServicer
@@ -202,6 +203,24 @@ class Stores:
     """The namespaces' quotas and the task keeping them current (with ``namespaces``)."""
 
 
+def _retention_task(
+    config: ServerConfig, runtime: RuntimeStore, context: ContextStore, db: Database
+) -> RetentionTask:
+    task = RetentionTask(
+        runtime,
+        context,
+        db.retention_lock,  # type: ignore[attr-defined]
+        RetentionSettings.from_config(config),
+        # Its check for overrides is the server's own read, like the
+        # directory's: only a pass's purges are measured and traced.
+        overrides=RuntimeStore(getattr(db, "inner", db)).namespace_retention,
+    )
+    # The server's own work, like the overrides' read: counted by its own
+    # metric, not measured or traced as calls' transactions.
+    task.expiry = SeedExpiry.from_config(RuntimeStore(getattr(db, "inner", db)), config)
+    return task
+
+
 def create_stores(config: ServerConfig, db: Database) -> Stores:
     # A page never carries more payload than the largest request.
     page_bytes = min(config.page_bytes, config.max_message_bytes)
@@ -217,7 +236,6 @@ def create_stores(config: ServerConfig, db: Database) -> Stores:
         page_limit=config.page_limit,
         page_bytes=page_bytes,
     )
-    retention = RetentionSettings.from_config(config)
     # The directory's refreshes are the server's own reads, like its health
     # probes: not measured or traced as the call's that happened to miss the
     # cache; so are the quotas' heartbeats and recounts.
@@ -234,15 +252,7 @@ def create_stores(config: ServerConfig, db: Database) -> Stores:
         context=context,
         # Always: a namespace's retention overrides apply even when no
         # --retain-* flag is set (docs/namespaces.md, "Storage").
-        retention=RetentionTask(
-            runtime,
-            context,
-            db.retention_lock,  # type: ignore[attr-defined]
-            retention,
-            # Its check for overrides is the server's own read, like the
-            # directory's: only a pass's purges are measured and traced.
-            overrides=RuntimeStore(getattr(db, "inner", db)).namespace_retention,
-        ),
+        retention=_retention_task(config, runtime, context, db),
         watch=RecordWatch(
             runtime,
             wakeups,
@@ -399,6 +409,8 @@ async def build_server(
         stores.namespaces.purged = telemetry.metrics.forget_namespace
     if stores.retention is not None:
         stores.retention.metrics = telemetry.metrics
+        if stores.retention.expiry is not None:
+            stores.retention.expiry.metrics = telemetry.metrics
         stores.retention.start()
         if stores.retention.settings.on:
             log.info("retention on: %s", stores.retention.settings.describe())

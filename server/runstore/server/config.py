@@ -291,6 +291,12 @@ class ServerConfig:
         "how often the retention task runs (a DURATION), when any --retain-* is set",
         duration,
     )
+    seed_attempt_ttl: str = _setting(
+        "7d",
+        "delete seed attempts begun and never published, and abandoned preparations, "
+        "after DURATION; checked every --retention-interval",
+        duration,
+    )
     quota_recount_seconds: float = _time_setting(
         30.0,
         "how often the stored bytes of namespaces with a stored_bytes quota are recounted "

@@ -25,6 +25,7 @@ from runstore.server.core import context_shape as shape
 from runstore.server.core import model, validation
 from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import types_pb2 as pb
 
 # --- Times ------------------------------------------------------------------
@@ -119,6 +120,13 @@ def one_shot_run_start(request: rs.StartOneShotRunRequest) -> model.OneShotRunSt
         run=run_start_from_wire(request),
         started=record_from_wire(request, "started"),
         request_digest=request.request_digest,
+    )
+
+
+def synchronous_run_start(request: sd.StartSynchronousRunRequest) -> model.OneShotRunStart:
+    """§9.2.5: the command of StartOneShotRun (its seed end travels beside it)."""
+    return model.OneShotRunStart(
+        run=run_start_from_wire(request), started=record_from_wire(request, "started")
     )
 
 

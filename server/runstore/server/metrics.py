@@ -273,6 +273,11 @@ class Metrics:
             "Context keys deleted by the retention task (--retain-contexts).",
             registry=self.registry,
         )
+        self.seed_attempts_expired = Counter(
+            "runstore_seed_attempts_expired_total",
+            "Seed attempts deleted unpublished or abandoned after --seed-attempt-ttl.",
+            registry=self.registry,
+        )
         self.retention_passes = Counter(
             "runstore_retention_passes_total",
             "Retention task passes by outcome: done, skipped (another replica held the "

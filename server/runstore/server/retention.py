@@ -37,6 +37,7 @@ from runstore.server.core.context import ContextStore
 from runstore.server.core.model import NamespaceRetention, Nanos
 from runstore.server.core.store import RuntimeStore
 from runstore.server.metrics import Metrics
+from runstore.server.seed_expiry import SeedExpiry
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,9 @@ class RetentionTask:
         """Set by ``stop``: the loop ends after the batch it is in."""
         self._wait = wait or self._wait_or_stop
         self.metrics = metrics
+        self.expiry: SeedExpiry | None = None
+        """Seed attempts' expiry (``seed_expiry``): a pass of it follows each
+        retention pass, whatever the ``--retain-*`` settings."""
         self._task: asyncio.Task[None] | None = None
 
     async def _wait_or_stop(self, seconds: float) -> None:
@@ -171,6 +175,7 @@ class RetentionTask:
                     "retention pass failed; trying again in %s",
                     format_duration(self.settings.interval),
                 )
+            await self._expire()
             if self.stopping.is_set():
                 return
             await self._wait(self.settings.interval)
@@ -206,6 +211,18 @@ class RetentionTask:
             round(report.seconds * 1000),
         )
         return report
+
+    async def _expire(self) -> None:
+        """One seed expiry pass, if any; a failure waits for the next interval."""
+        if self.expiry is None or self.stopping.is_set():
+            return
+        try:
+            expired = await self.expiry.run_pass()
+        except Exception:
+            log.exception("seed expiry pass failed; trying again in %s", self.settings.interval)
+            return
+        if expired:
+            log.info("seed expiry: deleted %d unpublished or abandoned seed attempts", expired)
 
     async def _overridden(self) -> bool:
         """Whether a namespace has a retention override of its own."""

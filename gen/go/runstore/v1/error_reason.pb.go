@@ -175,6 +175,20 @@ const (
 	// of the namespace's streams ends; stored_bytes only when data is deleted
 	// or the quota raised (the Python client does not retry it).
 	ErrorReason_QUOTA_EXCEEDED ErrorReason = 41
+	// NOT_FOUND; permanent. No seed attempt (AppendRunSeed, PublishRunSeed) or
+	// no published seed (LoadRunSeed, the seed listings) has this run ID (§9.7).
+	// Begin the seed first, or name the published one.
+	ErrorReason_SEED_NOT_FOUND ErrorReason = 42
+	// ALREADY_EXISTS; permanent. A seed's declaration, record or publication
+	// differs from the one accepted under that identity, or another attempt was
+	// published for the run (§9.7). Resend the original, or use a new run ID.
+	ErrorReason_SEED_CONFLICT ErrorReason = 43
+	// FAILED_PRECONDITION; permanent. The seed is not published, so it cannot
+	// be read or started from (§9.7). Publish it first.
+	ErrorReason_SEED_NOT_PUBLISHED ErrorReason = 44
+	// FAILED_PRECONDITION; permanent. SettleRunPreparation closed this attempt
+	// forever (§9.7.5). Upload under a new attempt ID.
+	ErrorReason_PREPARATION_ABANDONED ErrorReason = 45
 )
 
 // Enum value maps for ErrorReason.
@@ -222,6 +236,10 @@ var (
 		39: "NAMESPACE_TOMBSTONED",
 		40: "NAMESPACE_PROTECTED",
 		41: "QUOTA_EXCEEDED",
+		42: "SEED_NOT_FOUND",
+		43: "SEED_CONFLICT",
+		44: "SEED_NOT_PUBLISHED",
+		45: "PREPARATION_ABANDONED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":    0,
@@ -266,6 +284,10 @@ var (
 		"NAMESPACE_TOMBSTONED":        39,
 		"NAMESPACE_PROTECTED":         40,
 		"QUOTA_EXCEEDED":              41,
+		"SEED_NOT_FOUND":              42,
+		"SEED_CONFLICT":               43,
+		"SEED_NOT_PUBLISHED":          44,
+		"PREPARATION_ABANDONED":       45,
 	}
 )
 
@@ -300,7 +322,7 @@ var File_runstore_v1_error_reason_proto protoreflect.FileDescriptor
 
 const file_runstore_v1_error_reason_proto_rawDesc = "" +
 	"\n" +
-	"\x1erunstore/v1/error_reason.proto\x12\vrunstore.v1*\x97\b\n" +
+	"\x1erunstore/v1/error_reason.proto\x12\vrunstore.v1*\xf1\b\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\r\n" +
 	"\tTRANSIENT\x10\x01\x12\x15\n" +
@@ -346,7 +368,11 @@ const file_runstore_v1_error_reason_proto_rawDesc = "" +
 	"\x18NAMESPACE_ALREADY_EXISTS\x10&\x12\x18\n" +
 	"\x14NAMESPACE_TOMBSTONED\x10'\x12\x17\n" +
 	"\x13NAMESPACE_PROTECTED\x10(\x12\x12\n" +
-	"\x0eQUOTA_EXCEEDED\x10)B\x92\x01\n" +
+	"\x0eQUOTA_EXCEEDED\x10)\x12\x12\n" +
+	"\x0eSEED_NOT_FOUND\x10*\x12\x11\n" +
+	"\rSEED_CONFLICT\x10+\x12\x16\n" +
+	"\x12SEED_NOT_PUBLISHED\x10,\x12\x19\n" +
+	"\x15PREPARATION_ABANDONED\x10-B\x92\x01\n" +
 	"\x0fcom.runstore.v1B\x10ErrorReasonProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\vRunstore.V1\xca\x02\vRunstore\\V1\xea\x02\fRunstore::V1b\x06proto3"
 
 var (

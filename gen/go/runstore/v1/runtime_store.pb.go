@@ -2269,7 +2269,7 @@ var File_runstore_v1_runtime_store_proto protoreflect.FileDescriptor
 
 const file_runstore_v1_runtime_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1frunstore/v1/runtime_store.proto\x12\vrunstore.v1\x1a\x17runstore/v1/types.proto\"9\n" +
+	"\x1frunstore/v1/runtime_store.proto\x12\vrunstore.v1\x1a\x17runstore/v1/seeds.proto\x1a\x17runstore/v1/types.proto\"9\n" +
 	"\x18LoadSessionStatusRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"O\n" +
@@ -2425,13 +2425,14 @@ const file_runstore_v1_runtime_store_proto_rawDesc = "" +
 	"\x17WatchRunRecordsResponse\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.runstore.v1.RunRecordR\x06events\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor2\xf8\x0e\n" +
+	"nextCursor2\xf3\x15\n" +
 	"\fRuntimeStore\x12b\n" +
 	"\x11LoadSessionStatus\x12%.runstore.v1.LoadSessionStatusRequest\x1a&.runstore.v1.LoadSessionStatusResponse\x12S\n" +
 	"\fStartRootRun\x12 .runstore.v1.StartRootRunRequest\x1a!.runstore.v1.StartRootRunResponse\x12V\n" +
 	"\rStartChildRun\x12!.runstore.v1.StartChildRunRequest\x1a\".runstore.v1.StartChildRunResponse\x12\\\n" +
 	"\x0fStartOneShotRun\x12#.runstore.v1.StartOneShotRunRequest\x1a$.runstore.v1.StartOneShotRunResponse\x12k\n" +
-	"\x14StartOneShotChildRun\x12(.runstore.v1.StartOneShotChildRunRequest\x1a).runstore.v1.StartOneShotChildRunResponse\x12\\\n" +
+	"\x14StartOneShotChildRun\x12(.runstore.v1.StartOneShotChildRunRequest\x1a).runstore.v1.StartOneShotChildRunResponse\x12h\n" +
+	"\x13StartSynchronousRun\x12'.runstore.v1.StartSynchronousRunRequest\x1a(.runstore.v1.StartSynchronousRunResponse\x12\\\n" +
 	"\x0fAppendRunRecord\x12#.runstore.v1.AppendRunRecordRequest\x1a$.runstore.v1.AppendRunRecordResponse\x12_\n" +
 	"\x10AppendRunRecords\x12$.runstore.v1.AppendRunRecordsRequest\x1a%.runstore.v1.AppendRunRecordsResponse\x12n\n" +
 	"\x15RecordRunCancellation\x12).runstore.v1.RecordRunCancellationRequest\x1a*.runstore.v1.RecordRunCancellationResponse\x12h\n" +
@@ -2443,7 +2444,15 @@ const file_runstore_v1_runtime_store_proto_rawDesc = "" +
 	"\x11LoadRunSuspension\x12%.runstore.v1.LoadRunSuspensionRequest\x1a&.runstore.v1.LoadRunSuspensionResponse\x12Y\n" +
 	"\x0eListRunRecords\x12\".runstore.v1.ListRunRecordsRequest\x1a#.runstore.v1.ListRunRecordsResponse\x12n\n" +
 	"\x15ListSessionRunRecords\x12).runstore.v1.ListSessionRunRecordsRequest\x1a*.runstore.v1.ListSessionRunRecordsResponse\x12w\n" +
-	"\x18ListRunTranscriptRecords\x12,.runstore.v1.ListRunTranscriptRecordsRequest\x1a-.runstore.v1.ListRunTranscriptRecordsResponse\x12s\n" +
+	"\x18ListRunTranscriptRecords\x12,.runstore.v1.ListRunTranscriptRecordsRequest\x1a-.runstore.v1.ListRunTranscriptRecordsResponse\x12S\n" +
+	"\fBeginRunSeed\x12 .runstore.v1.BeginRunSeedRequest\x1a!.runstore.v1.BeginRunSeedResponse\x12V\n" +
+	"\rAppendRunSeed\x12!.runstore.v1.AppendRunSeedRequest\x1a\".runstore.v1.AppendRunSeedResponse\x12Y\n" +
+	"\x0ePublishRunSeed\x12\".runstore.v1.PublishRunSeedRequest\x1a#.runstore.v1.PublishRunSeedResponse\x12e\n" +
+	"\x12FindRunPreparation\x12&.runstore.v1.FindRunPreparationRequest\x1a'.runstore.v1.FindRunPreparationResponse\x12k\n" +
+	"\x14SettleRunPreparation\x12(.runstore.v1.SettleRunPreparationRequest\x1a).runstore.v1.SettleRunPreparationResponse\x12z\n" +
+	"\x19ListRunPreparationRecords\x12-.runstore.v1.ListRunPreparationRecordsRequest\x1a..runstore.v1.ListRunPreparationRecordsResponse\x12P\n" +
+	"\vLoadRunSeed\x12\x1f.runstore.v1.LoadRunSeedRequest\x1a .runstore.v1.LoadRunSeedResponse\x12e\n" +
+	"\x12ListRunSeedRecords\x12&.runstore.v1.ListRunSeedRecordsRequest\x1a'.runstore.v1.ListRunSeedRecordsResponse\x12s\n" +
 	"\x16WatchSessionRunRecords\x12*.runstore.v1.WatchSessionRunRecordsRequest\x1a+.runstore.v1.WatchSessionRunRecordsResponse0\x01\x12^\n" +
 	"\x0fWatchRunRecords\x12#.runstore.v1.WatchRunRecordsRequest\x1a$.runstore.v1.WatchRunRecordsResponse0\x01B\x93\x01\n" +
 	"\x0fcom.runstore.v1B\x11RuntimeStoreProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\vRunstore.V1\xca\x02\vRunstore\\V1\xea\x02\fRunstore::V1b\x06proto3"
@@ -2462,53 +2471,71 @@ func file_runstore_v1_runtime_store_proto_rawDescGZIP() []byte {
 
 var file_runstore_v1_runtime_store_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_runstore_v1_runtime_store_proto_goTypes = []any{
-	(*LoadSessionStatusRequest)(nil),         // 0: runstore.v1.LoadSessionStatusRequest
-	(*LoadSessionStatusResponse)(nil),        // 1: runstore.v1.LoadSessionStatusResponse
-	(*StartRootRunRequest)(nil),              // 2: runstore.v1.StartRootRunRequest
-	(*StartRootRunResponse)(nil),             // 3: runstore.v1.StartRootRunResponse
-	(*StartChildRunRequest)(nil),             // 4: runstore.v1.StartChildRunRequest
-	(*StartChildRunResponse)(nil),            // 5: runstore.v1.StartChildRunResponse
-	(*StartOneShotRunRequest)(nil),           // 6: runstore.v1.StartOneShotRunRequest
-	(*StartOneShotRunResponse)(nil),          // 7: runstore.v1.StartOneShotRunResponse
-	(*StartOneShotChildRunRequest)(nil),      // 8: runstore.v1.StartOneShotChildRunRequest
-	(*StartOneShotChildRunResponse)(nil),     // 9: runstore.v1.StartOneShotChildRunResponse
-	(*AppendRunRecordRequest)(nil),           // 10: runstore.v1.AppendRunRecordRequest
-	(*AppendRunRecordResponse)(nil),          // 11: runstore.v1.AppendRunRecordResponse
-	(*AppendRunRecordsRequest)(nil),          // 12: runstore.v1.AppendRunRecordsRequest
-	(*AppendRunRecordsResponse)(nil),         // 13: runstore.v1.AppendRunRecordsResponse
-	(*RecordRunCancellationRequest)(nil),     // 14: runstore.v1.RecordRunCancellationRequest
-	(*RecordRunCancellationResponse)(nil),    // 15: runstore.v1.RecordRunCancellationResponse
-	(*RecordRunSuspensionRequest)(nil),       // 16: runstore.v1.RecordRunSuspensionRequest
-	(*RecordRunSuspensionResponse)(nil),      // 17: runstore.v1.RecordRunSuspensionResponse
-	(*RecordRunTerminalRequest)(nil),         // 18: runstore.v1.RecordRunTerminalRequest
-	(*RecordRunTerminalResponse)(nil),        // 19: runstore.v1.RecordRunTerminalResponse
-	(*RepairRunSuspensionRequest)(nil),       // 20: runstore.v1.RepairRunSuspensionRequest
-	(*RepairRunSuspensionResponse)(nil),      // 21: runstore.v1.RepairRunSuspensionResponse
-	(*RepairRunTerminalRequest)(nil),         // 22: runstore.v1.RepairRunTerminalRequest
-	(*RepairRunTerminalResponse)(nil),        // 23: runstore.v1.RepairRunTerminalResponse
-	(*LoadRunRequest)(nil),                   // 24: runstore.v1.LoadRunRequest
-	(*LoadRunResponse)(nil),                  // 25: runstore.v1.LoadRunResponse
-	(*LoadRunSuspensionRequest)(nil),         // 26: runstore.v1.LoadRunSuspensionRequest
-	(*LoadRunSuspensionResponse)(nil),        // 27: runstore.v1.LoadRunSuspensionResponse
-	(*ListRunRecordsRequest)(nil),            // 28: runstore.v1.ListRunRecordsRequest
-	(*ListRunRecordsResponse)(nil),           // 29: runstore.v1.ListRunRecordsResponse
-	(*ListSessionRunRecordsRequest)(nil),     // 30: runstore.v1.ListSessionRunRecordsRequest
-	(*ListSessionRunRecordsResponse)(nil),    // 31: runstore.v1.ListSessionRunRecordsResponse
-	(*ListRunTranscriptRecordsRequest)(nil),  // 32: runstore.v1.ListRunTranscriptRecordsRequest
-	(*ListRunTranscriptRecordsResponse)(nil), // 33: runstore.v1.ListRunTranscriptRecordsResponse
-	(*WatchSessionRunRecordsRequest)(nil),    // 34: runstore.v1.WatchSessionRunRecordsRequest
-	(*WatchSessionRunRecordsResponse)(nil),   // 35: runstore.v1.WatchSessionRunRecordsResponse
-	(*WatchRunRecordsRequest)(nil),           // 36: runstore.v1.WatchRunRecordsRequest
-	(*WatchRunRecordsResponse)(nil),          // 37: runstore.v1.WatchRunRecordsResponse
-	(SessionStatus)(0),                       // 38: runstore.v1.SessionStatus
-	(*RunStart)(nil),                         // 39: runstore.v1.RunStart
-	(*RunRecord)(nil),                        // 40: runstore.v1.RunRecord
-	(RunStartOutcome)(0),                     // 41: runstore.v1.RunStartOutcome
-	(*AppendResult)(nil),                     // 42: runstore.v1.AppendResult
-	(RunStatus)(0),                           // 43: runstore.v1.RunStatus
-	(*Checkpoint)(nil),                       // 44: runstore.v1.Checkpoint
-	(RunRepairOutcome)(0),                    // 45: runstore.v1.RunRepairOutcome
-	(*RunMeta)(nil),                          // 46: runstore.v1.RunMeta
+	(*LoadSessionStatusRequest)(nil),          // 0: runstore.v1.LoadSessionStatusRequest
+	(*LoadSessionStatusResponse)(nil),         // 1: runstore.v1.LoadSessionStatusResponse
+	(*StartRootRunRequest)(nil),               // 2: runstore.v1.StartRootRunRequest
+	(*StartRootRunResponse)(nil),              // 3: runstore.v1.StartRootRunResponse
+	(*StartChildRunRequest)(nil),              // 4: runstore.v1.StartChildRunRequest
+	(*StartChildRunResponse)(nil),             // 5: runstore.v1.StartChildRunResponse
+	(*StartOneShotRunRequest)(nil),            // 6: runstore.v1.StartOneShotRunRequest
+	(*StartOneShotRunResponse)(nil),           // 7: runstore.v1.StartOneShotRunResponse
+	(*StartOneShotChildRunRequest)(nil),       // 8: runstore.v1.StartOneShotChildRunRequest
+	(*StartOneShotChildRunResponse)(nil),      // 9: runstore.v1.StartOneShotChildRunResponse
+	(*AppendRunRecordRequest)(nil),            // 10: runstore.v1.AppendRunRecordRequest
+	(*AppendRunRecordResponse)(nil),           // 11: runstore.v1.AppendRunRecordResponse
+	(*AppendRunRecordsRequest)(nil),           // 12: runstore.v1.AppendRunRecordsRequest
+	(*AppendRunRecordsResponse)(nil),          // 13: runstore.v1.AppendRunRecordsResponse
+	(*RecordRunCancellationRequest)(nil),      // 14: runstore.v1.RecordRunCancellationRequest
+	(*RecordRunCancellationResponse)(nil),     // 15: runstore.v1.RecordRunCancellationResponse
+	(*RecordRunSuspensionRequest)(nil),        // 16: runstore.v1.RecordRunSuspensionRequest
+	(*RecordRunSuspensionResponse)(nil),       // 17: runstore.v1.RecordRunSuspensionResponse
+	(*RecordRunTerminalRequest)(nil),          // 18: runstore.v1.RecordRunTerminalRequest
+	(*RecordRunTerminalResponse)(nil),         // 19: runstore.v1.RecordRunTerminalResponse
+	(*RepairRunSuspensionRequest)(nil),        // 20: runstore.v1.RepairRunSuspensionRequest
+	(*RepairRunSuspensionResponse)(nil),       // 21: runstore.v1.RepairRunSuspensionResponse
+	(*RepairRunTerminalRequest)(nil),          // 22: runstore.v1.RepairRunTerminalRequest
+	(*RepairRunTerminalResponse)(nil),         // 23: runstore.v1.RepairRunTerminalResponse
+	(*LoadRunRequest)(nil),                    // 24: runstore.v1.LoadRunRequest
+	(*LoadRunResponse)(nil),                   // 25: runstore.v1.LoadRunResponse
+	(*LoadRunSuspensionRequest)(nil),          // 26: runstore.v1.LoadRunSuspensionRequest
+	(*LoadRunSuspensionResponse)(nil),         // 27: runstore.v1.LoadRunSuspensionResponse
+	(*ListRunRecordsRequest)(nil),             // 28: runstore.v1.ListRunRecordsRequest
+	(*ListRunRecordsResponse)(nil),            // 29: runstore.v1.ListRunRecordsResponse
+	(*ListSessionRunRecordsRequest)(nil),      // 30: runstore.v1.ListSessionRunRecordsRequest
+	(*ListSessionRunRecordsResponse)(nil),     // 31: runstore.v1.ListSessionRunRecordsResponse
+	(*ListRunTranscriptRecordsRequest)(nil),   // 32: runstore.v1.ListRunTranscriptRecordsRequest
+	(*ListRunTranscriptRecordsResponse)(nil),  // 33: runstore.v1.ListRunTranscriptRecordsResponse
+	(*WatchSessionRunRecordsRequest)(nil),     // 34: runstore.v1.WatchSessionRunRecordsRequest
+	(*WatchSessionRunRecordsResponse)(nil),    // 35: runstore.v1.WatchSessionRunRecordsResponse
+	(*WatchRunRecordsRequest)(nil),            // 36: runstore.v1.WatchRunRecordsRequest
+	(*WatchRunRecordsResponse)(nil),           // 37: runstore.v1.WatchRunRecordsResponse
+	(SessionStatus)(0),                        // 38: runstore.v1.SessionStatus
+	(*RunStart)(nil),                          // 39: runstore.v1.RunStart
+	(*RunRecord)(nil),                         // 40: runstore.v1.RunRecord
+	(RunStartOutcome)(0),                      // 41: runstore.v1.RunStartOutcome
+	(*AppendResult)(nil),                      // 42: runstore.v1.AppendResult
+	(RunStatus)(0),                            // 43: runstore.v1.RunStatus
+	(*Checkpoint)(nil),                        // 44: runstore.v1.Checkpoint
+	(RunRepairOutcome)(0),                     // 45: runstore.v1.RunRepairOutcome
+	(*RunMeta)(nil),                           // 46: runstore.v1.RunMeta
+	(*StartSynchronousRunRequest)(nil),        // 47: runstore.v1.StartSynchronousRunRequest
+	(*BeginRunSeedRequest)(nil),               // 48: runstore.v1.BeginRunSeedRequest
+	(*AppendRunSeedRequest)(nil),              // 49: runstore.v1.AppendRunSeedRequest
+	(*PublishRunSeedRequest)(nil),             // 50: runstore.v1.PublishRunSeedRequest
+	(*FindRunPreparationRequest)(nil),         // 51: runstore.v1.FindRunPreparationRequest
+	(*SettleRunPreparationRequest)(nil),       // 52: runstore.v1.SettleRunPreparationRequest
+	(*ListRunPreparationRecordsRequest)(nil),  // 53: runstore.v1.ListRunPreparationRecordsRequest
+	(*LoadRunSeedRequest)(nil),                // 54: runstore.v1.LoadRunSeedRequest
+	(*ListRunSeedRecordsRequest)(nil),         // 55: runstore.v1.ListRunSeedRecordsRequest
+	(*StartSynchronousRunResponse)(nil),       // 56: runstore.v1.StartSynchronousRunResponse
+	(*BeginRunSeedResponse)(nil),              // 57: runstore.v1.BeginRunSeedResponse
+	(*AppendRunSeedResponse)(nil),             // 58: runstore.v1.AppendRunSeedResponse
+	(*PublishRunSeedResponse)(nil),            // 59: runstore.v1.PublishRunSeedResponse
+	(*FindRunPreparationResponse)(nil),        // 60: runstore.v1.FindRunPreparationResponse
+	(*SettleRunPreparationResponse)(nil),      // 61: runstore.v1.SettleRunPreparationResponse
+	(*ListRunPreparationRecordsResponse)(nil), // 62: runstore.v1.ListRunPreparationRecordsResponse
+	(*LoadRunSeedResponse)(nil),               // 63: runstore.v1.LoadRunSeedResponse
+	(*ListRunSeedRecordsResponse)(nil),        // 64: runstore.v1.ListRunSeedRecordsResponse
 }
 var file_runstore_v1_runtime_store_proto_depIdxs = []int32{
 	38, // 0: runstore.v1.LoadSessionStatusResponse.status:type_name -> runstore.v1.SessionStatus
@@ -2576,41 +2603,59 @@ var file_runstore_v1_runtime_store_proto_depIdxs = []int32{
 	4,  // 62: runstore.v1.RuntimeStore.StartChildRun:input_type -> runstore.v1.StartChildRunRequest
 	6,  // 63: runstore.v1.RuntimeStore.StartOneShotRun:input_type -> runstore.v1.StartOneShotRunRequest
 	8,  // 64: runstore.v1.RuntimeStore.StartOneShotChildRun:input_type -> runstore.v1.StartOneShotChildRunRequest
-	10, // 65: runstore.v1.RuntimeStore.AppendRunRecord:input_type -> runstore.v1.AppendRunRecordRequest
-	12, // 66: runstore.v1.RuntimeStore.AppendRunRecords:input_type -> runstore.v1.AppendRunRecordsRequest
-	14, // 67: runstore.v1.RuntimeStore.RecordRunCancellation:input_type -> runstore.v1.RecordRunCancellationRequest
-	16, // 68: runstore.v1.RuntimeStore.RecordRunSuspension:input_type -> runstore.v1.RecordRunSuspensionRequest
-	18, // 69: runstore.v1.RuntimeStore.RecordRunTerminal:input_type -> runstore.v1.RecordRunTerminalRequest
-	20, // 70: runstore.v1.RuntimeStore.RepairRunSuspension:input_type -> runstore.v1.RepairRunSuspensionRequest
-	22, // 71: runstore.v1.RuntimeStore.RepairRunTerminal:input_type -> runstore.v1.RepairRunTerminalRequest
-	24, // 72: runstore.v1.RuntimeStore.LoadRun:input_type -> runstore.v1.LoadRunRequest
-	26, // 73: runstore.v1.RuntimeStore.LoadRunSuspension:input_type -> runstore.v1.LoadRunSuspensionRequest
-	28, // 74: runstore.v1.RuntimeStore.ListRunRecords:input_type -> runstore.v1.ListRunRecordsRequest
-	30, // 75: runstore.v1.RuntimeStore.ListSessionRunRecords:input_type -> runstore.v1.ListSessionRunRecordsRequest
-	32, // 76: runstore.v1.RuntimeStore.ListRunTranscriptRecords:input_type -> runstore.v1.ListRunTranscriptRecordsRequest
-	34, // 77: runstore.v1.RuntimeStore.WatchSessionRunRecords:input_type -> runstore.v1.WatchSessionRunRecordsRequest
-	36, // 78: runstore.v1.RuntimeStore.WatchRunRecords:input_type -> runstore.v1.WatchRunRecordsRequest
-	1,  // 79: runstore.v1.RuntimeStore.LoadSessionStatus:output_type -> runstore.v1.LoadSessionStatusResponse
-	3,  // 80: runstore.v1.RuntimeStore.StartRootRun:output_type -> runstore.v1.StartRootRunResponse
-	5,  // 81: runstore.v1.RuntimeStore.StartChildRun:output_type -> runstore.v1.StartChildRunResponse
-	7,  // 82: runstore.v1.RuntimeStore.StartOneShotRun:output_type -> runstore.v1.StartOneShotRunResponse
-	9,  // 83: runstore.v1.RuntimeStore.StartOneShotChildRun:output_type -> runstore.v1.StartOneShotChildRunResponse
-	11, // 84: runstore.v1.RuntimeStore.AppendRunRecord:output_type -> runstore.v1.AppendRunRecordResponse
-	13, // 85: runstore.v1.RuntimeStore.AppendRunRecords:output_type -> runstore.v1.AppendRunRecordsResponse
-	15, // 86: runstore.v1.RuntimeStore.RecordRunCancellation:output_type -> runstore.v1.RecordRunCancellationResponse
-	17, // 87: runstore.v1.RuntimeStore.RecordRunSuspension:output_type -> runstore.v1.RecordRunSuspensionResponse
-	19, // 88: runstore.v1.RuntimeStore.RecordRunTerminal:output_type -> runstore.v1.RecordRunTerminalResponse
-	21, // 89: runstore.v1.RuntimeStore.RepairRunSuspension:output_type -> runstore.v1.RepairRunSuspensionResponse
-	23, // 90: runstore.v1.RuntimeStore.RepairRunTerminal:output_type -> runstore.v1.RepairRunTerminalResponse
-	25, // 91: runstore.v1.RuntimeStore.LoadRun:output_type -> runstore.v1.LoadRunResponse
-	27, // 92: runstore.v1.RuntimeStore.LoadRunSuspension:output_type -> runstore.v1.LoadRunSuspensionResponse
-	29, // 93: runstore.v1.RuntimeStore.ListRunRecords:output_type -> runstore.v1.ListRunRecordsResponse
-	31, // 94: runstore.v1.RuntimeStore.ListSessionRunRecords:output_type -> runstore.v1.ListSessionRunRecordsResponse
-	33, // 95: runstore.v1.RuntimeStore.ListRunTranscriptRecords:output_type -> runstore.v1.ListRunTranscriptRecordsResponse
-	35, // 96: runstore.v1.RuntimeStore.WatchSessionRunRecords:output_type -> runstore.v1.WatchSessionRunRecordsResponse
-	37, // 97: runstore.v1.RuntimeStore.WatchRunRecords:output_type -> runstore.v1.WatchRunRecordsResponse
-	79, // [79:98] is the sub-list for method output_type
-	60, // [60:79] is the sub-list for method input_type
+	47, // 65: runstore.v1.RuntimeStore.StartSynchronousRun:input_type -> runstore.v1.StartSynchronousRunRequest
+	10, // 66: runstore.v1.RuntimeStore.AppendRunRecord:input_type -> runstore.v1.AppendRunRecordRequest
+	12, // 67: runstore.v1.RuntimeStore.AppendRunRecords:input_type -> runstore.v1.AppendRunRecordsRequest
+	14, // 68: runstore.v1.RuntimeStore.RecordRunCancellation:input_type -> runstore.v1.RecordRunCancellationRequest
+	16, // 69: runstore.v1.RuntimeStore.RecordRunSuspension:input_type -> runstore.v1.RecordRunSuspensionRequest
+	18, // 70: runstore.v1.RuntimeStore.RecordRunTerminal:input_type -> runstore.v1.RecordRunTerminalRequest
+	20, // 71: runstore.v1.RuntimeStore.RepairRunSuspension:input_type -> runstore.v1.RepairRunSuspensionRequest
+	22, // 72: runstore.v1.RuntimeStore.RepairRunTerminal:input_type -> runstore.v1.RepairRunTerminalRequest
+	24, // 73: runstore.v1.RuntimeStore.LoadRun:input_type -> runstore.v1.LoadRunRequest
+	26, // 74: runstore.v1.RuntimeStore.LoadRunSuspension:input_type -> runstore.v1.LoadRunSuspensionRequest
+	28, // 75: runstore.v1.RuntimeStore.ListRunRecords:input_type -> runstore.v1.ListRunRecordsRequest
+	30, // 76: runstore.v1.RuntimeStore.ListSessionRunRecords:input_type -> runstore.v1.ListSessionRunRecordsRequest
+	32, // 77: runstore.v1.RuntimeStore.ListRunTranscriptRecords:input_type -> runstore.v1.ListRunTranscriptRecordsRequest
+	48, // 78: runstore.v1.RuntimeStore.BeginRunSeed:input_type -> runstore.v1.BeginRunSeedRequest
+	49, // 79: runstore.v1.RuntimeStore.AppendRunSeed:input_type -> runstore.v1.AppendRunSeedRequest
+	50, // 80: runstore.v1.RuntimeStore.PublishRunSeed:input_type -> runstore.v1.PublishRunSeedRequest
+	51, // 81: runstore.v1.RuntimeStore.FindRunPreparation:input_type -> runstore.v1.FindRunPreparationRequest
+	52, // 82: runstore.v1.RuntimeStore.SettleRunPreparation:input_type -> runstore.v1.SettleRunPreparationRequest
+	53, // 83: runstore.v1.RuntimeStore.ListRunPreparationRecords:input_type -> runstore.v1.ListRunPreparationRecordsRequest
+	54, // 84: runstore.v1.RuntimeStore.LoadRunSeed:input_type -> runstore.v1.LoadRunSeedRequest
+	55, // 85: runstore.v1.RuntimeStore.ListRunSeedRecords:input_type -> runstore.v1.ListRunSeedRecordsRequest
+	34, // 86: runstore.v1.RuntimeStore.WatchSessionRunRecords:input_type -> runstore.v1.WatchSessionRunRecordsRequest
+	36, // 87: runstore.v1.RuntimeStore.WatchRunRecords:input_type -> runstore.v1.WatchRunRecordsRequest
+	1,  // 88: runstore.v1.RuntimeStore.LoadSessionStatus:output_type -> runstore.v1.LoadSessionStatusResponse
+	3,  // 89: runstore.v1.RuntimeStore.StartRootRun:output_type -> runstore.v1.StartRootRunResponse
+	5,  // 90: runstore.v1.RuntimeStore.StartChildRun:output_type -> runstore.v1.StartChildRunResponse
+	7,  // 91: runstore.v1.RuntimeStore.StartOneShotRun:output_type -> runstore.v1.StartOneShotRunResponse
+	9,  // 92: runstore.v1.RuntimeStore.StartOneShotChildRun:output_type -> runstore.v1.StartOneShotChildRunResponse
+	56, // 93: runstore.v1.RuntimeStore.StartSynchronousRun:output_type -> runstore.v1.StartSynchronousRunResponse
+	11, // 94: runstore.v1.RuntimeStore.AppendRunRecord:output_type -> runstore.v1.AppendRunRecordResponse
+	13, // 95: runstore.v1.RuntimeStore.AppendRunRecords:output_type -> runstore.v1.AppendRunRecordsResponse
+	15, // 96: runstore.v1.RuntimeStore.RecordRunCancellation:output_type -> runstore.v1.RecordRunCancellationResponse
+	17, // 97: runstore.v1.RuntimeStore.RecordRunSuspension:output_type -> runstore.v1.RecordRunSuspensionResponse
+	19, // 98: runstore.v1.RuntimeStore.RecordRunTerminal:output_type -> runstore.v1.RecordRunTerminalResponse
+	21, // 99: runstore.v1.RuntimeStore.RepairRunSuspension:output_type -> runstore.v1.RepairRunSuspensionResponse
+	23, // 100: runstore.v1.RuntimeStore.RepairRunTerminal:output_type -> runstore.v1.RepairRunTerminalResponse
+	25, // 101: runstore.v1.RuntimeStore.LoadRun:output_type -> runstore.v1.LoadRunResponse
+	27, // 102: runstore.v1.RuntimeStore.LoadRunSuspension:output_type -> runstore.v1.LoadRunSuspensionResponse
+	29, // 103: runstore.v1.RuntimeStore.ListRunRecords:output_type -> runstore.v1.ListRunRecordsResponse
+	31, // 104: runstore.v1.RuntimeStore.ListSessionRunRecords:output_type -> runstore.v1.ListSessionRunRecordsResponse
+	33, // 105: runstore.v1.RuntimeStore.ListRunTranscriptRecords:output_type -> runstore.v1.ListRunTranscriptRecordsResponse
+	57, // 106: runstore.v1.RuntimeStore.BeginRunSeed:output_type -> runstore.v1.BeginRunSeedResponse
+	58, // 107: runstore.v1.RuntimeStore.AppendRunSeed:output_type -> runstore.v1.AppendRunSeedResponse
+	59, // 108: runstore.v1.RuntimeStore.PublishRunSeed:output_type -> runstore.v1.PublishRunSeedResponse
+	60, // 109: runstore.v1.RuntimeStore.FindRunPreparation:output_type -> runstore.v1.FindRunPreparationResponse
+	61, // 110: runstore.v1.RuntimeStore.SettleRunPreparation:output_type -> runstore.v1.SettleRunPreparationResponse
+	62, // 111: runstore.v1.RuntimeStore.ListRunPreparationRecords:output_type -> runstore.v1.ListRunPreparationRecordsResponse
+	63, // 112: runstore.v1.RuntimeStore.LoadRunSeed:output_type -> runstore.v1.LoadRunSeedResponse
+	64, // 113: runstore.v1.RuntimeStore.ListRunSeedRecords:output_type -> runstore.v1.ListRunSeedRecordsResponse
+	35, // 114: runstore.v1.RuntimeStore.WatchSessionRunRecords:output_type -> runstore.v1.WatchSessionRunRecordsResponse
+	37, // 115: runstore.v1.RuntimeStore.WatchRunRecords:output_type -> runstore.v1.WatchRunRecordsResponse
+	88, // [88:116] is the sub-list for method output_type
+	60, // [60:88] is the sub-list for method input_type
 	60, // [60:60] is the sub-list for extension type_name
 	60, // [60:60] is the sub-list for extension extendee
 	0,  // [0:60] is the sub-list for field type_name
@@ -2621,6 +2666,7 @@ func file_runstore_v1_runtime_store_proto_init() {
 	if File_runstore_v1_runtime_store_proto != nil {
 		return
 	}
+	file_runstore_v1_seeds_proto_init()
 	file_runstore_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -30,25 +30,34 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RuntimeStore_LoadSessionStatus_FullMethodName        = "/runstore.v1.RuntimeStore/LoadSessionStatus"
-	RuntimeStore_StartRootRun_FullMethodName             = "/runstore.v1.RuntimeStore/StartRootRun"
-	RuntimeStore_StartChildRun_FullMethodName            = "/runstore.v1.RuntimeStore/StartChildRun"
-	RuntimeStore_StartOneShotRun_FullMethodName          = "/runstore.v1.RuntimeStore/StartOneShotRun"
-	RuntimeStore_StartOneShotChildRun_FullMethodName     = "/runstore.v1.RuntimeStore/StartOneShotChildRun"
-	RuntimeStore_AppendRunRecord_FullMethodName          = "/runstore.v1.RuntimeStore/AppendRunRecord"
-	RuntimeStore_AppendRunRecords_FullMethodName         = "/runstore.v1.RuntimeStore/AppendRunRecords"
-	RuntimeStore_RecordRunCancellation_FullMethodName    = "/runstore.v1.RuntimeStore/RecordRunCancellation"
-	RuntimeStore_RecordRunSuspension_FullMethodName      = "/runstore.v1.RuntimeStore/RecordRunSuspension"
-	RuntimeStore_RecordRunTerminal_FullMethodName        = "/runstore.v1.RuntimeStore/RecordRunTerminal"
-	RuntimeStore_RepairRunSuspension_FullMethodName      = "/runstore.v1.RuntimeStore/RepairRunSuspension"
-	RuntimeStore_RepairRunTerminal_FullMethodName        = "/runstore.v1.RuntimeStore/RepairRunTerminal"
-	RuntimeStore_LoadRun_FullMethodName                  = "/runstore.v1.RuntimeStore/LoadRun"
-	RuntimeStore_LoadRunSuspension_FullMethodName        = "/runstore.v1.RuntimeStore/LoadRunSuspension"
-	RuntimeStore_ListRunRecords_FullMethodName           = "/runstore.v1.RuntimeStore/ListRunRecords"
-	RuntimeStore_ListSessionRunRecords_FullMethodName    = "/runstore.v1.RuntimeStore/ListSessionRunRecords"
-	RuntimeStore_ListRunTranscriptRecords_FullMethodName = "/runstore.v1.RuntimeStore/ListRunTranscriptRecords"
-	RuntimeStore_WatchSessionRunRecords_FullMethodName   = "/runstore.v1.RuntimeStore/WatchSessionRunRecords"
-	RuntimeStore_WatchRunRecords_FullMethodName          = "/runstore.v1.RuntimeStore/WatchRunRecords"
+	RuntimeStore_LoadSessionStatus_FullMethodName         = "/runstore.v1.RuntimeStore/LoadSessionStatus"
+	RuntimeStore_StartRootRun_FullMethodName              = "/runstore.v1.RuntimeStore/StartRootRun"
+	RuntimeStore_StartChildRun_FullMethodName             = "/runstore.v1.RuntimeStore/StartChildRun"
+	RuntimeStore_StartOneShotRun_FullMethodName           = "/runstore.v1.RuntimeStore/StartOneShotRun"
+	RuntimeStore_StartOneShotChildRun_FullMethodName      = "/runstore.v1.RuntimeStore/StartOneShotChildRun"
+	RuntimeStore_StartSynchronousRun_FullMethodName       = "/runstore.v1.RuntimeStore/StartSynchronousRun"
+	RuntimeStore_AppendRunRecord_FullMethodName           = "/runstore.v1.RuntimeStore/AppendRunRecord"
+	RuntimeStore_AppendRunRecords_FullMethodName          = "/runstore.v1.RuntimeStore/AppendRunRecords"
+	RuntimeStore_RecordRunCancellation_FullMethodName     = "/runstore.v1.RuntimeStore/RecordRunCancellation"
+	RuntimeStore_RecordRunSuspension_FullMethodName       = "/runstore.v1.RuntimeStore/RecordRunSuspension"
+	RuntimeStore_RecordRunTerminal_FullMethodName         = "/runstore.v1.RuntimeStore/RecordRunTerminal"
+	RuntimeStore_RepairRunSuspension_FullMethodName       = "/runstore.v1.RuntimeStore/RepairRunSuspension"
+	RuntimeStore_RepairRunTerminal_FullMethodName         = "/runstore.v1.RuntimeStore/RepairRunTerminal"
+	RuntimeStore_LoadRun_FullMethodName                   = "/runstore.v1.RuntimeStore/LoadRun"
+	RuntimeStore_LoadRunSuspension_FullMethodName         = "/runstore.v1.RuntimeStore/LoadRunSuspension"
+	RuntimeStore_ListRunRecords_FullMethodName            = "/runstore.v1.RuntimeStore/ListRunRecords"
+	RuntimeStore_ListSessionRunRecords_FullMethodName     = "/runstore.v1.RuntimeStore/ListSessionRunRecords"
+	RuntimeStore_ListRunTranscriptRecords_FullMethodName  = "/runstore.v1.RuntimeStore/ListRunTranscriptRecords"
+	RuntimeStore_BeginRunSeed_FullMethodName              = "/runstore.v1.RuntimeStore/BeginRunSeed"
+	RuntimeStore_AppendRunSeed_FullMethodName             = "/runstore.v1.RuntimeStore/AppendRunSeed"
+	RuntimeStore_PublishRunSeed_FullMethodName            = "/runstore.v1.RuntimeStore/PublishRunSeed"
+	RuntimeStore_FindRunPreparation_FullMethodName        = "/runstore.v1.RuntimeStore/FindRunPreparation"
+	RuntimeStore_SettleRunPreparation_FullMethodName      = "/runstore.v1.RuntimeStore/SettleRunPreparation"
+	RuntimeStore_ListRunPreparationRecords_FullMethodName = "/runstore.v1.RuntimeStore/ListRunPreparationRecords"
+	RuntimeStore_LoadRunSeed_FullMethodName               = "/runstore.v1.RuntimeStore/LoadRunSeed"
+	RuntimeStore_ListRunSeedRecords_FullMethodName        = "/runstore.v1.RuntimeStore/ListRunSeedRecords"
+	RuntimeStore_WatchSessionRunRecords_FullMethodName    = "/runstore.v1.RuntimeStore/WatchSessionRunRecords"
+	RuntimeStore_WatchRunRecords_FullMethodName           = "/runstore.v1.RuntimeStore/WatchRunRecords"
 )
 
 // RuntimeStoreClient is the client API for RuntimeStore service.
@@ -65,6 +74,10 @@ type RuntimeStoreClient interface {
 	StartOneShotRun(ctx context.Context, in *StartOneShotRunRequest, opts ...grpc.CallOption) (*StartOneShotRunResponse, error)
 	// Parent link and first state of a sessionless child run (§9.2.4).
 	StartOneShotChildRun(ctx context.Context, in *StartOneShotChildRunRequest, opts ...grpc.CallOption) (*StartOneShotChildRunResponse, error)
+	// A sessionless start owned by a callback outside the workflow engine, with
+	// its run's published seed; retries must be exact, start time included
+	// (§9.2.5). Current generation only (D1).
+	StartSynchronousRun(ctx context.Context, in *StartSynchronousRunRequest, opts ...grpc.CallOption) (*StartSynchronousRunResponse, error)
 	// Stores one ordinary (non-lifecycle) record (§9.3).
 	AppendRunRecord(ctx context.Context, in *AppendRunRecordRequest, opts ...grpc.CallOption) (*AppendRunRecordResponse, error)
 	// Stores several ordinary records of one run in one transaction, each by
@@ -90,6 +103,23 @@ type RuntimeStoreClient interface {
 	ListSessionRunRecords(ctx context.Context, in *ListSessionRunRecordsRequest, opts ...grpc.CallOption) (*ListSessionRunRecordsResponse, error)
 	// Transcript records of a run through a fixed end record (§9.6.5).
 	ListRunTranscriptRecords(ctx context.Context, in *ListRunTranscriptRecordsRequest, opts ...grpc.CallOption) (*ListRunTranscriptRecordsResponse, error)
+	// Seeds and preparations (§9.7), current generation only (D1).
+	// Reserves the destination run ID and freezes the history's source (§9.7.1).
+	BeginRunSeed(ctx context.Context, in *BeginRunSeedRequest, opts ...grpc.CallOption) (*BeginRunSeedResponse, error)
+	// Appends one record to an attempt's initial history (§9.7.2).
+	AppendRunSeed(ctx context.Context, in *AppendRunSeedRequest, opts ...grpc.CallOption) (*AppendRunSeedResponse, error)
+	// Seals an attempt's complete chain; one per run ID (§9.7.3).
+	PublishRunSeed(ctx context.Context, in *PublishRunSeedRequest, opts ...grpc.CallOption) (*PublishRunSeedResponse, error)
+	// The accepted preparation of an operation, if any (§9.7.4).
+	FindRunPreparation(ctx context.Context, in *FindRunPreparationRequest, opts ...grpc.CallOption) (*FindRunPreparationResponse, error)
+	// The accepted preparation, or the attempt abandoned forever (§9.7.5).
+	SettleRunPreparation(ctx context.Context, in *SettleRunPreparationRequest, opts ...grpc.CallOption) (*SettleRunPreparationResponse, error)
+	// One page of an accepted body's compiled-start part (§9.7.8).
+	ListRunPreparationRecords(ctx context.Context, in *ListRunPreparationRecordsRequest, opts ...grpc.CallOption) (*ListRunPreparationRecordsResponse, error)
+	// A published seed's header (§9.7.6).
+	LoadRunSeed(ctx context.Context, in *LoadRunSeedRequest, opts ...grpc.CallOption) (*LoadRunSeedResponse, error)
+	// One page of a published seed's history part (§9.7.7).
+	ListRunSeedRecords(ctx context.Context, in *ListRunSeedRecordsRequest, opts ...grpc.CallOption) (*ListRunSeedRecordsResponse, error)
 	// A session's records after a cursor, then each new one as it commits
 	// (durably), in session order, never twice (§9.9). Idle streams get a
 	// heartbeat: an empty batch with the same cursor.
@@ -151,6 +181,16 @@ func (c *runtimeStoreClient) StartOneShotChildRun(ctx context.Context, in *Start
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StartOneShotChildRunResponse)
 	err := c.cc.Invoke(ctx, RuntimeStore_StartOneShotChildRun_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runtimeStoreClient) StartSynchronousRun(ctx context.Context, in *StartSynchronousRunRequest, opts ...grpc.CallOption) (*StartSynchronousRunResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StartSynchronousRunResponse)
+	err := c.cc.Invoke(ctx, RuntimeStore_StartSynchronousRun_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -277,6 +317,86 @@ func (c *runtimeStoreClient) ListRunTranscriptRecords(ctx context.Context, in *L
 	return out, nil
 }
 
+func (c *runtimeStoreClient) BeginRunSeed(ctx context.Context, in *BeginRunSeedRequest, opts ...grpc.CallOption) (*BeginRunSeedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BeginRunSeedResponse)
+	err := c.cc.Invoke(ctx, RuntimeStore_BeginRunSeed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runtimeStoreClient) AppendRunSeed(ctx context.Context, in *AppendRunSeedRequest, opts ...grpc.CallOption) (*AppendRunSeedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AppendRunSeedResponse)
+	err := c.cc.Invoke(ctx, RuntimeStore_AppendRunSeed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runtimeStoreClient) PublishRunSeed(ctx context.Context, in *PublishRunSeedRequest, opts ...grpc.CallOption) (*PublishRunSeedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PublishRunSeedResponse)
+	err := c.cc.Invoke(ctx, RuntimeStore_PublishRunSeed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runtimeStoreClient) FindRunPreparation(ctx context.Context, in *FindRunPreparationRequest, opts ...grpc.CallOption) (*FindRunPreparationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FindRunPreparationResponse)
+	err := c.cc.Invoke(ctx, RuntimeStore_FindRunPreparation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runtimeStoreClient) SettleRunPreparation(ctx context.Context, in *SettleRunPreparationRequest, opts ...grpc.CallOption) (*SettleRunPreparationResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettleRunPreparationResponse)
+	err := c.cc.Invoke(ctx, RuntimeStore_SettleRunPreparation_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runtimeStoreClient) ListRunPreparationRecords(ctx context.Context, in *ListRunPreparationRecordsRequest, opts ...grpc.CallOption) (*ListRunPreparationRecordsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRunPreparationRecordsResponse)
+	err := c.cc.Invoke(ctx, RuntimeStore_ListRunPreparationRecords_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runtimeStoreClient) LoadRunSeed(ctx context.Context, in *LoadRunSeedRequest, opts ...grpc.CallOption) (*LoadRunSeedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LoadRunSeedResponse)
+	err := c.cc.Invoke(ctx, RuntimeStore_LoadRunSeed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runtimeStoreClient) ListRunSeedRecords(ctx context.Context, in *ListRunSeedRecordsRequest, opts ...grpc.CallOption) (*ListRunSeedRecordsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRunSeedRecordsResponse)
+	err := c.cc.Invoke(ctx, RuntimeStore_ListRunSeedRecords_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *runtimeStoreClient) WatchSessionRunRecords(ctx context.Context, in *WatchSessionRunRecordsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchSessionRunRecordsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &RuntimeStore_ServiceDesc.Streams[0], RuntimeStore_WatchSessionRunRecords_FullMethodName, cOpts...)
@@ -329,6 +449,10 @@ type RuntimeStoreServer interface {
 	StartOneShotRun(context.Context, *StartOneShotRunRequest) (*StartOneShotRunResponse, error)
 	// Parent link and first state of a sessionless child run (§9.2.4).
 	StartOneShotChildRun(context.Context, *StartOneShotChildRunRequest) (*StartOneShotChildRunResponse, error)
+	// A sessionless start owned by a callback outside the workflow engine, with
+	// its run's published seed; retries must be exact, start time included
+	// (§9.2.5). Current generation only (D1).
+	StartSynchronousRun(context.Context, *StartSynchronousRunRequest) (*StartSynchronousRunResponse, error)
 	// Stores one ordinary (non-lifecycle) record (§9.3).
 	AppendRunRecord(context.Context, *AppendRunRecordRequest) (*AppendRunRecordResponse, error)
 	// Stores several ordinary records of one run in one transaction, each by
@@ -354,6 +478,23 @@ type RuntimeStoreServer interface {
 	ListSessionRunRecords(context.Context, *ListSessionRunRecordsRequest) (*ListSessionRunRecordsResponse, error)
 	// Transcript records of a run through a fixed end record (§9.6.5).
 	ListRunTranscriptRecords(context.Context, *ListRunTranscriptRecordsRequest) (*ListRunTranscriptRecordsResponse, error)
+	// Seeds and preparations (§9.7), current generation only (D1).
+	// Reserves the destination run ID and freezes the history's source (§9.7.1).
+	BeginRunSeed(context.Context, *BeginRunSeedRequest) (*BeginRunSeedResponse, error)
+	// Appends one record to an attempt's initial history (§9.7.2).
+	AppendRunSeed(context.Context, *AppendRunSeedRequest) (*AppendRunSeedResponse, error)
+	// Seals an attempt's complete chain; one per run ID (§9.7.3).
+	PublishRunSeed(context.Context, *PublishRunSeedRequest) (*PublishRunSeedResponse, error)
+	// The accepted preparation of an operation, if any (§9.7.4).
+	FindRunPreparation(context.Context, *FindRunPreparationRequest) (*FindRunPreparationResponse, error)
+	// The accepted preparation, or the attempt abandoned forever (§9.7.5).
+	SettleRunPreparation(context.Context, *SettleRunPreparationRequest) (*SettleRunPreparationResponse, error)
+	// One page of an accepted body's compiled-start part (§9.7.8).
+	ListRunPreparationRecords(context.Context, *ListRunPreparationRecordsRequest) (*ListRunPreparationRecordsResponse, error)
+	// A published seed's header (§9.7.6).
+	LoadRunSeed(context.Context, *LoadRunSeedRequest) (*LoadRunSeedResponse, error)
+	// One page of a published seed's history part (§9.7.7).
+	ListRunSeedRecords(context.Context, *ListRunSeedRecordsRequest) (*ListRunSeedRecordsResponse, error)
 	// A session's records after a cursor, then each new one as it commits
 	// (durably), in session order, never twice (§9.9). Idle streams get a
 	// heartbeat: an empty batch with the same cursor.
@@ -385,6 +526,9 @@ func (UnimplementedRuntimeStoreServer) StartOneShotRun(context.Context, *StartOn
 }
 func (UnimplementedRuntimeStoreServer) StartOneShotChildRun(context.Context, *StartOneShotChildRunRequest) (*StartOneShotChildRunResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method StartOneShotChildRun not implemented")
+}
+func (UnimplementedRuntimeStoreServer) StartSynchronousRun(context.Context, *StartSynchronousRunRequest) (*StartSynchronousRunResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartSynchronousRun not implemented")
 }
 func (UnimplementedRuntimeStoreServer) AppendRunRecord(context.Context, *AppendRunRecordRequest) (*AppendRunRecordResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AppendRunRecord not implemented")
@@ -421,6 +565,30 @@ func (UnimplementedRuntimeStoreServer) ListSessionRunRecords(context.Context, *L
 }
 func (UnimplementedRuntimeStoreServer) ListRunTranscriptRecords(context.Context, *ListRunTranscriptRecordsRequest) (*ListRunTranscriptRecordsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRunTranscriptRecords not implemented")
+}
+func (UnimplementedRuntimeStoreServer) BeginRunSeed(context.Context, *BeginRunSeedRequest) (*BeginRunSeedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BeginRunSeed not implemented")
+}
+func (UnimplementedRuntimeStoreServer) AppendRunSeed(context.Context, *AppendRunSeedRequest) (*AppendRunSeedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AppendRunSeed not implemented")
+}
+func (UnimplementedRuntimeStoreServer) PublishRunSeed(context.Context, *PublishRunSeedRequest) (*PublishRunSeedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PublishRunSeed not implemented")
+}
+func (UnimplementedRuntimeStoreServer) FindRunPreparation(context.Context, *FindRunPreparationRequest) (*FindRunPreparationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method FindRunPreparation not implemented")
+}
+func (UnimplementedRuntimeStoreServer) SettleRunPreparation(context.Context, *SettleRunPreparationRequest) (*SettleRunPreparationResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SettleRunPreparation not implemented")
+}
+func (UnimplementedRuntimeStoreServer) ListRunPreparationRecords(context.Context, *ListRunPreparationRecordsRequest) (*ListRunPreparationRecordsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRunPreparationRecords not implemented")
+}
+func (UnimplementedRuntimeStoreServer) LoadRunSeed(context.Context, *LoadRunSeedRequest) (*LoadRunSeedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method LoadRunSeed not implemented")
+}
+func (UnimplementedRuntimeStoreServer) ListRunSeedRecords(context.Context, *ListRunSeedRecordsRequest) (*ListRunSeedRecordsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRunSeedRecords not implemented")
 }
 func (UnimplementedRuntimeStoreServer) WatchSessionRunRecords(*WatchSessionRunRecordsRequest, grpc.ServerStreamingServer[WatchSessionRunRecordsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchSessionRunRecords not implemented")
@@ -535,6 +703,24 @@ func _RuntimeStore_StartOneShotChildRun_Handler(srv interface{}, ctx context.Con
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RuntimeStoreServer).StartOneShotChildRun(ctx, req.(*StartOneShotChildRunRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RuntimeStore_StartSynchronousRun_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartSynchronousRunRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RuntimeStoreServer).StartSynchronousRun(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RuntimeStore_StartSynchronousRun_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RuntimeStoreServer).StartSynchronousRun(ctx, req.(*StartSynchronousRunRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -755,6 +941,150 @@ func _RuntimeStore_ListRunTranscriptRecords_Handler(srv interface{}, ctx context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RuntimeStore_BeginRunSeed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BeginRunSeedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RuntimeStoreServer).BeginRunSeed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RuntimeStore_BeginRunSeed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RuntimeStoreServer).BeginRunSeed(ctx, req.(*BeginRunSeedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RuntimeStore_AppendRunSeed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppendRunSeedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RuntimeStoreServer).AppendRunSeed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RuntimeStore_AppendRunSeed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RuntimeStoreServer).AppendRunSeed(ctx, req.(*AppendRunSeedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RuntimeStore_PublishRunSeed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PublishRunSeedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RuntimeStoreServer).PublishRunSeed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RuntimeStore_PublishRunSeed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RuntimeStoreServer).PublishRunSeed(ctx, req.(*PublishRunSeedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RuntimeStore_FindRunPreparation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FindRunPreparationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RuntimeStoreServer).FindRunPreparation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RuntimeStore_FindRunPreparation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RuntimeStoreServer).FindRunPreparation(ctx, req.(*FindRunPreparationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RuntimeStore_SettleRunPreparation_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRunPreparationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RuntimeStoreServer).SettleRunPreparation(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RuntimeStore_SettleRunPreparation_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RuntimeStoreServer).SettleRunPreparation(ctx, req.(*SettleRunPreparationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RuntimeStore_ListRunPreparationRecords_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRunPreparationRecordsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RuntimeStoreServer).ListRunPreparationRecords(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RuntimeStore_ListRunPreparationRecords_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RuntimeStoreServer).ListRunPreparationRecords(ctx, req.(*ListRunPreparationRecordsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RuntimeStore_LoadRunSeed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LoadRunSeedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RuntimeStoreServer).LoadRunSeed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RuntimeStore_LoadRunSeed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RuntimeStoreServer).LoadRunSeed(ctx, req.(*LoadRunSeedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RuntimeStore_ListRunSeedRecords_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRunSeedRecordsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RuntimeStoreServer).ListRunSeedRecords(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RuntimeStore_ListRunSeedRecords_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RuntimeStoreServer).ListRunSeedRecords(ctx, req.(*ListRunSeedRecordsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _RuntimeStore_WatchSessionRunRecords_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchSessionRunRecordsRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -805,6 +1135,10 @@ var RuntimeStore_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _RuntimeStore_StartOneShotChildRun_Handler,
 		},
 		{
+			MethodName: "StartSynchronousRun",
+			Handler:    _RuntimeStore_StartSynchronousRun_Handler,
+		},
+		{
 			MethodName: "AppendRunRecord",
 			Handler:    _RuntimeStore_AppendRunRecord_Handler,
 		},
@@ -851,6 +1185,38 @@ var RuntimeStore_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRunTranscriptRecords",
 			Handler:    _RuntimeStore_ListRunTranscriptRecords_Handler,
+		},
+		{
+			MethodName: "BeginRunSeed",
+			Handler:    _RuntimeStore_BeginRunSeed_Handler,
+		},
+		{
+			MethodName: "AppendRunSeed",
+			Handler:    _RuntimeStore_AppendRunSeed_Handler,
+		},
+		{
+			MethodName: "PublishRunSeed",
+			Handler:    _RuntimeStore_PublishRunSeed_Handler,
+		},
+		{
+			MethodName: "FindRunPreparation",
+			Handler:    _RuntimeStore_FindRunPreparation_Handler,
+		},
+		{
+			MethodName: "SettleRunPreparation",
+			Handler:    _RuntimeStore_SettleRunPreparation_Handler,
+		},
+		{
+			MethodName: "ListRunPreparationRecords",
+			Handler:    _RuntimeStore_ListRunPreparationRecords_Handler,
+		},
+		{
+			MethodName: "LoadRunSeed",
+			Handler:    _RuntimeStore_LoadRunSeed_Handler,
+		},
+		{
+			MethodName: "ListRunSeedRecords",
+			Handler:    _RuntimeStore_ListRunSeedRecords_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -38,6 +38,7 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
     _RUNTIME + "StartChildRun": _WORKER,
     _RUNTIME + "StartOneShotRun": _WORKER,
     _RUNTIME + "StartOneShotChildRun": _WORKER,
+    _RUNTIME + "StartSynchronousRun": _WORKER,
     _RUNTIME + "AppendRunRecord": _WORKER,
     _RUNTIME + "AppendRunRecords": _WORKER,
     _RUNTIME + "RecordRunCancellation": _WORKER,
@@ -50,6 +51,17 @@ METHOD_ROLES: Final[Mapping[str, frozenset[str]]] = {
     _RUNTIME + "ListRunRecords": _EVERYONE,
     _RUNTIME + "ListSessionRunRecords": _EVERYONE,
     _RUNTIME + "ListRunTranscriptRecords": _EVERYONE,
+    # Seeds and preparations: uploads and their settlement are the workers';
+    # reads of published seeds are open like every read. FindRunPreparation is
+    # a worker's recovery step, not a read of stored runs.
+    _RUNTIME + "BeginRunSeed": _WORKER,
+    _RUNTIME + "AppendRunSeed": _WORKER,
+    _RUNTIME + "PublishRunSeed": _WORKER,
+    _RUNTIME + "FindRunPreparation": _WORKER,
+    _RUNTIME + "SettleRunPreparation": _WORKER,
+    _RUNTIME + "ListRunPreparationRecords": _EVERYONE,
+    _RUNTIME + "LoadRunSeed": _EVERYONE,
+    _RUNTIME + "ListRunSeedRecords": _EVERYONE,
     _RUNTIME + "WatchSessionRunRecords": _EVERYONE,
     _RUNTIME + "WatchRunRecords": _EVERYONE,
     # SessionAdmin: the host's service; workers may not even read it.

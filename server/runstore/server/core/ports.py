@@ -34,6 +34,7 @@ from runstore.server.core.model import (
     StoredAppend,
 )
 from runstore.server.core.namespace_model import NamespaceTransaction
+from runstore.server.core.seed_model import SeedTransaction
 
 T = TypeVar("T")
 
@@ -70,7 +71,7 @@ class RecordTarget:
     """The run's record under the event key, if any."""
 
 
-class Transaction(NamespaceTransaction, Protocol):
+class Transaction(NamespaceTransaction, SeedTransaction, Protocol):
     """Named operations inside one database transaction.
 
     ``for_update=True`` asks a backend with row locks to lock the row until the

@@ -98,6 +98,7 @@ METHODS: Final[Mapping[str, Rule]] = {
     "/runstore.v1.RuntimeStore/StartChildRun": _ADDS,
     "/runstore.v1.RuntimeStore/StartOneShotRun": _ADDS,
     "/runstore.v1.RuntimeStore/StartOneShotChildRun": _ADDS,
+    "/runstore.v1.RuntimeStore/StartSynchronousRun": _ADDS,
     "/runstore.v1.RuntimeStore/AppendRunRecord": _ADDS,
     "/runstore.v1.RuntimeStore/AppendRunRecords": _ADDS,
     # Lifecycle changes that stop or end a run pass the stored_bytes quota,
@@ -112,6 +113,15 @@ METHODS: Final[Mapping[str, Rule]] = {
     "/runstore.v1.RuntimeStore/ListRunRecords": _READ,
     "/runstore.v1.RuntimeStore/ListSessionRunRecords": _READ,
     "/runstore.v1.RuntimeStore/ListRunTranscriptRecords": _READ,
+    # Seeds: uploads add data; publishing and settling only mark an attempt.
+    "/runstore.v1.RuntimeStore/BeginRunSeed": _ADDS,
+    "/runstore.v1.RuntimeStore/AppendRunSeed": _ADDS,
+    "/runstore.v1.RuntimeStore/PublishRunSeed": _WRITE,
+    "/runstore.v1.RuntimeStore/FindRunPreparation": _READ,
+    "/runstore.v1.RuntimeStore/SettleRunPreparation": _WRITE,
+    "/runstore.v1.RuntimeStore/ListRunPreparationRecords": _READ,
+    "/runstore.v1.RuntimeStore/LoadRunSeed": _READ,
+    "/runstore.v1.RuntimeStore/ListRunSeedRecords": _READ,
     "/runstore.v1.RuntimeStore/WatchSessionRunRecords": _WATCH,
     "/runstore.v1.RuntimeStore/WatchRunRecords": _WATCH,
     # SessionAdmin

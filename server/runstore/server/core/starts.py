@@ -170,6 +170,9 @@ class Starts(Section):
         async def tx_fn(tx: Transaction) -> RunStartResult:
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
+                # §9.2.5: a synchronous run never takes an engine start.
+                if await tx.synchronous_run(run.run_id) is not None:
+                    raise RunConflictError(run_id=run.run_id)
                 if _bound_and_closed(stored, digest, current):
                     return await _closed_start(tx, stored, run, None, started, None)
                 _check_sessionless_retry(stored, run, None, started)

@@ -3,7 +3,8 @@
 ``RuntimeStore`` is the contract's sections together, one module each:
 ``sessions`` (§9.1), ``starts`` (§9.2), ``appends`` (§9.3),
 ``lifecycle_changes`` (§9.4, §9.5), ``reads`` (§9.6), ``listing`` (§9.8),
-``watch_cursors`` (§9.9) and ``retention_purges`` (§9.10). Product memory and
+``watch_cursors`` (§9.9), ``retention_purges`` (§9.10), ``seeds`` (§9.7) and
+``synchronous_starts`` (§9.2.5). Product memory and
 contexts are ``memory`` and ``context``.
 
 Each public method is one contract method. It runs the pure validation of
@@ -24,15 +25,26 @@ from runstore.server.core.listing import Listings
 from runstore.server.core.paging import PageLimits
 from runstore.server.core.reads import Reads
 from runstore.server.core.retention_purges import RetentionPurges
+from runstore.server.core.seeds import Seeds
 from runstore.server.core.sessions import Sessions
 from runstore.server.core.starts import Starts
+from runstore.server.core.synchronous_starts import SynchronousStarts
 from runstore.server.core.watch_cursors import WatchCursors
 
 __all__ = ["PageLimits", "RuntimeStore"]
 
 
 class RuntimeStore(
-    Sessions, Starts, Appends, LifecycleChanges, Reads, Listings, WatchCursors, RetentionPurges
+    Sessions,
+    SynchronousStarts,
+    Starts,
+    Appends,
+    LifecycleChanges,
+    Reads,
+    Listings,
+    WatchCursors,
+    RetentionPurges,
+    Seeds,
 ):
     """The contract's rules over a ``Database``: every section's methods.
 

@@ -17,6 +17,10 @@ from runstore.server.db.compiled import Compiled, compile_for
 from runstore.server.db.schema import namespace_tombstones, namespace_usage, namespaces
 
 DATA_TABLES: Final = (
+    "synchronous_runs",
+    "seed_records",
+    "seed_attempts",
+    "seed_operations",
     "records",
     "runs",
     "run_tombstones",
@@ -56,6 +60,7 @@ STORED_SIZES: Final = (
     ("context_versions", "length(snapshot)"),
     ("context_transcript", "length(message)"),
     ("runs", "length(checkpoint_data)"),
+    ("seed_records", "length(data)"),
 )
 """What a namespace's stored bytes count (``stored_bytes`` quota): record
 payloads, memory event data, context snapshots and transcript messages, and

@@ -184,6 +184,95 @@ records = Table(
     ),
 )
 
+# --- Seeds and preparations (docs/contract.md §9.7; current generation only) ---
+
+seed_operations = Table(
+    "seed_operations",
+    metadata,
+    _namespace(),
+    # The one original operation of a destination run ID (§9.7.1 step 3). Every
+    # seed mutation of the run locks this row first, so two replicas' uploads,
+    # publications and settlements of one run take turns.
+    Column("run_id", Text, primary_key=True),
+    Column("agent_id", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("command_id", Text, nullable=False),
+    # The attempt whose publication was accepted for the run; NULL before.
+    Column("published_attempt_id", Text, nullable=True),
+    # Server clock: when the operation was first recorded.
+    Column("created_at", BigInteger, nullable=False),
+    # PurgeSession deletes a session's seeds.
+    Index(None, "namespace", "session_id"),
+)
+
+seed_attempts = Table(
+    "seed_attempts",
+    metadata,
+    _namespace(),
+    Column("run_id", Text, primary_key=True),
+    Column("attempt_id", Text, primary_key=True),
+    # The declaration (§9.7.1); kind '' for an attempt a settlement created
+    # before its first BeginRunSeed (it is abandoned and never declared).
+    Column("kind", String(16), nullable=False),
+    Column("source_run_id", Text, nullable=False),
+    Column("source_end_id", Text, nullable=False),
+    Column("exclude_reasoning", Integer, nullable=False),
+    # JSON array of [prompt_id, version, session_id, {labels}], in order.
+    Column("rendered_prompts", Text, nullable=False),
+    # The resolved source's end record ID; NULL for a literal seed.
+    Column("source_end", Text, nullable=True),
+    # open, published or abandoned.
+    Column("state", String(16), nullable=False),
+    # The attempt's last record, its last history record (both 0 before the
+    # first), and the bytes of its compiled-start parts.
+    Column("end_id", BigInteger, nullable=False),
+    Column("seed_end_id", BigInteger, nullable=False),
+    Column("prepared_bytes", BigInteger, nullable=False),
+    # Whether the declared source was appended; whether the last record is an
+    # unfinished literal part.
+    Column("has_source", Integer, nullable=False),
+    Column("literal_open", Integer, nullable=False),
+    # Server clock: when the attempt was begun (or settled unseen); expiry
+    # deletes open and abandoned attempts older than --seed-attempt-ttl.
+    Column("created_at", BigInteger, nullable=False),
+    Index(None, "namespace", "state", "created_at"),
+)
+
+seed_records = Table(
+    "seed_records",
+    metadata,
+    _namespace(),
+    Column("run_id", Text, primary_key=True),
+    Column("attempt_id", Text, primary_key=True),
+    # "1", "2", ... per attempt, dense; the previous ID is always one less.
+    Column("record_id", BigInteger, primary_key=True),
+    Column("record_key", Text, nullable=False),
+    # SHA-256 of record_key: three 1 KiB IDs would overflow a PostgreSQL index
+    # entry, two and a digest stay far below it.
+    Column("key_digest", LargeBinary, nullable=False),
+    # messages, literal_part, prefix or prepared; data holds its bytes (a
+    # prefix as its JSON object); final only for a literal part.
+    Column("body", String(16), nullable=False),
+    Column("data", LargeBinary, nullable=False),
+    Column("final", Integer, nullable=False),
+    # The record's size in a seed page's JSON, so pages are cut without
+    # re-encoding (docs/limits.md).
+    Column("json_size", BigInteger, nullable=False),
+    Index(None, "namespace", "run_id", "attempt_id", "key_digest", unique=True),
+)
+
+synchronous_runs = Table(
+    "synchronous_runs",
+    metadata,
+    _namespace(),
+    # A run StartSynchronousRun created (§9.2.5): its start kind is permanent,
+    # so an engine start of the same ID is RUN_CONFLICT, and so is a
+    # synchronous start of an engine-created run (no row here).
+    Column("run_id", Text, primary_key=True),
+    # The published seed's history end the run attached (part of its identity).
+    Column("seed_end_id", Text, nullable=False),
+)
+
 # --- Namespaces (docs/namespaces.md) ---
 
 namespaces = Table(

@@ -17,6 +17,7 @@ from runstore.server.db.listings import ListingStatements
 from runstore.server.db.memory_context_sql import memory_context_sources
 from runstore.server.db.namespace_sql import NamespaceStatements
 from runstore.server.db.runtime_sql import runtime_sources
+from runstore.server.db.seed_sql import SeedStatements
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,8 @@ class Statements:
     """AppendRunRecords, compiled per batch size on first use."""
     namespaces: NamespaceStatements
     """NamespaceAdmin's and the namespace purge's (``namespace_sql``)."""
+    seeds: SeedStatements
+    """Seeds' and preparations' (``seed_sql``)."""
 
     @classmethod
     def compile(cls, dialect: Dialect) -> Statements:
@@ -112,4 +115,5 @@ class Statements:
             listings=ListingStatements(dialect),
             record_batches=RecordBatchStatements(dialect),
             namespaces=NamespaceStatements.compile(dialect),
+            seeds=SeedStatements.compile(dialect),
         )

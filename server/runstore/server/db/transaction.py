@@ -41,6 +41,7 @@ from runstore.server.core.ports import (
 from runstore.server.db import row_codecs
 from runstore.server.db.compiled import Compiled
 from runstore.server.db.namespace_sql import NamespaceOperations, NamespaceStatements
+from runstore.server.db.seed_sql import SeedOperations, SeedStatements
 from runstore.server.db.statements import Statements
 
 _RUN_WIDTH = len(row_codecs.RUN_COLUMNS)
@@ -62,7 +63,7 @@ def _run_finish(row: Any) -> RunFinish:
     )
 
 
-class SqlTransaction(NamespaceOperations, Transaction):
+class SqlTransaction(NamespaceOperations, SeedOperations, Transaction):
     """Every named operation of ``Transaction`` as SQL, over three primitives
     each backend provides (``_one``, ``_all``, ``_run``)."""
 
@@ -99,6 +100,10 @@ class SqlTransaction(NamespaceOperations, Transaction):
     @property
     def _namespace_sql(self) -> NamespaceStatements:
         return self._sql.namespaces
+
+    @property
+    def _seed_sql(self) -> SeedStatements:
+        return self._sql.seeds
 
     def _touch(self, run_id: str, session_id: str) -> None:
         self.touched.add(run_key(self.namespace, run_id))
@@ -311,6 +316,7 @@ class SqlTransaction(NamespaceOperations, Transaction):
     async def purge_sessionless_run(self, run_id: str, purged_at: Nanos) -> None:
         await self._run(self._sql.delete_run_records, run_id=run_id)
         await self._run(self._sql.delete_run, run_id=run_id)
+        await self.delete_run_seeds(run_id)
         await self._run(self._sql.insert_run_tombstone, run_id=run_id, purged_at=purged_at)
         self.touched.add(run_key(self.namespace, run_id))
         self.runs_purged += 1
@@ -338,6 +344,7 @@ class SqlTransaction(NamespaceOperations, Transaction):
         await self._run(self._sql.purge_records, session_id=session_id)
         await self._run(self._sql.purge_runs, session_id=session_id)
         await self._run(self._sql.purge_session, session_id=session_id)
+        await self.delete_session_seeds(session_id)
         await self._run(self._sql.insert_tombstone, session_id=session_id, purged_at=purged_at)
         self.touched.add(session_key(self.namespace, session_id))
         self.sessions_purged += 1

@@ -7,14 +7,16 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from runstore.contract import wire
+from runstore.contract import seed_wire, wire
 from runstore.contract.model import RunRepairResult
+from runstore.contract.seeds import SeedAppend, SeedPage, SeedPublication
 from runstore.server import convert
 from runstore.server.core.store import RuntimeStore
 from runstore.server.core.watch import NoWakeups, RecordWatch, WatchBatch
 from runstore.server.error_status import maps_errors, maps_stream_errors
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
+from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import types_pb2 as pb
 
 Context: TypeAlias = grpc.aio.ServicerContext[Any, Any]
@@ -89,6 +91,14 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
             started=convert.append_result_to_wire(result.started),
             run_status=wire.RUN_STATUS_TO_WIRE[result.run_status],
         )
+
+    @maps_errors
+    async def StartSynchronousRun(
+        self, request: sd.StartSynchronousRunRequest, context: Context
+    ) -> sd.StartSynchronousRunResponse:
+        command = convert.synchronous_run_start(request)
+        result = await self._store.start_synchronous_run(command, request.seed_end_id)
+        return sd.StartSynchronousRunResponse(record=convert.append_result_to_wire(result.started))
 
     @maps_errors
     async def AppendRunRecord(
@@ -192,6 +202,86 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
             next_cursor=page.next_cursor,
         )
 
+    @maps_errors
+    async def BeginRunSeed(
+        self, request: sd.BeginRunSeedRequest, context: Context
+    ) -> sd.BeginRunSeedResponse:
+        declaration = seed_wire.declaration_from_wire(request.declaration)
+        seed = await self._store.begin_run_seed(declaration)
+        return sd.BeginRunSeedResponse(seed=seed_wire.seed_to_wire(seed))
+
+    @maps_errors
+    async def AppendRunSeed(
+        self, request: sd.AppendRunSeedRequest, context: Context
+    ) -> sd.AppendRunSeedResponse:
+        record = seed_wire.record_from_wire(request.record)
+        record_id = await self._store.append_run_seed(
+            SeedAppend(request.run_id, request.attempt_id, record)
+        )
+        return sd.AppendRunSeedResponse(id=record_id)
+
+    @maps_errors
+    async def PublishRunSeed(
+        self, request: sd.PublishRunSeedRequest, context: Context
+    ) -> sd.PublishRunSeedResponse:
+        await self._store.publish_run_seed(
+            SeedPublication(
+                request.run_id,
+                request.attempt_id,
+                request.seed_end_id,
+                request.end_id,
+                request.prepared_bytes,
+            )
+        )
+        return sd.PublishRunSeedResponse()
+
+    @maps_errors
+    async def FindRunPreparation(
+        self, request: sd.FindRunPreparationRequest, context: Context
+    ) -> sd.FindRunPreparationResponse:
+        found = await self._store.find_run_preparation(
+            seed_wire.operation_from_wire(request.operation)
+        )
+        return sd.FindRunPreparationResponse(
+            preparation=seed_wire.preparation_to_wire(found), found=found is not None
+        )
+
+    @maps_errors
+    async def SettleRunPreparation(
+        self, request: sd.SettleRunPreparationRequest, context: Context
+    ) -> sd.SettleRunPreparationResponse:
+        found = await self._store.settle_run_preparation(
+            seed_wire.operation_from_wire(request.operation), request.attempt_id
+        )
+        return sd.SettleRunPreparationResponse(
+            preparation=seed_wire.preparation_to_wire(found), found=found is not None
+        )
+
+    @maps_errors
+    async def ListRunPreparationRecords(
+        self, request: sd.ListRunPreparationRecordsRequest, context: Context
+    ) -> sd.ListRunPreparationRecordsResponse:
+        page = await self._store.list_run_preparation_records(
+            request.run_id, request.end_id, request.after_id, request.limit
+        )
+        return sd.ListRunPreparationRecordsResponse(**_seed_page_fields(page))
+
+    @maps_errors
+    async def LoadRunSeed(
+        self, request: sd.LoadRunSeedRequest, context: Context
+    ) -> sd.LoadRunSeedResponse:
+        seed = await self._store.load_run_seed(request.run_id, request.end_id)
+        return sd.LoadRunSeedResponse(seed=seed_wire.seed_to_wire(seed))
+
+    @maps_errors
+    async def ListRunSeedRecords(
+        self, request: sd.ListRunSeedRecordsRequest, context: Context
+    ) -> sd.ListRunSeedRecordsResponse:
+        page = await self._store.list_run_seed_records(
+            request.run_id, request.end_id, request.after_id, request.limit
+        )
+        return sd.ListRunSeedRecordsResponse(**_seed_page_fields(page))
+
     @maps_stream_errors
     async def WatchSessionRunRecords(
         self, request: rs.WatchSessionRunRecordsRequest, context: Context
@@ -212,4 +302,11 @@ def _batch_fields(batch: WatchBatch) -> dict[str, Any]:
     return {
         "events": [convert.record_to_wire(record) for record in batch.events],
         "next_cursor": batch.next_cursor,
+    }
+
+
+def _seed_page_fields(page: SeedPage) -> dict[str, Any]:
+    return {
+        "records": [seed_wire.record_to_wire(record) for record in page.records],
+        "next_cursor": page.next_cursor,
     }
