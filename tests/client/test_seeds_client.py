@@ -14,6 +14,7 @@ from runstore.client import (
     RemoteStore,
     RenderedPrompt,
     RunStart,
+    RunStatus,
     SeedAppend,
     SeedConflictError,
     SeedDeclaration,
@@ -130,6 +131,7 @@ async def test_a_synchronous_start_through_the_client(store: StubStore) -> None:
         command = records.one_shot_run_start(run)
         first = await remote.start_synchronous_run(command, "1")
         assert (first.record.id, first.record.inserted) == ("1", True)
+        assert first.run_status is RunStatus.RUNNING
         again = await remote.start_synchronous_run(command, "1")
         assert (again.record.id, again.record.inserted) == ("1", False)
         with pytest.raises(SeedConflictError):

@@ -28,6 +28,7 @@ async def test_a_synchronous_start_attaches_its_seed_and_retries_exactly(store: 
     request = await synchronous_request(store.runtime)
     first = await store.runtime.StartSynchronousRun(request)
     assert (first.record.id, first.record.inserted) == ("1", True)
+    assert first.run_status == pb.RUN_STATUS_RUNNING
     meta = await store.load(request.run.run_id)
     assert (meta.status, meta.session_id) == (pb.RUN_STATUS_RUNNING, "")
     again = await store.runtime.StartSynchronousRun(request)
@@ -56,6 +57,7 @@ async def test_a_changed_retry_conflicts_even_after_the_run_closed(store: Store)
     await fails_with(store.runtime.StartSynchronousRun(later), CONFLICT, "RUN_CONFLICT")
     replay = await store.runtime.StartSynchronousRun(request)
     assert (replay.record.id, replay.record.inserted) == ("1", False)
+    assert replay.run_status == pb.RUN_STATUS_COMPLETED
     assert (await store.load(request.run.run_id)).status == pb.RUN_STATUS_COMPLETED
 
 

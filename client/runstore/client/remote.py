@@ -499,7 +499,10 @@ class RemoteStore(_Client):
             seed_end_id=seed_end_id,
         )
         response = await self._call(self.stub.StartSynchronousRun, request)
-        return OneShotRunStartResult(record=convert.from_append_result(response.record))
+        return OneShotRunStartResult(
+            record=convert.from_append_result(response.record),
+            run_status=convert.RUN_STATUS.get(response.run_status),
+        )
 
     async def begin_run_seed(self, declaration: SeedDeclaration) -> RunSeed:
         request = sd.BeginRunSeedRequest(declaration=seed_wire.declaration_to_wire(declaration))

@@ -817,16 +817,20 @@ class StartSynchronousRunResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RECORD_FIELD_NUMBER: _builtins.int
+    RUN_STATUS_FIELD_NUMBER: _builtins.int
+    run_status: _types_pb2.RunStatus.ValueType
+    """The run's status when this call answered (as StartOneShotRun's)."""
     @_builtins.property
     def record(self) -> _types_pb2.AppendResult: ...
     def __init__(
         self,
         *,
         record: _types_pb2.AppendResult | None = ...,
+        run_status: _types_pb2.RunStatus.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["record", b"record", "run_status", b"run_status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -11,7 +11,7 @@ closed-start replay for a callback.
 from __future__ import annotations
 
 from runstore.contract.errors import RunConflictError
-from runstore.contract.model import RunStartOutcome
+from runstore.contract.model import RunStartOutcome, RunStatus
 from runstore.server.core import input_rules, validation
 from runstore.server.core.checks import append_new
 from runstore.server.core.model import OneShotRunStart, RunStartResult
@@ -47,11 +47,15 @@ class SynchronousStarts(Starts):
                     raise RunConflictError(run_id=run.run_id)
                 _check_sessionless_retry(stored, run, None, started)
                 return RunStartResult(
-                    RunStartOutcome.PROCEED, await _replay_record(tx, started, None)
+                    RunStartOutcome.PROCEED, stored.status, await _replay_record(tx, started, None)
                 )
             await _check_not_purged(tx, run)
-            await tx.insert_run(self._new_run(run, RunStartOutcome.PROCEED, None, started, None))
+            await tx.insert_run(
+                self._new_run(run, RunStartOutcome.PROCEED, None, started, None, b"")
+            )
             await tx.insert_synchronous_run(run.run_id, seed_end_id)
-            return RunStartResult(RunStartOutcome.PROCEED, await append_new(tx, started, None))
+            return RunStartResult(
+                RunStartOutcome.PROCEED, RunStatus.RUNNING, await append_new(tx, started, None)
+            )
 
         return await self._db.write(tx_fn)
