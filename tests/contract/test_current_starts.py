@@ -94,6 +94,22 @@ async def test_a_digest_of_the_wrong_shape_is_refused_naming_it(
     assert await store.session_records(session) == []
 
 
+@pytest.mark.parametrize("kind", ["root", "child", "one_shot", "one_shot_child"])
+async def test_a_seed_era_start_naming_a_seed_end_is_refused(store: Store, kind: str) -> None:
+    """D1: only a current start attaches a seed, so an empty digest with a
+    seed end is refused naming ``run.seed_end_id``; nothing is written."""
+    session = await store.session()
+    run = run_start(session_id=session)
+    method, request = _requests(run, b"")[kind]
+    request.run.seed_end_id = "1"
+    failure = await fails_with(
+        getattr(store.runtime, method)(request), INVALID, "CONTRACT_VALIDATION"
+    )
+    assert failure.metadata["field"] == "run.seed_end_id"
+    assert not await store.exists(run.id)
+    assert await store.session_records(session) == []
+
+
 async def test_each_generation_carries_its_own_ended_session_record(store: Store) -> None:
     session = await store.session()
     run = run_start(session_id=session)

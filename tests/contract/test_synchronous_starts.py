@@ -30,7 +30,7 @@ async def test_a_synchronous_start_attaches_its_seed_and_retries_exactly(store: 
     assert (first.record.id, first.record.inserted) == ("1", True)
     assert first.run_status == pb.RUN_STATUS_RUNNING
     meta = await store.load(request.run.run_id)
-    assert (meta.status, meta.session_id) == (pb.RUN_STATUS_RUNNING, "")
+    assert (meta.status, meta.session_id, meta.seed_end_id) == (pb.RUN_STATUS_RUNNING, "", "1")
     again = await store.runtime.StartSynchronousRun(request)
     assert (again.record.id, again.record.inserted) == ("1", False)
     assert len(await store.records(request.run.run_id)) == 1
@@ -62,10 +62,8 @@ async def test_a_changed_retry_conflicts_even_after_the_run_closed(store: Store)
 
 
 async def test_the_seed_must_be_published_matching_and_owned(store: Store) -> None:
-    run = run_start()
-    bare = sd.StartSynchronousRunRequest(
-        run=run.start, started=started_record(run.start), seed_end_id="1"
-    )
+    run = run_start(seed_end_id="1")
+    bare = sd.StartSynchronousRunRequest(run=run.start, started=started_record(run.start))
     await fails_with(
         store.runtime.StartSynchronousRun(bare), grpc.StatusCode.NOT_FOUND, "SEED_NOT_FOUND"
     )
@@ -73,7 +71,7 @@ async def test_the_seed_must_be_published_matching_and_owned(store: Store) -> No
 
     request = await synchronous_request(store.runtime)
     wrong_end = _copy(request)
-    wrong_end.seed_end_id = "2"
+    wrong_end.run.seed_end_id = "2"
     await fails_with(store.runtime.StartSynchronousRun(wrong_end), CONFLICT, "SEED_CONFLICT")
     other_agent = await synchronous_request(store.runtime, agent_id="someone-else")
     other_agent.run.agent_id = "agent"
@@ -91,6 +89,7 @@ async def test_engine_and_synchronous_starts_never_share_a_run(store: Store) -> 
     request = await synchronous_request(store.runtime)
     await store.runtime.StartSynchronousRun(request)
     engine = rs.StartOneShotRunRequest(run=request.run, started=request.started)
+    engine.run.seed_end_id = ""
     await fails_with(store.runtime.StartOneShotRun(engine), CONFLICT, "RUN_CONFLICT")
 
     # A run an engine start created (its seed published before) takes no
@@ -98,9 +97,8 @@ async def test_engine_and_synchronous_starts_never_share_a_run(store: Store) -> 
     upload = await Upload(store.runtime, declaration()).published()
     run = run_start(run_id=upload.run_id)
     await store.runtime.StartOneShotRun(run.one_shot_request())
-    synchronous = sd.StartSynchronousRunRequest(
-        run=run.start, started=started_record(run.start), seed_end_id="1"
-    )
+    synchronous = sd.StartSynchronousRunRequest(run=run.start, started=started_record(run.start))
+    synchronous.run.seed_end_id = "1"
     await fails_with(store.runtime.StartSynchronousRun(synchronous), CONFLICT, "RUN_CONFLICT")
 
 
@@ -108,6 +106,7 @@ async def test_racing_synchronous_and_engine_starts_make_one_run(store: Store) -
     for _ in range(4):
         request = await synchronous_request(store.runtime)
         engine = rs.StartOneShotRunRequest(run=request.run, started=request.started)
+        engine.run.seed_end_id = ""
         calls = [store.runtime.StartSynchronousRun(request) for _ in range(8)] + [
             store.runtime.StartOneShotRun(engine) for _ in range(8)
         ]
@@ -124,10 +123,8 @@ async def test_racing_synchronous_and_engine_starts_make_one_run(store: Store) -
 async def test_retention_deletes_a_sessionless_run_with_its_seed(store: Store) -> None:
     upload = await Upload(store.runtime, declaration()).published()
     long_ago = -5_000_000_000_000  # 1811: finished before every other test's runs
-    run = run_start(run_id=upload.run_id, started_ms=long_ago)
-    request = sd.StartSynchronousRunRequest(
-        run=run.start, started=started_record(run.start), seed_end_id="1"
-    )
+    run = run_start(run_id=upload.run_id, started_ms=long_ago, seed_end_id="1")
+    request = sd.StartSynchronousRunRequest(run=run.start, started=started_record(run.start))
     await store.runtime.StartSynchronousRun(request)
     await store.runtime.RecordRunTerminal(run.terminal_request(at_ms=long_ago))
     purged: list[str] = []

@@ -1659,10 +1659,7 @@ type StartSynchronousRunRequest struct {
 	// A sessionless root run start (as StartOneShotRun's).
 	Run *RunStart `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	// The run_started record (ID "1").
-	Started *RunRecord `protobuf:"bytes,2,opt,name=started,proto3" json:"started,omitempty"`
-	// The run's published seed's history end (RunSeed.end_id), required: the
-	// start attaches that seed (§9.7.9). Part of the run's identity.
-	SeedEndId     string `protobuf:"bytes,3,opt,name=seed_end_id,json=seedEndId,proto3" json:"seed_end_id,omitempty"`
+	Started       *RunRecord `protobuf:"bytes,2,opt,name=started,proto3" json:"started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1709,13 +1706,6 @@ func (x *StartSynchronousRunRequest) GetStarted() *RunRecord {
 		return x.Started
 	}
 	return nil
-}
-
-func (x *StartSynchronousRunRequest) GetSeedEndId() string {
-	if x != nil {
-		return x.SeedEndId
-	}
-	return ""
 }
 
 type StartSynchronousRunResponse struct {
@@ -1889,11 +1879,10 @@ const file_runstore_v1_seeds_proto_rawDesc = "" +
 	"!ListRunPreparationRecordsResponse\x121\n" +
 	"\arecords\x18\x01 \x03(\v2\x17.runstore.v1.SeedRecordR\arecords\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor\"\x97\x01\n" +
+	"nextCursor\"\x8a\x01\n" +
 	"\x1aStartSynchronousRunRequest\x12'\n" +
 	"\x03run\x18\x01 \x01(\v2\x15.runstore.v1.RunStartR\x03run\x120\n" +
-	"\astarted\x18\x02 \x01(\v2\x16.runstore.v1.RunRecordR\astarted\x12\x1e\n" +
-	"\vseed_end_id\x18\x03 \x01(\tR\tseedEndId\"\x87\x01\n" +
+	"\astarted\x18\x02 \x01(\v2\x16.runstore.v1.RunRecordR\astartedJ\x04\b\x03\x10\x04R\vseed_end_id\"\x87\x01\n" +
 	"\x1bStartSynchronousRunResponse\x121\n" +
 	"\x06record\x18\x01 \x01(\v2\x19.runstore.v1.AppendResultR\x06record\x125\n" +
 	"\n" +

@@ -77,7 +77,7 @@ class Starts(Section):
             cmd.run, started=cmd.started, canceled=cmd.canceled, cancellation=cmd.cancellation
         )
         run, digest = cmd.run, cmd.request_digest
-        current = validation.check_request_digest(digest, run.run_id)
+        current = validation.check_request_digest(digest, run)
         started, ended = validation.check_root_run_start(
             run, cmd.started, cmd.canceled, current=current, cancellation=cmd.cancellation
         )
@@ -115,7 +115,7 @@ class Starts(Section):
             cancellation=cmd.cancellation,
         )
         run, digest = cmd.run, cmd.request_digest
-        current = validation.check_request_digest(digest, run.run_id)
+        current = validation.check_request_digest(digest, run)
         link, started, ended = validation.check_child_run_start(
             run,
             cmd.parent_linked,
@@ -164,7 +164,7 @@ class Starts(Section):
         """§9.2.3: a sessionless run; no session is created or joined."""
         input_rules.check_run_start(cmd.run, started=cmd.started)
         run, digest = cmd.run, cmd.request_digest
-        current = validation.check_request_digest(digest, run.run_id)
+        current = validation.check_request_digest(digest, run)
         started = validation.check_one_shot_run_start(run, cmd.started)
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
@@ -192,7 +192,7 @@ class Starts(Section):
         """§9.2.4: a sessionless child of a running sessionless parent."""
         input_rules.check_run_start(cmd.run, parent_linked=cmd.parent_linked, started=cmd.started)
         run, digest = cmd.run, cmd.request_digest
-        current = validation.check_request_digest(digest, run.run_id)
+        current = validation.check_request_digest(digest, run)
         link, started = validation.check_one_shot_child_run_start(
             run, cmd.parent_linked, cmd.started
         )
@@ -273,6 +273,7 @@ class Starts(Section):
                 terminal="" if current else ended_key,
             ),
             request_digest=digest,
+            seed_end_id=run.seed_end_id,
         )
 
     async def _create_session_run(
@@ -402,6 +403,7 @@ def _same_run_identity(stored: RunState, run: RunStart) -> bool:
         and stored.parent_run_id == run.parent_run_id
         and stored.started_at == run.started_at
         and dict(stored.labels) == dict(run.labels)
+        and stored.seed_end_id == run.seed_end_id
     )
 
 

@@ -28,12 +28,13 @@ from runstore.server.core.starts import (
 class SynchronousStarts(Starts):
     """§9.2.5 over a ``Database``."""
 
-    async def start_synchronous_run(self, cmd: OneShotRunStart, seed_end_id: str) -> RunStartResult:
+    async def start_synchronous_run(self, cmd: OneShotRunStart) -> RunStartResult:
         """§9.2.5: StartOneShotRun's validation without a digest; the run's
-        published seed attached (§9.7.9); exact retries only."""
+        published seed, ending at ``run.seed_end_id``, attached (§9.7.9);
+        exact retries only."""
         input_rules.check_run_start(cmd.run, started=cmd.started)
-        input_rules.check_id(seed_end_id, "seed_end_id")
         run = cmd.run
+        seed_end_id = run.seed_end_id
         started = validation.check_one_shot_run_start(run, cmd.started)
         now = self._clock()
 
