@@ -12,8 +12,9 @@ from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
+from tests import current_starts as cur
 from tests.seeds import Upload, declaration, synchronous_request
-from tests.support import Store, fails_with, outcome, run_start, started_record, ts
+from tests.support import Run, Store, fails_with, outcome, run_start, started_record, ts
 
 CONFLICT = grpc.StatusCode.ALREADY_EXISTS
 
@@ -99,6 +100,58 @@ async def test_engine_and_synchronous_starts_never_share_a_run(store: Store) -> 
     await store.runtime.StartOneShotRun(run.one_shot_request())
     synchronous = sd.StartSynchronousRunRequest(run=run.start, started=started_record(run.start))
     synchronous.run.seed_end_id = "1"
+    await fails_with(store.runtime.StartSynchronousRun(synchronous), CONFLICT, "RUN_CONFLICT")
+
+
+async def test_no_engine_start_of_either_generation_takes_a_synchronous_run(
+    store: Store,
+) -> None:
+    """Each of the four engine starts of a synchronous run's ID, seed-era or
+    current (the current sessionless ones attaching its very seed):
+    RUN_CONFLICT, nothing written."""
+    request = await synchronous_request(store.runtime)
+    await store.runtime.StartSynchronousRun(request)
+    run = Run(request.run)
+    session_parent = await store.root()
+    sessionless_parent = await store.one_shot()
+
+    def variant(**fields: str) -> Run:
+        start = pb.RunStart()
+        start.CopyFrom(run.start)
+        for name, value in fields.items():
+            setattr(start, name, value)
+        return Run(start)
+
+    in_session = {"session_id": session_parent.start.session_id, "seed_end_id": ""}
+    calls = [
+        store.runtime.StartRootRun(variant(**in_session).root_request()),
+        store.runtime.StartChildRun(
+            variant(**in_session, parent_run_id=session_parent.id).child_request("agent")
+        ),
+        store.runtime.StartOneShotRun(variant(seed_end_id="").one_shot_request()),
+        store.runtime.StartOneShotChildRun(
+            variant(seed_end_id="", parent_run_id=sessionless_parent.id).one_shot_child_request(
+                "agent"
+            )
+        ),
+        store.runtime.StartOneShotRun(cur.one_shot(run, cur.digest(run.id))),
+        store.runtime.StartOneShotChildRun(
+            cur.one_shot_child(variant(parent_run_id=sessionless_parent.id), cur.digest(run.id))
+        ),
+    ]
+    for call in calls:
+        await fails_with(call, CONFLICT, "RUN_CONFLICT")
+    assert len(await store.records(run.id)) == 1
+    for parent in (session_parent, sessionless_parent):
+        assert len(await store.records(parent.id)) == 1
+
+    # A run a current one-shot child start created takes no synchronous start.
+    kid = await cur.seeded(store.runtime, run_start(parent_run_id=sessionless_parent.id))
+    await store.runtime.StartOneShotChildRun(cur.one_shot_child(kid, cur.digest(kid.id)))
+    as_root = pb.RunStart()
+    as_root.CopyFrom(kid.start)
+    as_root.parent_run_id = ""
+    synchronous = sd.StartSynchronousRunRequest(run=as_root, started=started_record(as_root))
     await fails_with(store.runtime.StartSynchronousRun(synchronous), CONFLICT, "RUN_CONFLICT")
 
 
