@@ -67,6 +67,10 @@ var (
 	ErrNamespaceTombstoned       = errors.New("runstore: NAMESPACE_TOMBSTONED")
 	ErrNamespaceProtected        = errors.New("runstore: NAMESPACE_PROTECTED")
 	ErrQuotaExceeded             = errors.New("runstore: QUOTA_EXCEEDED")
+	ErrSeedNotFound              = errors.New("runstore: SEED_NOT_FOUND")
+	ErrSeedConflict              = errors.New("runstore: SEED_CONFLICT")
+	ErrSeedNotPublished          = errors.New("runstore: SEED_NOT_PUBLISHED")
+	ErrPreparationAbandoned      = errors.New("runstore: PREPARATION_ABANDONED")
 )
 
 type reasonInfo struct {
@@ -121,4 +125,8 @@ var reasons = map[string]reasonInfo{
 	"NAMESPACE_TOMBSTONED":        {ErrNamespaceTombstoned, ErrFailedPrecondition},
 	"NAMESPACE_PROTECTED":         {ErrNamespaceProtected, ErrFailedPrecondition},
 	"QUOTA_EXCEEDED":              {ErrQuotaExceeded, ErrUnavailable},
+	"SEED_NOT_FOUND":              {ErrSeedNotFound, ErrNotFound},
+	"SEED_CONFLICT":               {ErrSeedConflict, ErrConflict},
+	"SEED_NOT_PUBLISHED":          {ErrSeedNotPublished, ErrFailedPrecondition},
+	"PREPARATION_ABANDONED":       {ErrPreparationAbandoned, ErrFailedPrecondition},
 }

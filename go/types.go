@@ -41,6 +41,9 @@ type RunStart struct {
 	PredecessorRunID string
 	StartedAt        time.Time
 	Labels           map[string]string
+	// SeedEndID names the run's published seed a synchronous or
+	// current-generation start attaches (docs/contract.md §9.7.9).
+	SeedEndID string
 }
 
 // AppendResult is the outcome of writing one record; all zero means "no
@@ -162,6 +165,7 @@ func (s RunStart) wire() *runstorev1.RunStart {
 		PredecessorRunId: s.PredecessorRunID,
 		StartedAt:        timestamp(s.StartedAt),
 		Labels:           s.Labels,
+		SeedEndId:        s.SeedEndID,
 	}
 }
 

@@ -15,8 +15,11 @@ from sqlalchemy.pool import NullPool
 from runstore.contract import lifecycle
 from runstore.server.db import migrate
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
+from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import types_pb2 as pb
-from tests.support import Run, link_record, record, started_record, ts
+from tests.seeds import Upload, declaration, prefix
+from tests.support import Run, link_record, record, started_record, ts, unique
 
 
 def digest(seed: str) -> bytes:
@@ -41,6 +44,42 @@ def intent_record(start: pb.RunStart, key: str = "intent") -> pb.RunRecord:
         ),
         at_ms=_ms(start.started_at),
     )
+
+
+async def seeded(runtime: rs_grpc.RuntimeStoreStub, run: Run) -> Run:
+    """Publishes the seed every current start of ``run`` attaches (§9.7.9) and
+    names its end in ``run.start.seed_end_id``: a literal, or for a
+    continuation the predecessor's history through its first record. Returns
+    ``run``."""
+    start = run.start
+    fields: dict[str, Any] = {
+        "agent_id": start.agent_id,
+        "run_id": start.run_id,
+        "session_id": start.session_id,
+    }
+    if start.predecessor_run_id:
+        fields.update(
+            kind=sd.SEED_KIND_CONTINUATION,
+            source_run_id=start.predecessor_run_id,
+            source_end_id="1",
+        )
+    upload = Upload(runtime, declaration(**fields))
+    seed = await upload.begin()
+    if seed.HasField("source"):
+        await upload.append(prefix(unique("source"), "0", seed.source))
+    await upload.history()
+    await upload.compiled()
+    await upload.publish()
+    start.seed_end_id = str(upload.seed_end)
+    return run
+
+
+def seed_era(run: Run) -> Run:
+    """``run`` without a seed end: the RunStart of a seed-era start (D1)."""
+    start = pb.RunStart()
+    start.CopyFrom(run.start)
+    start.seed_end_id = ""
+    return Run(start)
 
 
 def moved(run: Run, later_ms: int) -> Run:

@@ -137,7 +137,5 @@ async def synchronous_request(
     """A StartSynchronousRun of a fresh run whose literal seed is published
     (history end "1"); ``fields`` override the seed's declaration."""
     upload = await Upload(runtime, declaration(**fields)).published()
-    run = run_start(run_id=upload.run_id, agent_id=str(upload.decl.agent_id))
-    return sd.StartSynchronousRunRequest(
-        run=run.start, started=started_record(run.start), seed_end_id="1"
-    )
+    run = run_start(run_id=upload.run_id, agent_id=str(upload.decl.agent_id), seed_end_id="1")
+    return sd.StartSynchronousRunRequest(run=run.start, started=started_record(run.start))

@@ -299,6 +299,7 @@ def run_start(
     run_id: str | None = None,
     labels: Mapping[str, str] | None = None,
     started_ms: int | None = None,
+    seed_end_id: str = "",
 ) -> Run:
     return Run(
         pb.RunStart(
@@ -309,6 +310,7 @@ def run_start(
             predecessor_run_id=predecessor_run_id,
             started_at=ts(started_ms if started_ms is not None else now_ms()),
             labels=dict(labels) if labels is not None else {"site": "one"},
+            seed_end_id=seed_end_id,
         )
     )
 

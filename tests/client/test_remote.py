@@ -39,6 +39,11 @@ from runstore.client import (
     RunSuspensionConflictError,
     RunSuspensionNotFoundError,
     RunTerminalConflictError,
+    SeedAppend,
+    SeedDeclaration,
+    SeedKind,
+    SeedPublication,
+    SeedRecord,
     SessionActiveError,
     SessionAdmin,
     SessionEndedError,
@@ -618,6 +623,34 @@ def test_timestamps_round_trip_at_millisecond_precision() -> None:
     assert convert.timestamp(moment + timedelta(microseconds=1)).nanos == 123001000
 
 
+async def _seeded(remote: RemoteStore, run: RunStart) -> RunStart:
+    """``run`` naming the seed a current start attaches (§9.7.9), published:
+    a literal, or its predecessor's history through record 1."""
+    pred = run.predecessor_run_id
+    d = SeedDeclaration(
+        agent_id=run.agent_id,
+        run_id=run.run_id,
+        session_id=run.session_id,
+        command_id=unique("command"),
+        attempt_id=unique("attempt"),
+        kind=SeedKind.CONTINUATION if pred else SeedKind.LITERAL,
+        source_run_id=pred,
+        source_end_id="1" if pred else "",
+    )
+    seed = await remote.begin_run_seed(d)
+
+    async def append(record: SeedRecord) -> str:
+        return await remote.append_run_seed(SeedAppend(run.run_id, d.attempt_id, record))
+
+    previous = "0"
+    if seed.source is not None:
+        previous = await append(SeedRecord(key="source", previous_id="0", prefix=seed.source))
+    history = await append(SeedRecord(key="m", previous_id=previous, messages=b"[]"))
+    end = await append(SeedRecord(key="p", previous_id=history, prepared=b"x"))
+    await remote.publish_run_seed(SeedPublication(run.run_id, d.attempt_id, history, end, 1))
+    return replace(run, seed_end_id=history)
+
+
 async def test_current_starts_through_typed_values(
     clients: tuple[RemoteStore, RemoteSessionAdmin],
 ) -> None:
@@ -626,7 +659,7 @@ async def test_current_starts_through_typed_values(
     remote, admin = clients
     session_id = unique("session")
     await admin.create_session(session_id, ms_now())
-    first = root(session_id)
+    first = await _seeded(remote, root(session_id))
     digest = bytes(range(1, 33))
     started = await remote.start_root_run(records.root_run_start(first, request_digest=digest))
     assert (started.run_status, started.cancellation) == (RunStatus.RUNNING, AppendResult())
@@ -640,16 +673,18 @@ async def test_current_starts_through_typed_values(
         "1",
         False,
     )
-    successor = replace(root(session_id), predecessor_run_id=first.run_id)
+    successor = await _seeded(remote, replace(root(session_id), predecessor_run_id=first.run_id))
     await remote.start_root_run(records.root_run_start(successor, request_digest=digest[::-1]))
     assert (await remote.load_run(first.run_id)).successor_run_id == successor.run_id
 
     await admin.end_session(session_id, ms_now())
-    stopped = root(session_id)
+    stopped = await _seeded(remote, root(session_id))
     result = await remote.start_root_run(records.root_run_start(stopped, request_digest=digest))
     assert (result.outcome, result.run_status) == (RunStartOutcome.STOP, RunStatus.RUNNING)
     assert (result.cancellation.id, result.canceled) == ("2", AppendResult())
-    shot = RunStart(run_id=unique("solo"), agent_id="agent", started_at=ms_now())
+    shot = await _seeded(
+        remote, RunStart(run_id=unique("solo"), agent_id="agent", started_at=ms_now())
+    )
     one_shot = await remote.start_one_shot_run(
         records.one_shot_run_start(shot, request_digest=digest)
     )

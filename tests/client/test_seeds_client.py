@@ -4,6 +4,7 @@ ways, the error classes of the new reasons, and the blocking facade."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from runstore.client import (
     RemoteStore,
     RenderedPrompt,
     RunStart,
+    RunStatus,
     SeedAppend,
     SeedConflictError,
     SeedDeclaration,
@@ -126,11 +128,14 @@ async def test_a_synchronous_start_through_the_client(store: StubStore) -> None:
         compiled = SeedRecord(key="p", previous_id="1", prepared=b"x")
         await remote.append_run_seed(SeedAppend(d.run_id, d.attempt_id, compiled))
         await remote.publish_run_seed(SeedPublication(d.run_id, d.attempt_id, "1", "2", 1))
-        run = RunStart(run_id=d.run_id, agent_id="agent", started_at=records.now())
+        run = RunStart(run_id=d.run_id, agent_id="agent", started_at=records.now(), seed_end_id="1")
         command = records.one_shot_run_start(run)
-        first = await remote.start_synchronous_run(command, "1")
+        first = await remote.start_synchronous_run(command)
         assert (first.record.id, first.record.inserted) == ("1", True)
-        again = await remote.start_synchronous_run(command, "1")
+        assert first.run_status is RunStatus.RUNNING
+        again = await remote.start_synchronous_run(command)
         assert (again.record.id, again.record.inserted) == ("1", False)
         with pytest.raises(SeedConflictError):
-            await remote.start_synchronous_run(command, "2")
+            await remote.start_synchronous_run(
+                records.one_shot_run_start(replace(run, seed_end_id="2"))
+            )

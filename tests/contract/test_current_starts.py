@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -16,6 +17,7 @@ from runstore.contract import lifecycle
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import types_pb2 as pb
 from tests import current_starts as cur
+from tests.seeds import Upload, declaration
 from tests.support import (
     Run,
     Store,
@@ -35,6 +37,7 @@ HOUR_MS = 3_600_000
 
 async def _current_root(store: Store, session: str | None = None, **kwargs: Any) -> Run:
     run = run_start(session_id=session or await store.session(), **kwargs)
+    await cur.seeded(store.runtime, run)
     await store.runtime.StartRootRun(cur.root(run, cur.digest(run.id)))
     return run
 
@@ -94,6 +97,22 @@ async def test_a_digest_of_the_wrong_shape_is_refused_naming_it(
     assert await store.session_records(session) == []
 
 
+@pytest.mark.parametrize("kind", ["root", "child", "one_shot", "one_shot_child"])
+async def test_a_seed_era_start_naming_a_seed_end_is_refused(store: Store, kind: str) -> None:
+    """D1: only a current start attaches a seed, so an empty digest with a
+    seed end is refused naming ``run.seed_end_id``; nothing is written."""
+    session = await store.session()
+    run = run_start(session_id=session)
+    method, request = _requests(run, b"")[kind]
+    request.run.seed_end_id = "1"
+    failure = await fails_with(
+        getattr(store.runtime, method)(request), INVALID, "CONTRACT_VALIDATION"
+    )
+    assert failure.metadata["field"] == "run.seed_end_id"
+    assert not await store.exists(run.id)
+    assert await store.session_records(session) == []
+
+
 async def test_each_generation_carries_its_own_ended_session_record(store: Store) -> None:
     session = await store.session()
     run = run_start(session_id=session)
@@ -133,10 +152,10 @@ async def test_every_start_result_reports_the_run_status(store: Store) -> None:
     seed_era = run_start(session_id=session)
     result = await store.runtime.StartRootRun(seed_era.root_request())
     assert result.run_status == pb.RUN_STATUS_RUNNING
-    current = run_start(session_id=session)
+    current = await cur.seeded(store.runtime, run_start(session_id=session))
     result = await store.runtime.StartRootRun(cur.root(current, cur.digest(current.id)))
     assert (result.run_status, result.started.id) == (pb.RUN_STATUS_RUNNING, "1")
-    one_shot = run_start()
+    one_shot = await cur.seeded(store.runtime, run_start())
     shot = await store.runtime.StartOneShotRun(cur.one_shot(one_shot, cur.digest(one_shot.id)))
     assert (shot.run_status, shot.record.id) == (pb.RUN_STATUS_RUNNING, "1")
     await store.runtime.RecordRunTerminal(seed_era.terminal_request())
@@ -152,12 +171,150 @@ async def test_every_start_result_reports_the_run_status(store: Store) -> None:
     assert result.canceled.id == "2" and result.cancellation == pb.AppendResult()
 
 
+# --- Seed attachment (§9.7.9) ------------------------------------------------------------
+
+KINDS = ["root", "child", "one_shot", "one_shot_child"]
+
+
+async def _fresh(store: Store, kind: str) -> tuple[str, Run, Callable[[Run], Any], str]:
+    """A fresh run of ``kind`` (its parent started), the start method, a
+    builder of its current start, and its session ("" when sessionless)."""
+    session = await store.session()
+    if kind == "root":
+        return "StartRootRun", run_start(session_id=session), _current(cur.root), session
+    if kind == "child":
+        parent = await _current_root(store, session)
+        kid = run_start(session_id=session, parent_run_id=parent.id)
+        return "StartChildRun", kid, _current(cur.child), session
+    parent = await cur.seeded(store.runtime, run_start())
+    await store.runtime.StartOneShotRun(cur.one_shot(parent, cur.digest(parent.id)))
+    if kind == "one_shot":
+        return "StartOneShotRun", run_start(), _current(cur.one_shot), ""
+    shot_kid = run_start(parent_run_id=parent.id)
+    return "StartOneShotChildRun", shot_kid, _current(cur.one_shot_child), ""
+
+
+def _current(builder: Callable[[Run, bytes], Any]) -> Callable[[Run], Any]:
+    return lambda run: builder(run, cur.digest(run.id))
+
+
+def _seed_era(kind: str, run: Run) -> Any:
+    if kind == "root":
+        return run.root_request()
+    if kind == "child":
+        return run.child_request(parent_agent_id="agent")
+    if kind == "one_shot":
+        return run.one_shot_request()
+    return run.one_shot_child_request(parent_agent_id="agent")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_current_start_without_a_published_seed_writes_nothing(
+    store: Store, kind: str
+) -> None:
+    """No seed, or one still uploading: SEED_NOT_FOUND, the run not created."""
+    method, run, current, session = await _fresh(store, kind)
+    run.start.seed_end_id = "1"
+    before = await store.state(session_id=session, run_ids=(run.id, run.start.parent_run_id))
+    await fails_with(
+        getattr(store.runtime, method)(current(run)), grpc.StatusCode.NOT_FOUND, "SEED_NOT_FOUND"
+    )
+    upload = Upload(store.runtime, declaration(run_id=run.id, session_id=run.start.session_id))
+    await upload.begin()
+    await upload.history()
+    await fails_with(
+        getattr(store.runtime, method)(current(run)), grpc.StatusCode.NOT_FOUND, "SEED_NOT_FOUND"
+    )
+    assert not await store.exists(run.id)
+    assert await store.state(session_id=session, run_ids=(run.id, run.start.parent_run_id)) == (
+        before
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_current_start_attaches_its_seed_exactly(store: Store, kind: str) -> None:
+    """The start's seed_end_id is the seed's history end, first start and
+    retries alike; the run keeps it as RunMeta.seed_end_id."""
+    method, run, current, session = await _fresh(store, kind)
+    await cur.seeded(store.runtime, run)
+    end = run.start.seed_end_id
+    start = getattr(store.runtime, method)
+    for wrong in ("", str(int(end) + 1)):
+        run.start.seed_end_id = wrong
+        await fails_with(start(current(run)), CONFLICT, "SEED_CONFLICT")
+    assert not await store.exists(run.id)
+    run.start.seed_end_id = end
+    await start(current(run))
+    assert (await store.load(run.id)).seed_end_id == end
+    retry = await start(current(run))
+    assert retry.run_status == pb.RUN_STATUS_RUNNING
+    before = await store.state(session_id=session, run_ids=(run.id,))
+    run.start.seed_end_id = str(int(end) + 1)
+    await fails_with(start(current(run)), CONFLICT, "SEED_CONFLICT")
+    assert await store.state(session_id=session, run_ids=(run.id,)) == before
+
+
+async def test_the_seed_must_be_the_starts_own(store: Store) -> None:
+    """The declaration's agent and session are the start's
+    (RUN_RECORD_OWNER_MISMATCH); a continuation seed exactly for a
+    continuation of its source (SEED_CONFLICT)."""
+    session = await store.session()
+    other_agent = await cur.seeded(store.runtime, run_start(session_id=session, agent_id="other"))
+    other_agent.start.agent_id = "agent"
+    await fails_with(
+        store.runtime.StartRootRun(cur.root(other_agent, cur.digest(other_agent.id))),
+        PRECONDITION,
+        "RUN_RECORD_OWNER_MISMATCH",
+    )
+    sessionless_seed = await cur.seeded(store.runtime, run_start())
+    sessionless_seed.start.session_id = session
+    await fails_with(
+        store.runtime.StartRootRun(cur.root(sessionless_seed, cur.digest(sessionless_seed.id))),
+        PRECONDITION,
+        "RUN_RECORD_OWNER_MISMATCH",
+    )
+
+    pred = await _suspended_root(store, current=True)
+    other_pred = await _current_root(store, pred.start.session_id)
+    await store.runtime.RecordRunSuspension(other_pred.suspension_request())
+    literal = await cur.seeded(store.runtime, run_start(session_id=pred.start.session_id))
+    literal.start.predecessor_run_id = pred.id
+    continued = await cur.seeded(store.runtime, _successor(pred))
+    not_continued = run_start(run_id=continued.id, session_id=pred.start.session_id)
+    not_continued.start.seed_end_id = continued.start.seed_end_id
+    elsewhere = await cur.seeded(store.runtime, _successor(other_pred))
+    elsewhere.start.predecessor_run_id = pred.id
+    for wrong in (literal, not_continued, elsewhere):
+        await fails_with(
+            store.runtime.StartRootRun(cur.root(wrong, cur.digest(wrong.id))),
+            CONFLICT,
+            "SEED_CONFLICT",
+        )
+    for run in (literal, continued, elsewhere):
+        assert not await store.exists(run.id)
+    for predecessor in (pred, other_pred):
+        assert (await store.load(predecessor.id)).successor_run_id == ""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_seed_era_start_never_looks_at_seeds(store: Store, kind: str) -> None:
+    """D1: with or without a published seed for its run, a seed-era start
+    starts as before and records no seed end."""
+    _, unseeded, _, _ = await _fresh(store, kind)
+    method, seeded, _, _ = await _fresh(store, kind)
+    await cur.seeded(store.runtime, seeded)
+    for run in (unseeded, cur.seed_era(seeded)):
+        result = await getattr(store.runtime, method)(_seed_era(kind, run))
+        assert result.run_status == pb.RUN_STATUS_RUNNING
+        assert (await store.load(run.id)).seed_end_id == ""
+
+
 # --- Binding (§10.6) -------------------------------------------------------------------
 
 
 async def test_a_running_current_run_takes_only_its_exact_retry(store: Store) -> None:
     session = await store.session()
-    run = run_start(session_id=session)
+    run = await cur.seeded(store.runtime, run_start(session_id=session))
     bound = cur.digest(run.id)
     first = await store.runtime.StartRootRun(cur.root(run, bound))
     assert (first.started.id, first.started.inserted) == ("1", True)
@@ -172,28 +329,33 @@ async def test_a_running_current_run_takes_only_its_exact_retry(store: Store) ->
         cur.root(run, cur.digest("another request")),
         cur.root(cur.moved(run, HOUR_MS), bound),  # a new time while running
         cur.root(run, bound, started="other-key"),
-        run.root_request(),  # seed-era: binds no digest
+        cur.seed_era(run).root_request(),  # seed-era: binds no digest
     ):
         await fails_with(store.runtime.StartRootRun(changed), CONFLICT, "RUN_CONFLICT")
     assert await store.state(session_id=session, run_ids=(run.id,)) == before
 
 
 async def test_a_seed_era_run_refuses_a_current_start(store: Store) -> None:
-    """§10.7: the run's own (seed-era) start bound no digest."""
-    run = await store.root()
+    """§10.7: the run's own (seed-era) start bound no digest; the run's seed,
+    published before that start, does not change it."""
+    run = await cur.seeded(store.runtime, run_start(session_id=await store.session()))
+    await store.runtime.StartRootRun(cur.seed_era(run).root_request())
     await fails_with(
         store.runtime.StartRootRun(cur.root(run, cur.digest(run.id))), CONFLICT, "RUN_CONFLICT"
     )
-    shot = await store.one_shot()
+    shot = await cur.seeded(store.runtime, run_start())
+    await store.runtime.StartOneShotRun(cur.seed_era(shot).one_shot_request())
     await fails_with(
         store.runtime.StartOneShotRun(cur.one_shot(shot, cur.digest(shot.id))),
         CONFLICT,
         "RUN_CONFLICT",
     )
-    current_shot = run_start()
+    current_shot = await cur.seeded(store.runtime, run_start())
     await store.runtime.StartOneShotRun(cur.one_shot(current_shot, cur.digest(current_shot.id)))
     await fails_with(
-        store.runtime.StartOneShotRun(current_shot.one_shot_request()), CONFLICT, "RUN_CONFLICT"
+        store.runtime.StartOneShotRun(cur.seed_era(current_shot).one_shot_request()),
+        CONFLICT,
+        "RUN_CONFLICT",
     )
 
 
@@ -232,7 +394,7 @@ async def test_closed_replays_of_every_engine_start(store: Store) -> None:
     original IDs for a new execution of its request."""
     session = await store.session()
     parent = await _current_root(store, session)
-    kid = run_start(session_id=session, parent_run_id=parent.id)
+    kid = await cur.seeded(store.runtime, run_start(session_id=session, parent_run_id=parent.id))
     kid_digest = cur.digest(kid.id)
     first = await store.runtime.StartChildRun(cur.child(kid, kid_digest))
     await store.runtime.RecordRunSuspension(kid.suspension_request())
@@ -248,10 +410,10 @@ async def test_closed_replays_of_every_engine_start(store: Store) -> None:
     )
     assert parent_replay.run_status == pb.RUN_STATUS_SUSPENDED
 
-    shot = run_start()
+    shot = await cur.seeded(store.runtime, run_start())
     shot_digest = cur.digest(shot.id)
     await store.runtime.StartOneShotRun(cur.one_shot(shot, shot_digest))
-    shot_kid = run_start(parent_run_id=shot.id)
+    shot_kid = await cur.seeded(store.runtime, run_start(parent_run_id=shot.id))
     kid_digest = cur.digest(shot_kid.id)
     linked = await store.runtime.StartOneShotChildRun(cur.one_shot_child(shot_kid, kid_digest))
     await store.runtime.RecordRunTerminal(shot_kid.terminal_request(pb.RUN_STATUS_FAILED))
@@ -279,7 +441,7 @@ async def test_a_current_stopped_start_stores_the_intent_and_keeps_running(
 ) -> None:
     session = await store.session()
     await store.end(session)
-    run = run_start(session_id=session)
+    run = await cur.seeded(store.runtime, run_start(session_id=session))
     bound = cur.digest(run.id)
     first = await store.runtime.StartRootRun(cur.root(run, bound))
     assert (first.outcome, first.run_status) == (
@@ -398,12 +560,12 @@ async def test_corrupt_proof_is_data_loss_and_writes_nothing(
 
 async def test_the_first_current_continuation_is_the_only_successor(store: Store) -> None:
     pred = await _suspended_root(store, current=True)
-    winner = _successor(pred)
+    winner = await cur.seeded(store.runtime, _successor(pred))
     await store.runtime.StartRootRun(cur.root(winner, cur.digest(winner.id)))
     meta = await store.load(pred.id)
     assert (meta.status, meta.successor_run_id) == (pb.RUN_STATUS_SUSPENDED, winner.id)
 
-    loser = _successor(pred)
+    loser = await cur.seeded(store.runtime, _successor(pred))
     failure = await fails_with(
         store.runtime.StartRootRun(cur.root(loser, cur.digest(loser.id))),
         CONFLICT,
@@ -422,7 +584,7 @@ async def test_seed_era_continuations_neither_claim_nor_respect_the_slot(store: 
     for _ in range(2):
         await store.runtime.StartRootRun(_successor(pred).root_request())
     assert (await store.load(pred.id)).successor_run_id == ""
-    current = _successor(pred)
+    current = await cur.seeded(store.runtime, _successor(pred))
     await store.runtime.StartRootRun(cur.root(current, cur.digest(current.id)))
     assert (await store.load(pred.id)).successor_run_id == current.id
     late_seed_era = _successor(pred)
@@ -433,7 +595,7 @@ async def test_seed_era_continuations_neither_claim_nor_respect_the_slot(store: 
 async def test_racing_current_continuations_have_one_winner(store: Store) -> None:
     """§14.22: eight at once, one succeeds, the others RUN_CONFLICT with no run."""
     pred = await _suspended_root(store, current=True)
-    successors = [_successor(pred) for _ in range(8)]
+    successors = [await cur.seeded(store.runtime, _successor(pred)) for _ in range(8)]
     results = await asyncio.gather(
         *(outcome(store.runtime.StartRootRun(cur.root(s, cur.digest(s.id)))) for s in successors)
     )
@@ -450,11 +612,11 @@ async def _suspended_child_tree(store: Store) -> tuple[Run, Run, Run]:
     """A suspended parent, its suspended child, and the parent's running continuation."""
     parent = await _current_root(store)
     session = parent.start.session_id
-    kid = run_start(session_id=session, parent_run_id=parent.id)
+    kid = await cur.seeded(store.runtime, run_start(session_id=session, parent_run_id=parent.id))
     await store.runtime.StartChildRun(cur.child(kid, cur.digest(kid.id)))
     await store.runtime.RecordRunSuspension(kid.suspension_request())
     await store.runtime.RecordRunSuspension(parent.suspension_request())
-    next_parent = _successor(parent)
+    next_parent = await cur.seeded(store.runtime, _successor(parent))
     await store.runtime.StartRootRun(cur.root(next_parent, cur.digest(next_parent.id)))
     return parent, kid, next_parent
 
@@ -463,8 +625,13 @@ async def test_a_child_continues_the_same_tool_call_under_the_continued_parent(
     store: Store,
 ) -> None:
     _, kid, next_parent = await _suspended_child_tree(store)
-    next_kid = run_start(
-        session_id=kid.start.session_id, parent_run_id=next_parent.id, predecessor_run_id=kid.id
+    next_kid = await cur.seeded(
+        store.runtime,
+        run_start(
+            session_id=kid.start.session_id,
+            parent_run_id=next_parent.id,
+            predecessor_run_id=kid.id,
+        ),
     )
     result = await store.runtime.StartChildRun(cur.child(next_kid, cur.digest(next_kid.id)))
     assert (result.parent_record.id, result.run_status) == ("2", pb.RUN_STATUS_RUNNING)
@@ -473,8 +640,16 @@ async def test_a_child_continues_the_same_tool_call_under_the_continued_parent(
 
 async def test_a_child_continuation_of_another_tool_call_is_refused(store: Store) -> None:
     _, kid, next_parent = await _suspended_child_tree(store)
-    next_kid = run_start(
-        session_id=kid.start.session_id, parent_run_id=next_parent.id, predecessor_run_id=kid.id
+    next_kid = await cur.seeded(
+        store.runtime,
+        run_start(
+            session_id=kid.start.session_id,
+            parent_run_id=next_parent.id,
+            predecessor_run_id=kid.id,
+        ),
+    )
+    as_root = await cur.seeded(
+        store.runtime, run_start(session_id=kid.start.session_id, predecessor_run_id=kid.id)
     )
     before = await store.state(run_ids=(next_parent.id, next_kid.id, kid.id))
     failure = await fails_with(
@@ -486,14 +661,13 @@ async def test_a_child_continuation_of_another_tool_call_is_refused(store: Store
         "child continuation does not match predecessor parent tool call",
     )
     assert failure.metadata["predecessor_run_id"] == kid.id
-    seed_era = next_kid.child_request(parent_agent_id="agent")
+    seed_era = cur.seed_era(next_kid).child_request(parent_agent_id="agent")
     await fails_with(
         store.runtime.StartChildRun(seed_era),
         PRECONDITION,
         "CONTINUATION_MISMATCH",
         "parent run id",
     )
-    as_root = run_start(session_id=kid.start.session_id, predecessor_run_id=kid.id)
     await fails_with(
         store.runtime.StartRootRun(cur.root(as_root, cur.digest(as_root.id))),
         PRECONDITION,
@@ -512,8 +686,13 @@ async def test_a_child_continuation_whose_predecessor_link_is_gone_is_data_loss(
         "DELETE FROM records WHERE run_id = :run_id AND event_key = 'linked'",
         run_id=parent.id,
     )
-    next_kid = run_start(
-        session_id=kid.start.session_id, parent_run_id=next_parent.id, predecessor_run_id=kid.id
+    next_kid = await cur.seeded(
+        store.runtime,
+        run_start(
+            session_id=kid.start.session_id,
+            parent_run_id=next_parent.id,
+            predecessor_run_id=kid.id,
+        ),
     )
     await fails_with(
         store.runtime.StartChildRun(cur.child(next_kid, cur.digest(next_kid.id))),

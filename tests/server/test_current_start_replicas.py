@@ -44,10 +44,15 @@ async def test_successors_of_one_suspended_run_on_two_replicas_have_one_winner(
     replicas: list[Store],
 ) -> None:
     session = await replicas[0].session()
-    pred = run_start(session_id=session)
+    pred = await cur.seeded(replicas[0].runtime, run_start(session_id=session))
     await replicas[0].runtime.StartRootRun(cur.root(pred, cur.digest(pred.id)))
     await replicas[1].runtime.RecordRunSuspension(pred.suspension_request())
-    successors = [run_start(session_id=session, predecessor_run_id=pred.id) for _ in range(16)]
+    successors = [
+        await cur.seeded(
+            replicas[i % 2].runtime, run_start(session_id=session, predecessor_run_id=pred.id)
+        )
+        for i in range(16)
+    ]
     results = await asyncio.gather(
         *(
             outcome(replicas[i % 2].runtime.StartRootRun(cur.root(s, cur.digest(s.id))))
@@ -64,7 +69,7 @@ async def test_successors_of_one_suspended_run_on_two_replicas_have_one_winner(
 async def test_replays_racing_the_runs_ending_never_write(replicas: list[Store]) -> None:
     """A new execution's replay sees the run running (RUN_CONFLICT: only exact
     retries) or closed (the original IDs); it never writes either way."""
-    run = run_start()
+    run = await cur.seeded(replicas[0].runtime, run_start())
     bound = cur.digest(run.id)
     await replicas[0].runtime.StartOneShotRun(cur.one_shot(run, bound))
     replay = cur.one_shot(cur.moved(run, HOUR_MS), bound)
@@ -93,7 +98,7 @@ async def test_first_starts_at_two_times_bind_one(replicas: list[Store]) -> None
     """Racing first starts of one run with one digest and two proposed times:
     one inserts, the starts at its time are its exact retries, the others
     RUN_CONFLICT (a running run takes only exact retries)."""
-    run = run_start()
+    run = await cur.seeded(replicas[0].runtime, run_start())
     bound = cur.digest(run.id)
     early, late = cur.one_shot(run, bound), cur.one_shot(cur.moved(run, HOUR_MS), bound)
     requests = [early if i % 2 else late for i in range(16)]

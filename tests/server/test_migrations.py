@@ -17,7 +17,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from runstore.contract.errors import IdempotencyConflictError, RunConflictError
+from runstore.contract.errors import IdempotencyConflictError, SeedNotFoundError
 from runstore.server.app import create_stores, open_database
 from runstore.server.config import ServerConfig
 from runstore.server.core.model import OneShotRunStart, RecordDraft, RunStart
@@ -365,7 +365,9 @@ async def test_runs_from_before_0011_read_as_seed_era(empty_url: str) -> None:
             run = await stores.runtime.load_run(run_id)
             assert (run.request_digest, run.successor_run_id, run.seed_end_id) == (b"", "", "")
             start = RunStart(run_id, "a", started_at=run.started_at)
-            with pytest.raises(RunConflictError):
+            # A current start attaches its seed first (§9.7.9), and no seed
+            # can be begun for a run that exists.
+            with pytest.raises(SeedNotFoundError):
                 await stores.runtime.start_one_shot_run(
                     OneShotRunStart(start, _started(start), request_digest=b"\x01" * 32)
                 )

@@ -108,6 +108,9 @@ class RunStart:
     predecessor_run_id: str = ""
     """The suspended run this start continues (§10.2)."""
     labels: Mapping[str, str] = field(default_factory=dict)
+    seed_end_id: str = ""
+    """The published seed's history end a current-generation or synchronous
+    start attaches (§9.7.9); empty for a seed-era start."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,9 +91,7 @@ class Store(Protocol):
 class SeedStore(Protocol):
     """Seeds and preparations of goa-ai's current contract (§9.7)."""
 
-    async def start_synchronous_run(
-        self, command: OneShotRunStart, seed_end_id: str
-    ) -> OneShotRunStartResult:
+    async def start_synchronous_run(self, command: OneShotRunStart) -> OneShotRunStartResult:
         """§9.2.5: a callback's start attaching the run's published seed."""
         ...
 

@@ -488,18 +488,18 @@ class RemoteStore(_Client):
 
     # --- Seeds and preparations (§9.7, the ``SeedStore`` protocol) ---------------
 
-    async def start_synchronous_run(
-        self, command: OneShotRunStart, seed_end_id: str
-    ) -> OneShotRunStartResult:
+    async def start_synchronous_run(self, command: OneShotRunStart) -> OneShotRunStartResult:
         """A callback's start (docs/contract.md §9.2.5): the run's published
-        seed ending at ``seed_end_id`` is attached; a retry must be exact."""
+        seed ending at ``command.run.seed_end_id`` is attached; a retry must
+        be exact."""
         request = sd.StartSynchronousRunRequest(
-            run=convert.run_start(command.run),
-            started=convert.record(command.started),
-            seed_end_id=seed_end_id,
+            run=convert.run_start(command.run), started=convert.record(command.started)
         )
         response = await self._call(self.stub.StartSynchronousRun, request)
-        return OneShotRunStartResult(record=convert.from_append_result(response.record))
+        return OneShotRunStartResult(
+            record=convert.from_append_result(response.record),
+            run_status=convert.RUN_STATUS.get(response.run_status),
+        )
 
     async def begin_run_seed(self, declaration: SeedDeclaration) -> RunSeed:
         request = sd.BeginRunSeedRequest(declaration=seed_wire.declaration_to_wire(declaration))

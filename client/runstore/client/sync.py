@@ -177,10 +177,8 @@ class SyncRemoteStore(_Facade):
             )
         )
 
-    def start_synchronous_run(
-        self, command: OneShotRunStart, seed_end_id: str
-    ) -> OneShotRunStartResult:
-        return self._thread.run(self._remote.start_synchronous_run(command, seed_end_id))
+    def start_synchronous_run(self, command: OneShotRunStart) -> OneShotRunStartResult:
+        return self._thread.run(self._remote.start_synchronous_run(command))
 
     def begin_run_seed(self, declaration: SeedDeclaration) -> RunSeed:
         return self._thread.run(self._remote.begin_run_seed(declaration))

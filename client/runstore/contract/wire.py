@@ -118,6 +118,7 @@ RUN_START_FIELDS: Final = (
     "session_id",
     "parent_run_id",
     "predecessor_run_id",
+    "seed_end_id",
 )
 """RunStart fields kept as they are (``started_at`` and ``labels`` need a conversion)."""
 

@@ -784,11 +784,6 @@ class StartSynchronousRunRequest(_message.Message):
 
     RUN_FIELD_NUMBER: _builtins.int
     STARTED_FIELD_NUMBER: _builtins.int
-    SEED_END_ID_FIELD_NUMBER: _builtins.int
-    seed_end_id: _builtins.str
-    """The run's published seed's history end (RunSeed.end_id), required: the
-    start attaches that seed (§9.7.9). Part of the run's identity.
-    """
     @_builtins.property
     def run(self) -> _types_pb2.RunStart:
         """A sessionless root run start (as StartOneShotRun's)."""
@@ -802,11 +797,10 @@ class StartSynchronousRunRequest(_message.Message):
         *,
         run: _types_pb2.RunStart | None = ...,
         started: _types_pb2.RunRecord | None = ...,
-        seed_end_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["run", b"run", "started", b"started"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["run", b"run", "seed_end_id", b"seed_end_id", "started", b"started"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run", b"run", "started", b"started"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -817,16 +811,20 @@ class StartSynchronousRunResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RECORD_FIELD_NUMBER: _builtins.int
+    RUN_STATUS_FIELD_NUMBER: _builtins.int
+    run_status: _types_pb2.RunStatus.ValueType
+    """The run's status when this call answered (as StartOneShotRun's)."""
     @_builtins.property
     def record(self) -> _types_pb2.AppendResult: ...
     def __init__(
         self,
         *,
         record: _types_pb2.AppendResult | None = ...,
+        run_status: _types_pb2.RunStatus.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["record", b"record"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["record", b"record", "run_status", b"run_status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -177,6 +177,7 @@ class RunStart(_message.Message):
     PREDECESSOR_RUN_ID_FIELD_NUMBER: _builtins.int
     STARTED_AT_FIELD_NUMBER: _builtins.int
     LABELS_FIELD_NUMBER: _builtins.int
+    SEED_END_ID_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     agent_id: _builtins.str
     session_id: _builtins.str
@@ -185,6 +186,12 @@ class RunStart(_message.Message):
     """Required for child starts; empty for root starts."""
     predecessor_run_id: _builtins.str
     """Optional: the suspended run this start continues (§10.2)."""
+    seed_end_id: _builtins.str
+    """The history end (RunSeed.end_id) of the run's published seed, which a
+    current-generation or synchronous start attaches (§9.7.9); part of the
+    run's identity, and returned as RunMeta.seed_end_id. Empty for a
+    seed-era start (empty request_digest), which attaches no seed.
+    """
     @_builtins.property
     def started_at(self) -> _timestamp_pb2.Timestamp:
         """Required, whole milliseconds."""
@@ -203,10 +210,11 @@ class RunStart(_message.Message):
         predecessor_run_id: _builtins.str = ...,
         started_at: _timestamp_pb2.Timestamp | None = ...,
         labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        seed_end_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["started_at", b"started_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "predecessor_run_id", b"predecessor_run_id", "run_id", b"run_id", "session_id", b"session_id", "started_at", b"started_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "labels", b"labels", "parent_run_id", b"parent_run_id", "predecessor_run_id", b"predecessor_run_id", "run_id", b"run_id", "seed_end_id", b"seed_end_id", "session_id", b"session_id", "started_at", b"started_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -124,7 +124,7 @@ def one_shot_run_start(request: rs.StartOneShotRunRequest) -> model.OneShotRunSt
 
 
 def synchronous_run_start(request: sd.StartSynchronousRunRequest) -> model.OneShotRunStart:
-    """§9.2.5: the command of StartOneShotRun (its seed end travels beside it)."""
+    """§9.2.5: the command of StartOneShotRun (its seed end is ``run.seed_end_id``)."""
     return model.OneShotRunStart(
         run=run_start_from_wire(request), started=record_from_wire(request, "started")
     )

@@ -1659,10 +1659,7 @@ type StartSynchronousRunRequest struct {
 	// A sessionless root run start (as StartOneShotRun's).
 	Run *RunStart `protobuf:"bytes,1,opt,name=run,proto3" json:"run,omitempty"`
 	// The run_started record (ID "1").
-	Started *RunRecord `protobuf:"bytes,2,opt,name=started,proto3" json:"started,omitempty"`
-	// The run's published seed's history end (RunSeed.end_id), required: the
-	// start attaches that seed (§9.7.9). Part of the run's identity.
-	SeedEndId     string `protobuf:"bytes,3,opt,name=seed_end_id,json=seedEndId,proto3" json:"seed_end_id,omitempty"`
+	Started       *RunRecord `protobuf:"bytes,2,opt,name=started,proto3" json:"started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1711,16 +1708,11 @@ func (x *StartSynchronousRunRequest) GetStarted() *RunRecord {
 	return nil
 }
 
-func (x *StartSynchronousRunRequest) GetSeedEndId() string {
-	if x != nil {
-		return x.SeedEndId
-	}
-	return ""
-}
-
 type StartSynchronousRunResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Record        *AppendResult          `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Record *AppendResult          `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// The run's status when this call answered (as StartOneShotRun's).
+	RunStatus     RunStatus `protobuf:"varint,2,opt,name=run_status,json=runStatus,proto3,enum=runstore.v1.RunStatus" json:"run_status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1760,6 +1752,13 @@ func (x *StartSynchronousRunResponse) GetRecord() *AppendResult {
 		return x.Record
 	}
 	return nil
+}
+
+func (x *StartSynchronousRunResponse) GetRunStatus() RunStatus {
+	if x != nil {
+		return x.RunStatus
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
 }
 
 var File_runstore_v1_seeds_proto protoreflect.FileDescriptor
@@ -1880,13 +1879,14 @@ const file_runstore_v1_seeds_proto_rawDesc = "" +
 	"!ListRunPreparationRecordsResponse\x121\n" +
 	"\arecords\x18\x01 \x03(\v2\x17.runstore.v1.SeedRecordR\arecords\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor\"\x97\x01\n" +
+	"nextCursor\"\x8a\x01\n" +
 	"\x1aStartSynchronousRunRequest\x12'\n" +
 	"\x03run\x18\x01 \x01(\v2\x15.runstore.v1.RunStartR\x03run\x120\n" +
-	"\astarted\x18\x02 \x01(\v2\x16.runstore.v1.RunRecordR\astarted\x12\x1e\n" +
-	"\vseed_end_id\x18\x03 \x01(\tR\tseedEndId\"P\n" +
+	"\astarted\x18\x02 \x01(\v2\x16.runstore.v1.RunRecordR\astartedJ\x04\b\x03\x10\x04R\vseed_end_id\"\x87\x01\n" +
 	"\x1bStartSynchronousRunResponse\x121\n" +
-	"\x06record\x18\x01 \x01(\v2\x19.runstore.v1.AppendResultR\x06record*q\n" +
+	"\x06record\x18\x01 \x01(\v2\x19.runstore.v1.AppendResultR\x06record\x125\n" +
+	"\n" +
+	"run_status\x18\x02 \x01(\x0e2\x16.runstore.v1.RunStatusR\trunStatus*q\n" +
 	"\bSeedKind\x12\x19\n" +
 	"\x15SEED_KIND_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11SEED_KIND_LITERAL\x10\x01\x12\x17\n" +
@@ -1942,6 +1942,7 @@ var file_runstore_v1_seeds_proto_goTypes = []any{
 	(*RunStart)(nil),                          // 29: runstore.v1.RunStart
 	(*RunRecord)(nil),                         // 30: runstore.v1.RunRecord
 	(*AppendResult)(nil),                      // 31: runstore.v1.AppendResult
+	(RunStatus)(0),                            // 32: runstore.v1.RunStatus
 }
 var file_runstore_v1_seeds_proto_depIdxs = []int32{
 	28, // 0: runstore.v1.PromptScope.labels:type_name -> runstore.v1.PromptScope.LabelsEntry
@@ -1966,11 +1967,12 @@ var file_runstore_v1_seeds_proto_depIdxs = []int32{
 	29, // 19: runstore.v1.StartSynchronousRunRequest.run:type_name -> runstore.v1.RunStart
 	30, // 20: runstore.v1.StartSynchronousRunRequest.started:type_name -> runstore.v1.RunRecord
 	31, // 21: runstore.v1.StartSynchronousRunResponse.record:type_name -> runstore.v1.AppendResult
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	32, // 22: runstore.v1.StartSynchronousRunResponse.run_status:type_name -> runstore.v1.RunStatus
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_runstore_v1_seeds_proto_init() }

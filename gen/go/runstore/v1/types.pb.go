@@ -326,7 +326,12 @@ type RunStart struct {
 	// Required, whole milliseconds.
 	StartedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
 	// Absent and empty are equal in every comparison.
-	Labels        map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Labels map[string]string `protobuf:"bytes,7,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The history end (RunSeed.end_id) of the run's published seed, which a
+	// current-generation or synchronous start attaches (§9.7.9); part of the
+	// run's identity, and returned as RunMeta.seed_end_id. Empty for a
+	// seed-era start (empty request_digest), which attaches no seed.
+	SeedEndId     string `protobuf:"bytes,8,opt,name=seed_end_id,json=seedEndId,proto3" json:"seed_end_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -408,6 +413,13 @@ func (x *RunStart) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *RunStart) GetSeedEndId() string {
+	if x != nil {
+		return x.SeedEndId
+	}
+	return ""
 }
 
 // One immutable run record (§3.7, upstream runlog.Event).
@@ -794,7 +806,7 @@ const file_runstore_v1_types_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.runstore.v1.SessionStatusR\x06status\x129\n" +
 	"\n" +
 	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x125\n" +
-	"\bended_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"\xde\x02\n" +
+	"\bended_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"\xfe\x02\n" +
 	"\bRunStart\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x1d\n" +
@@ -804,7 +816,8 @@ const file_runstore_v1_types_proto_rawDesc = "" +
 	"\x12predecessor_run_id\x18\x05 \x01(\tR\x10predecessorRunId\x129\n" +
 	"\n" +
 	"started_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x129\n" +
-	"\x06labels\x18\a \x03(\v2!.runstore.v1.RunStart.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\a \x03(\v2!.runstore.v1.RunStart.LabelsEntryR\x06labels\x12\x1e\n" +
+	"\vseed_end_id\x18\b \x01(\tR\tseedEndId\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8a\x02\n" +

@@ -86,6 +86,7 @@ def check_run_start(run: RunStart, **records: RecordDraft | None) -> None:
             "run.session_id": run.session_id,
             "run.parent_run_id": run.parent_run_id,
             "run.predecessor_run_id": run.predecessor_run_id,
+            "run.seed_end_id": run.seed_end_id,
         }
     )
     check_labels(run.labels, "run.labels")

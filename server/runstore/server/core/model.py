@@ -184,6 +184,7 @@ class RunStart:
     predecessor_run_id: str = ""
     started_at: Nanos | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    seed_end_id: str = ""
 
 
 Page: TypeAlias = contract.Page[RunRecord]

@@ -9,7 +9,11 @@ continue a child under another execution parent and claims its predecessor's
 single successor slot (§10.2). Where both generations meet one run, the
 run's own start decides (the table in §10.7).
 
-Lock order: the session first, then a parent run, then the run."""
+A current start attaches its run's published seed (§9.7.9); a seed-era
+start never looks at seeds.
+
+Lock order: the session first, then the run's seed lock, then a parent run,
+then the run."""
 
 from __future__ import annotations
 
@@ -65,6 +69,7 @@ from runstore.server.core.model import (
 )
 from runstore.server.core.ports import PURGED, Transaction
 from runstore.server.core.section import Section
+from runstore.server.core.seeds import check_start_seed
 
 
 class Starts(Section):
@@ -77,11 +82,11 @@ class Starts(Section):
             cmd.run, started=cmd.started, canceled=cmd.canceled, cancellation=cmd.cancellation
         )
         run, digest = cmd.run, cmd.request_digest
-        current = validation.check_request_digest(digest, run.run_id)
+        current = validation.check_request_digest(digest, run)
         started, ended = validation.check_root_run_start(
             run, cmd.started, cmd.canceled, current=current, cancellation=cmd.cancellation
         )
-        if not run.predecessor_run_id:
+        if not run.predecessor_run_id and not current:
             new_run = self._new_run(run, RunStartOutcome.PROCEED, None, started, ended, digest)
             record_id = await self._db.start_if_new(new_run, started)
             if record_id is not None:
@@ -90,6 +95,7 @@ class Starts(Section):
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
             session = await _lock_session_for_start(tx, run)
+            await self._attach_seed(tx, run, current)
             predecessor = await _check_continuation(tx, run, None, current)
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
@@ -115,7 +121,7 @@ class Starts(Section):
             cancellation=cmd.cancellation,
         )
         run, digest = cmd.run, cmd.request_digest
-        current = validation.check_request_digest(digest, run.run_id)
+        current = validation.check_request_digest(digest, run)
         link, started, ended = validation.check_child_run_start(
             run,
             cmd.parent_linked,
@@ -127,6 +133,7 @@ class Starts(Section):
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
             session = await _lock_session_for_start(tx, run)
+            await self._attach_seed(tx, run, current)
             predecessor = await _check_continuation(tx, run, link, current)
             if current:
                 # A closed child proves its own stored link (§10.6), so the
@@ -164,15 +171,14 @@ class Starts(Section):
         """§9.2.3: a sessionless run; no session is created or joined."""
         input_rules.check_run_start(cmd.run, started=cmd.started)
         run, digest = cmd.run, cmd.request_digest
-        current = validation.check_request_digest(digest, run.run_id)
+        current = validation.check_request_digest(digest, run)
         started = validation.check_one_shot_run_start(run, cmd.started)
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
+            await self._attach_seed(tx, run, current)
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
-                # §9.2.5: a synchronous run never takes an engine start.
-                if await tx.synchronous_run(run.run_id) is not None:
-                    raise RunConflictError(run_id=run.run_id)
+                await _check_engine_run(tx, stored)
                 if _bound_and_closed(stored, digest, current):
                     return await _closed_start(tx, stored, run, None, started, None)
                 _check_sessionless_retry(stored, run, None, started)
@@ -192,15 +198,17 @@ class Starts(Section):
         """§9.2.4: a sessionless child of a running sessionless parent."""
         input_rules.check_run_start(cmd.run, parent_linked=cmd.parent_linked, started=cmd.started)
         run, digest = cmd.run, cmd.request_digest
-        current = validation.check_request_digest(digest, run.run_id)
+        current = validation.check_request_digest(digest, run)
         link, started = validation.check_one_shot_child_run_start(
             run, cmd.parent_linked, cmd.started
         )
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
+            await self._attach_seed(tx, run, current)
             parent = await tx.run(run.parent_run_id, for_update=True)
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
+                await _check_engine_run(tx, stored)
                 if _bound_and_closed(stored, digest, current):
                     return await _closed_start(tx, stored, run, link, started, None)
                 _check_sessionless_retry(stored, run, link, started)
@@ -236,6 +244,14 @@ class Starts(Section):
             )
 
         return await self._db.write(tx_fn)
+
+    async def _attach_seed(self, tx: Transaction, run: RunStart, current: bool) -> None:
+        """§9.7.9: a current start, first or retry, attaches its run's exact
+        published seed, under the run's seed lock (which orders it against
+        BeginRunSeed of the ID). A seed-era start attaches none (D1)."""
+        if current:
+            await tx.lock_seed_operation(run.run_id, None, self._clock())
+            await check_start_seed(tx, run, run.seed_end_id)
 
     def _new_run(
         self,
@@ -273,6 +289,7 @@ class Starts(Section):
                 terminal="" if current else ended_key,
             ),
             request_digest=digest,
+            seed_end_id=run.seed_end_id,
         )
 
     async def _create_session_run(
@@ -345,6 +362,13 @@ def _successor_taken(run: RunStart, predecessor: RunState) -> RunConflictError:
     )
 
 
+async def _check_engine_run(tx: Transaction, stored: RunState) -> None:
+    """§9.2.5: a run StartSynchronousRun created never takes an engine start,
+    of either generation, not even one identical to its synchronous start."""
+    if await tx.synchronous_run(stored.run_id) is not None:
+        raise RunConflictError(run_id=stored.run_id, session_id=stored.session_id)
+
+
 async def _check_not_purged(tx: Transaction, run: RunStart) -> None:
     """§9.10.2: a first start of a run ID retention deleted is refused, so a
     delayed retry of a purged run's start never re-creates it."""
@@ -402,6 +426,7 @@ def _same_run_identity(stored: RunState, run: RunStart) -> bool:
         and stored.parent_run_id == run.parent_run_id
         and stored.started_at == run.started_at
         and dict(stored.labels) == dict(run.labels)
+        and stored.seed_end_id == run.seed_end_id
     )
 
 
@@ -416,6 +441,7 @@ async def _replay_session_start(
     predecessor: RunState | None,
 ) -> RunStartResult:
     """§9.2.1 retry path of either generation."""
+    await _check_engine_run(tx, stored)
     if not digest:
         return await _replay_seed_era_start(tx, stored, run, link, started, ended)
     if predecessor is not None and predecessor.successor_run_id != run.run_id:

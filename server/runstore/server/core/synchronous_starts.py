@@ -11,7 +11,7 @@ closed-start replay for a callback.
 from __future__ import annotations
 
 from runstore.contract.errors import RunConflictError
-from runstore.contract.model import RunStartOutcome
+from runstore.contract.model import RunStartOutcome, RunStatus
 from runstore.server.core import input_rules, validation
 from runstore.server.core.checks import append_new
 from runstore.server.core.model import OneShotRunStart, RunStartResult
@@ -28,12 +28,13 @@ from runstore.server.core.starts import (
 class SynchronousStarts(Starts):
     """§9.2.5 over a ``Database``."""
 
-    async def start_synchronous_run(self, cmd: OneShotRunStart, seed_end_id: str) -> RunStartResult:
+    async def start_synchronous_run(self, cmd: OneShotRunStart) -> RunStartResult:
         """§9.2.5: StartOneShotRun's validation without a digest; the run's
-        published seed attached (§9.7.9); exact retries only."""
+        published seed, ending at ``run.seed_end_id``, attached (§9.7.9);
+        exact retries only."""
         input_rules.check_run_start(cmd.run, started=cmd.started)
-        input_rules.check_id(seed_end_id, "seed_end_id")
         run = cmd.run
+        seed_end_id = run.seed_end_id
         started = validation.check_one_shot_run_start(run, cmd.started)
         now = self._clock()
 
@@ -47,11 +48,15 @@ class SynchronousStarts(Starts):
                     raise RunConflictError(run_id=run.run_id)
                 _check_sessionless_retry(stored, run, None, started)
                 return RunStartResult(
-                    RunStartOutcome.PROCEED, await _replay_record(tx, started, None)
+                    RunStartOutcome.PROCEED, stored.status, await _replay_record(tx, started, None)
                 )
             await _check_not_purged(tx, run)
-            await tx.insert_run(self._new_run(run, RunStartOutcome.PROCEED, None, started, None))
+            await tx.insert_run(
+                self._new_run(run, RunStartOutcome.PROCEED, None, started, None, b"")
+            )
             await tx.insert_synchronous_run(run.run_id, seed_end_id)
-            return RunStartResult(RunStartOutcome.PROCEED, await append_new(tx, started, None))
+            return RunStartResult(
+                RunStartOutcome.PROCEED, RunStatus.RUNNING, await append_new(tx, started, None)
+            )
 
         return await self._db.write(tx_fn)

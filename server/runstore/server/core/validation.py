@@ -143,11 +143,19 @@ def _decode_lifecycle_record(
 # --- The generation of a start (D1, §10.6) ----------------------------------
 
 
-def check_request_digest(digest: bytes, run_id: str) -> bool:
+def check_request_digest(digest: bytes, run: RunStart) -> bool:
     """Which generation an engine start belongs to, told by its digest alone:
     empty is seed-era (False); exactly ``DIGEST_BYTES`` bytes, not all zero,
-    is current (True); anything else is refused naming ``request_digest``."""
+    is current (True); anything else is refused naming ``request_digest``.
+    A seed-era start attaches no seed (D1), so it names no seed end."""
+    run_id = run.run_id
     if not digest:
+        if run.seed_end_id:
+            raise _invalid(
+                "a start without a request digest attaches no seed",
+                "run.seed_end_id",
+                run_id=run_id,
+            )
         return False
     if len(digest) != DIGEST_BYTES:
         raise _invalid(

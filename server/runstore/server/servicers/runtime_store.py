@@ -97,8 +97,11 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
         self, request: sd.StartSynchronousRunRequest, context: Context
     ) -> sd.StartSynchronousRunResponse:
         command = convert.synchronous_run_start(request)
-        result = await self._store.start_synchronous_run(command, request.seed_end_id)
-        return sd.StartSynchronousRunResponse(record=convert.append_result_to_wire(result.started))
+        result = await self._store.start_synchronous_run(command)
+        return sd.StartSynchronousRunResponse(
+            record=convert.append_result_to_wire(result.started),
+            run_status=wire.RUN_STATUS_TO_WIRE[result.run_status],
+        )
 
     @maps_errors
     async def AppendRunRecord(
