@@ -13,10 +13,18 @@ PROTOS := $(wildcard protos/runstore/v1/*.proto)
 BUF_VERSION := 1.75.0
 BUF := .tools/node_modules/.bin/buf
 BUF_STAMP := .tools/.buf-$(BUF_VERSION)
+# helm (the chart's lint and rendering: deploy/helm/, tests/deploy/test_helm.py), built
+# from source through the Go module proxy, pinned, into the git-ignored .tools/bin.
+HELM_VERSION := 3.22.0
+HELM := .tools/bin/helm
+HELM_STAMP := .tools/.helm-$(HELM_VERSION)
+# The Kubernetes minor version of helm's own k8s.io modules (v0.37 in helm 3.22.0):
+# what `helm template` and `helm lint` take the cluster to be, as in helm's releases.
+HELM_K8S_MINOR := 37
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
 
-.PHONY: install chromium screenshots run test test-pg proto vendor-protos proto-image lint fmt migrate bench bench-quick bench-chain check clean
+.PHONY: install helm chromium screenshots run test test-pg proto vendor-protos proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
 # The version files too: an editable install keeps the version it was made with.
@@ -35,6 +43,19 @@ $(BUF_STAMP):
 	@echo "make install: installing buf $(BUF_VERSION) into .tools/ (npm)"
 	npm install --prefix .tools --no-save --no-audit --no-fund --loglevel=error @bufbuild/buf@$(BUF_VERSION)
 	touch $@
+
+# The ldflags are those of helm's own Makefile: the version `helm version` prints,
+# and the Kubernetes version (else 1.20) that rendering and linting assume.
+HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=v$(HELM_VERSION) \
+	$(foreach pkg,pkg/chartutil pkg/lint/rules,-X helm.sh/helm/v3/$(pkg).k8sVersionMajor=1 \
+		-X helm.sh/helm/v3/$(pkg).k8sVersionMinor=$(HELM_K8S_MINOR))
+$(HELM_STAMP):
+	@echo "make install: building helm $(HELM_VERSION) into .tools/bin (Go module proxy; about two minutes cold)"
+	GOBIN=$(CURDIR)/.tools/bin go install -ldflags "$(HELM_LDFLAGS)" helm.sh/helm/v3/cmd/helm@v$(HELM_VERSION)
+	touch $@
+
+## helm, pinned, in .tools/bin/helm (the chart's tests build it through this target).
+helm: $(HELM_STAMP)
 
 # The console's browser tests drive Debian's Chromium (Playwright's own browser
 # download is not used): installed with apt-get when missing and we are root.
