@@ -13,6 +13,14 @@ PROTOS := $(wildcard protos/runstore/v1/*.proto)
 BUF_VERSION := 1.75.0
 BUF := .tools/node_modules/.bin/buf
 BUF_STAMP := .tools/.buf-$(BUF_VERSION)
+# helm (the chart's lint and rendering: deploy/helm/, tests/deploy/test_helm.py), built
+# from source through the Go module proxy, pinned, into the git-ignored .tools/bin.
+HELM_VERSION := 3.22.0
+HELM := .tools/bin/helm
+HELM_STAMP := .tools/.helm-$(HELM_VERSION)
+# The Kubernetes minor version of helm's own k8s.io modules (v0.37 in helm 3.22.0):
+# what `helm template` and `helm lint` take the cluster to be, as in helm's releases.
+HELM_K8S_MINOR := 37
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
 # Go: the generated code (gen/go), the typed client (go/) and its example
@@ -28,7 +36,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GO_PLUGINS_STAMP := .tools/.go-plugins-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)
 GO_MODULES_STAMP := .tools/.go-modules
 
-.PHONY: install chromium screenshots run test test-go test-pg image image-archive deploy-tools test-deploy proto lint-go vendor-protos proto-image lint fmt migrate bench bench-quick bench-chain check clean
+.PHONY: install helm chromium screenshots run test test-go test-pg image image-archive deploy-tools test-deploy proto lint-go vendor-protos proto-image lint fmt migrate bench bench-quick bench-chain check clean
 
 # The virtual environment: both distributions in editable mode plus the dev tools.
 # The version files too: an editable install keeps the version it was made with.
@@ -61,6 +69,19 @@ $(GO_MODULES_STAMP): $(foreach module,$(GO_MODULES),$(module)/go.mod $(module)/g
 	mkdir -p .tools
 	for module in $(GO_MODULES); do (cd $$module && $(GO) mod download) || exit 1; done
 	touch $@
+
+# The ldflags are those of helm's own Makefile: the version `helm version` prints,
+# and the Kubernetes version (else 1.20) that rendering and linting assume.
+HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=v$(HELM_VERSION) \
+	$(foreach pkg,pkg/chartutil pkg/lint/rules,-X helm.sh/helm/v3/$(pkg).k8sVersionMajor=1 \
+		-X helm.sh/helm/v3/$(pkg).k8sVersionMinor=$(HELM_K8S_MINOR))
+$(HELM_STAMP):
+	@echo "make install: building helm $(HELM_VERSION) into .tools/bin (Go module proxy; about two minutes cold)"
+	GOBIN=$(CURDIR)/.tools/bin go install -ldflags "$(HELM_LDFLAGS)" helm.sh/helm/v3/cmd/helm@v$(HELM_VERSION)
+	touch $@
+
+## helm, pinned, in .tools/bin/helm (the chart's tests build it through this target).
+helm: $(HELM_STAMP)
 
 # The console's browser tests drive Debian's Chromium (Playwright's own browser
 # download is not used): installed with apt-get when missing and we are root.

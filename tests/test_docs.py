@@ -361,6 +361,7 @@ def bench_options() -> set[str]:
 # Flags of other programs the pages show (grpcurl's are single-dash): pg_dump's,
 # pg_restore's, protoc's, pip's, npm's, ruff's, mkdocs' and examples/worker.py's.
 OTHER_PROGRAMS = {
+    "--from-file",  # kubectl's (docs/deploy.md#helm-chart)
     "--format", "--file", "--no-owner", "--dbname", "--go_out", "--go_opt",
     "--go-grpc_out", "--go-grpc_opt", "--prefix", "--group", "--check", "--strict", "--ca",
     "--force-reinstall", "--no-deps", "--to", "--no-access-log",
