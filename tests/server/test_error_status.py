@@ -45,6 +45,10 @@ EXPECTED = {
     "INVALID_ARGUMENT_READ": ("INVALID_ARGUMENT", True),
     "MALFORMED_REQUEST": ("INVALID_ARGUMENT", True),
     "STORED_STATE_CORRUPT": ("DATA_LOSS", True),
+    "SEED_NOT_FOUND": ("NOT_FOUND", True),
+    "SEED_CONFLICT": ("ALREADY_EXISTS", True),
+    "SEED_NOT_PUBLISHED": ("FAILED_PRECONDITION", True),
+    "PREPARATION_ABANDONED": ("FAILED_PRECONDITION", True),
     "TRANSIENT": ("UNAVAILABLE", False),
     # Product memory (D5): a stale context save is ABORTED but permanent, so
     # clients reload instead of retrying blindly.
