@@ -239,12 +239,10 @@ async def _fill(store: Store, ids: dict[str, str]) -> None:
         await seed.history(b"[]")
     await seed.compiled()
     await seed.publish()
-    synchronous = run_start(run_id=ids["seeded"])
+    synchronous = run_start(run_id=ids["seeded"], seed_end_id=str(seed.seed_end))
     await store.runtime.StartSynchronousRun(
         sd.StartSynchronousRunRequest(
-            run=synchronous.start,
-            started=started_record(synchronous.start),
-            seed_end_id=str(seed.seed_end),
+            run=synchronous.start, started=started_record(synchronous.start)
         )
     )
     for position in range(PURGE_BATCH_ROWS + 1):
