@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,6 +37,7 @@ from runstore.client import (
     open_channel,
     read_token_file,
 )
+from runstore.client.retry import REFUSAL_LOGGER
 from runstore.contract.durations import parse_duration
 from runstore.contract.errors import RunstoreError, UnavailableError
 from runstore.contract.metadata import READ_LAG_METADATA
@@ -44,8 +46,12 @@ from runstore.contract.namespaces import NAME_RULE as NAMESPACE_RULE
 from runstore.contract.namespaces import is_valid_name as is_valid_namespace
 
 DEFAULT_TARGET: Final = "127.0.0.1:50051"
-FOLLOW_RETRY: Final = RetryPolicy(initial=0.1, maximum=2.0, deadline=60.0)
-"""How ``records tail --follow`` rides out a server restart or a failover."""
+FOLLOW_RETRY: Final = RetryPolicy(
+    initial=0.1, maximum=2.0, deadline=60.0, refusal_deadline=None
+)
+"""How ``records tail --follow`` rides out a server restart or a failover (for a
+minute), and a refusal such as its namespace's ``watch_streams`` quota (for as
+long as it is refused, one line on stderr per wait)."""
 
 _GENERIC_REASONS: Final = frozenset({"TRANSIENT", "RPC_ERROR", "UNKNOWN"})
 
@@ -332,8 +338,24 @@ async def _run(args: argparse.Namespace, handler: Action, settings: ConnectionSe
         await clients.close()
 
 
+class RefusalLines(logging.Handler):
+    """Every refusal a command retries, as one line on stderr: the client's
+    WARNING record (the quota and the wait), so no retry is silent."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"runstore: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
+def report_refusals() -> None:
+    """Puts ``RefusalLines`` on the client's refusal logger, once."""
+    logger = logging.getLogger(REFUSAL_LOGGER)
+    if not any(isinstance(handler, RefusalLines) for handler in logger.handlers):
+        logger.addHandler(RefusalLines(logging.WARNING))
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs the action ``args`` names (set by ``action``); returns the exit code."""
+    report_refusals()
     try:
         settings = connection_settings(args, sys.stderr)
         return asyncio.run(_run(args, args.handler, settings))

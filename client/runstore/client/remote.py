@@ -62,14 +62,23 @@ from runstore.client.retry import (
     DEFAULT_RETRY,
     SYSTEM_CLOCK,
     RetryClock,
+    RetryCallback,
     RetryPolicy,
     backoff_delay,
     call_with_retry,
+    is_refusal,
     is_retryable,
+    refused_too_long,
+    report_retry,
 )
 from runstore.client.tokens import clean_token
 from runstore.contract import seed_wire
-from runstore.contract.errors import QuotaExceededError, RunstoreError, UnavailableError
+from runstore.contract.errors import (
+    OverloadedError,
+    QuotaExceededError,
+    RunstoreError,
+    UnavailableError,
+)
 from runstore.contract.metadata import NAMESPACE_KEY, namespace_metadata
 from runstore.contract.model import Item, ListPage
 from runstore.contract.namespaces import NAME_RULE as NAMESPACE_RULE
@@ -248,7 +257,7 @@ class _Client:
         retry: RetryPolicy = DEFAULT_RETRY,
         keepalive: Keepalive | None = Keepalive(),
         options: Sequence[tuple[str, Any]] = (),
-        on_retry: Callable[[RunstoreError, int, float], None] | None = None,
+        on_retry: RetryCallback | None = None,
         clock: RetryClock = SYSTEM_CLOCK,
         tracing: bool | None = None,
         tracer_provider: Any | None = None,
@@ -368,7 +377,12 @@ class RemoteStore(_Client):
             when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and the extra installed.
         tracer_provider: The OpenTelemetry tracer provider of the spans
             (implies ``tracing``); None: the application's global one.
-        on_retry: Called with (error, attempt, sleep) before each retry.
+        on_retry: Called with (error, attempt, sleep) before each retry's sleep,
+            refusals and outages alike (``runstore.client.retry.RetryCallback``);
+            a refusal (RESOURCE_EXHAUSTED) is also a WARNING record on the
+            ``runstore.client`` logger. ``retry.refusal_deadline`` (60 s) bounds
+            how long refusals are retried before the refusal is raised.
+        clock: Time, sleep and jitter of the retries (tests inject one).
     """
 
     def __init__(self, target: str | None = None, **kwargs: Any) -> None:
@@ -569,7 +583,10 @@ class RemoteStore(_Client):
         On UNAVAILABLE (a server shutting down, a lost connection) the stream
         is reopened, after the retry policy's backoff, from the last cursor
         received: no record is skipped or repeated. The policy's deadline and
-        attempts bound a run of failed reconnects, not the stream. ``silence_timeout`` treats
+        attempts bound a run of failed reconnects, not the stream. A refusal
+        (the namespace's ``watch_streams`` quota) is retried the same way, each
+        wait reported (``on_retry``, a WARNING on ``runstore.client``), until
+        the policy's ``refusal_deadline`` (60 s) raises it. ``silence_timeout`` treats
         a stream that sends nothing (not even a heartbeat) for that many
         seconds as lost; set it above the server's ``--watch-heartbeat-seconds``.
         """
@@ -598,6 +615,7 @@ class RemoteStore(_Client):
         silence_timeout: float | None,
     ) -> AsyncIterator[RunRecord]:
         caps, reconnects, failing_since = self.retry.backoff_caps(), 0, 0.0
+        refused_since: float | None = None
         while True:
             call = method(request(cursor), metadata=(await self._call_metadata()) or None)
             try:
@@ -610,26 +628,40 @@ class RemoteStore(_Client):
                         raise await self._rebuilt(error) from error
                     if batch is grpc.aio.EOF:
                         return
-                    caps, reconnects = self.retry.backoff_caps(), 0  # it works: start over
+                    # It works: start over.
+                    caps, reconnects, refused_since = self.retry.backoff_caps(), 0, None
                     cursor = batch.next_cursor
                     for message in batch.events:
                         yield convert.from_record(message)
-            except (UnavailableError, QuotaExceededError) as error:
-                # A namespace at its watch_streams quota: back off as for an outage.
+            except (UnavailableError, QuotaExceededError, OverloadedError) as error:
+                # An outage, or a refusal (a namespace at its watch_streams
+                # quota): back off and reconnect, reporting every refusal.
                 if not is_retryable(error):
                     raise
+                now = self._clock.monotonic()
                 if reconnects == 0:
-                    failing_since = self._clock.monotonic()
+                    failing_since = now
                 reconnects += 1
+                refusal = is_refusal(error)
+                if not refusal:
+                    refused_since = None
+                elif refused_since is None:
+                    refused_since = now
                 policy = self.retry
-                if (policy.max_attempts is not None and reconnects >= policy.max_attempts) or (
-                    policy.deadline is not None
-                    and self._clock.monotonic() - failing_since >= policy.deadline
+                if policy.max_attempts is not None and reconnects >= policy.max_attempts:
+                    raise
+                if (
+                    not refusal
+                    and policy.deadline is not None
+                    and now - failing_since >= policy.deadline
                 ):
                     raise
                 delay = backoff_delay(error, self._clock.uniform(0.0, next(caps)))
-                if self._on_retry is not None:
-                    self._on_retry(error, reconnects, delay)
+                if refused_since is not None and refused_too_long(
+                    policy, now - refused_since, delay
+                ):
+                    raise
+                report_retry(error, reconnects, delay, self._on_retry)
                 await self._clock.sleep(delay)
             finally:
                 call.cancel()
