@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import logging
 import os
+import ssl
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -195,17 +196,38 @@ def _pem_file(flag: str, path: str) -> bytes:
     return data
 
 
+def _refused_password() -> bytes:
+    raise UsageError("--tls-key is encrypted; gRPC needs an unencrypted key (PEM)")
+
+
+def check_key_pair(cert: str, key: str) -> None:
+    """``key`` is the private key of the certificate in ``cert``: loaded as a
+    pair now, so a mismatch is one usage error naming both files rather than
+    an unexplained failed handshake."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        context.load_cert_chain(cert, key, password=_refused_password)
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            raise UsageError(f"--tls-key {key} is not the private key of --tls-cert {cert}") from None
+        raise UsageError(
+            f"--tls-cert {cert} and --tls-key {key} do not load as a certificate and its "
+            f"key: {exc.reason or exc}"
+        ) from None
+
+
 def _tls(args: argparse.Namespace) -> TLSConfig | None:
     """TLS when a CA or a client certificate is given (flags or RUNSTORE_TLS_*)."""
     if args.tls_ca is None and args.tls_cert is None and args.tls_key is None:
         return None
     if (args.tls_cert is None) != (args.tls_key is None):
         raise UsageError("--tls-cert and --tls-key go together")
-    return TLSConfig(
-        ca=_pem_file("--tls-ca", args.tls_ca) if args.tls_ca is not None else None,
-        cert=_pem_file("--tls-cert", args.tls_cert) if args.tls_cert is not None else None,
-        key=_pem_file("--tls-key", args.tls_key) if args.tls_key is not None else None,
-    )
+    ca = _pem_file("--tls-ca", args.tls_ca) if args.tls_ca is not None else None
+    cert = key = None
+    if args.tls_cert is not None:
+        cert, key = _pem_file("--tls-cert", args.tls_cert), _pem_file("--tls-key", args.tls_key)
+        check_key_pair(args.tls_cert, args.tls_key)
+    return TLSConfig(ca=ca, cert=cert, key=key)
 
 
 @dataclass(frozen=True, slots=True)
