@@ -88,10 +88,12 @@ async def test_a_watch_refused_by_its_quota_is_reported_then_given_up_after_60s(
             on_retry=lambda error, attempt, delay: reported.append((error, attempt, delay)),
         )
         async with refused:
-            with caplog.at_level(logging.WARNING, logger=REFUSAL_LOGGER):
-                with pytest.raises(QuotaExceededError) as caught:
-                    async for _ in refused.watch_run_records(quota.run.run_id):
-                        pytest.fail("the watch got past its namespace's quota")
+            with (
+                caplog.at_level(logging.WARNING, logger=REFUSAL_LOGGER),
+                pytest.raises(QuotaExceededError) as caught,
+            ):
+                async for _ in refused.watch_run_records(quota.run.run_id):
+                    pytest.fail("the watch got past its namespace's quota")
         await holding.aclose()
     assert (caught.value.quota, caught.value.namespace) == ("watch_streams", quota.namespace)
     # Given up after the default refusal_deadline (60 s of the fake clock),
@@ -171,9 +173,8 @@ async def test_a_call_refused_is_reported_and_bounded_by_the_refusal_deadline(
         raise errors.pop(0)
 
     policy = RetryPolicy(initial=1.0, maximum=1.0, deadline=100.0, refusal_deadline=3.5)
-    with caplog.at_level(logging.DEBUG, logger=REFUSAL_LOGGER):
-        with pytest.raises(OverloadedError):
-            await call_with_retry(attempt, policy, attempt_timeout=None, clock=time.clock())
+    with caplog.at_level(logging.DEBUG, logger=REFUSAL_LOGGER), pytest.raises(OverloadedError):
+        await call_with_retry(attempt, policy, attempt_timeout=None, clock=time.clock())
     # 2.0 (1 s asked + the 1 s draw), 1.0 for the outage, then refusals of
     # 1.0 each until the fourth would reach 3.5 s of refusals in a row.
     assert time.sleeps == [2.0, 1.0, 1.0, 1.0, 1.0]

@@ -199,5 +199,6 @@ async def test_backup_reads_its_database_url_from_a_file_as_serve_does(
     )  # fmt: skip
     assert both.code == 2 and "not allowed with argument" in both.err
     url_file.write_text("\n")
-    empty = _main(["backup", "--database-url-file", str(url_file), "--to", str(tmp_path / "e.db")], "")
+    empty_argv = ["backup", "--database-url-file", str(url_file), "--to", str(tmp_path / "e.db")]
+    empty = _main(empty_argv, "")
     assert empty.code == 2 and empty.err == f"runstore: --database-url-file {url_file} is empty\n"

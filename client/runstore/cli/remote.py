@@ -47,9 +47,7 @@ from runstore.contract.namespaces import NAME_RULE as NAMESPACE_RULE
 from runstore.contract.namespaces import is_valid_name as is_valid_namespace
 
 DEFAULT_TARGET: Final = "127.0.0.1:50051"
-FOLLOW_RETRY: Final = RetryPolicy(
-    initial=0.1, maximum=2.0, deadline=60.0, refusal_deadline=None
-)
+FOLLOW_RETRY: Final = RetryPolicy(initial=0.1, maximum=2.0, deadline=60.0, refusal_deadline=None)
 """How ``records tail --follow`` rides out a server restart or a failover (for a
 minute), and a refusal such as its namespace's ``watch_streams`` quota (for as
 long as it is refused, one line on stderr per wait)."""
@@ -209,7 +207,8 @@ def check_key_pair(cert: str, key: str) -> None:
         context.load_cert_chain(cert, key, password=_refused_password)
     except ssl.SSLError as exc:
         if exc.reason == "KEY_VALUES_MISMATCH":
-            raise UsageError(f"--tls-key {key} is not the private key of --tls-cert {cert}") from None
+            mismatch = f"--tls-key {key} is not the private key of --tls-cert {cert}"
+            raise UsageError(mismatch) from None
         raise UsageError(
             f"--tls-cert {cert} and --tls-key {key} do not load as a certificate and its "
             f"key: {exc.reason or exc}"

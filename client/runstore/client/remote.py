@@ -61,8 +61,8 @@ from runstore.client.model import (
 from runstore.client.retry import (
     DEFAULT_RETRY,
     SYSTEM_CLOCK,
-    RetryClock,
     RetryCallback,
+    RetryClock,
     RetryPolicy,
     backoff_delay,
     call_with_retry,
