@@ -22,7 +22,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
-from runstore.client import convert, handshake
+from runstore.client import arguments, convert, handshake
 from runstore.client import tracing as client_tracing
 from runstore.client.errors import from_rpc_error
 from runstore.client.handshake import TLSHandshakeError, TLSProblem
@@ -391,12 +391,14 @@ class RemoteStore(_Client):
         """The generated stub, for anything this client does not model."""
 
     async def load_session_status(self, session_id: str) -> SessionStatus:
+        arguments.text("session_id", session_id)
         response = await self._call(
             self.stub.LoadSessionStatus, rs.LoadSessionStatusRequest(session_id=session_id)
         )
         return convert.SESSION_STATUS[response.status]
 
     async def start_root_run(self, command: RootRunStart) -> RootRunStartResult:
+        arguments.instance("command", command, RootRunStart)
         response = await self._call(self.stub.StartRootRun, convert.root_run_start(command))
         return RootRunStartResult(
             outcome=convert.START_OUTCOME[response.outcome],
@@ -407,6 +409,7 @@ class RemoteStore(_Client):
         )
 
     async def start_child_run(self, command: ChildRunStart) -> ChildRunStartResult:
+        arguments.instance("command", command, ChildRunStart)
         response = await self._call(self.stub.StartChildRun, convert.child_run_start(command))
         return ChildRunStartResult(
             outcome=convert.START_OUTCOME[response.outcome],
@@ -418,6 +421,7 @@ class RemoteStore(_Client):
         )
 
     async def start_one_shot_run(self, command: OneShotRunStart) -> OneShotRunStartResult:
+        arguments.instance("command", command, OneShotRunStart)
         response = await self._call(self.stub.StartOneShotRun, convert.one_shot_run_start(command))
         return OneShotRunStartResult(
             record=convert.from_append_result(response.record),
@@ -427,6 +431,7 @@ class RemoteStore(_Client):
     async def start_one_shot_child_run(
         self, command: OneShotChildRunStart
     ) -> OneShotChildRunStartResult:
+        arguments.instance("command", command, OneShotChildRunStart)
         response = await self._call(
             self.stub.StartOneShotChildRun, convert.one_shot_child_run_start(command)
         )
@@ -437,6 +442,7 @@ class RemoteStore(_Client):
         )
 
     async def append_run_record(self, record: RunRecord) -> AppendResult:
+        arguments.instance("record", record, RunRecord)
         request = rs.AppendRunRecordRequest(record=convert.record(record))
         return convert.from_append_result(await self._call(self.stub.AppendRunRecord, request))
 
@@ -445,53 +451,76 @@ class RemoteStore(_Client):
         none (docs/contract.md §9.3.1): one result per record, in order. Safe
         to retry like ``append_run_record``: the identical batch again returns
         the original results."""
+        for index, record in enumerate(records):
+            arguments.instance(f"records[{index}]", record, RunRecord)
         request = rs.AppendRunRecordsRequest(records=[convert.record(r) for r in records])
         response = await self._call(self.stub.AppendRunRecords, request)
         return [convert.from_append_result(result) for result in response.results]
 
     async def record_run_cancellation(self, command: RunCancellation) -> AppendResult:
+        arguments.instance("command", command, RunCancellation)
         response = await self._call(
             self.stub.RecordRunCancellation, convert.run_cancellation(command)
         )
         return convert.from_append_result(response)
 
     async def record_run_suspension(self, command: RunSuspension) -> AppendResult:
+        arguments.instance("command", command, RunSuspension)
         request = rs.RecordRunSuspensionRequest(**convert.run_suspension(command))
         return convert.from_append_result(await self._call(self.stub.RecordRunSuspension, request))
 
     async def record_run_terminal(self, command: RunTerminal) -> AppendResult:
+        arguments.instance("command", command, RunTerminal)
         request = rs.RecordRunTerminalRequest(**convert.run_terminal(command))
         return convert.from_append_result(await self._call(self.stub.RecordRunTerminal, request))
 
     async def repair_run_suspension(self, command: RunSuspension) -> RunRepairResult:
+        arguments.instance("command", command, RunSuspension)
         request = rs.RepairRunSuspensionRequest(**convert.run_suspension(command))
         return convert.from_repair(await self._call(self.stub.RepairRunSuspension, request))
 
     async def repair_run_terminal(self, command: RunTerminal) -> RunRepairResult:
+        arguments.instance("command", command, RunTerminal)
         request = rs.RepairRunTerminalRequest(**convert.run_terminal(command))
         return convert.from_repair(await self._call(self.stub.RepairRunTerminal, request))
 
     async def load_run(self, run_id: str) -> RunMeta:
+        arguments.text("run_id", run_id)
         response = await self._call(self.stub.LoadRun, rs.LoadRunRequest(run_id=run_id))
         return convert.from_run_meta(response.run)
 
     async def load_run_suspension(self, run_id: str) -> Checkpoint:
+        arguments.text("run_id", run_id)
         response = await self._call(
             self.stub.LoadRunSuspension, rs.LoadRunSuspensionRequest(run_id=run_id)
         )
         return convert.from_checkpoint(response.suspension)
 
     async def list_run_records(self, run_id: str, cursor: str, limit: int) -> Page:
+        """Up to ``limit`` records of the run after ``cursor`` ("" for the first
+        page; then the last page's ``next_cursor``), in run order (§9.6.3)."""
+        arguments.text("run_id", run_id)
+        arguments.cursor("cursor", cursor)
+        arguments.count("limit", limit)
         request = rs.ListRunRecordsRequest(run_id=run_id, cursor=cursor, limit=limit)
         return convert.from_page(await self._call(self.stub.ListRunRecords, request))
 
     async def list_session_run_records(self, session_id: str, cursor: str, limit: int) -> Page:
+        """Up to ``limit`` records of the session after ``cursor`` ("" for the
+        first page; then the last page's ``next_cursor``), in commit order (§9.6.4)."""
+        arguments.text("session_id", session_id)
+        arguments.cursor("cursor", cursor)
+        arguments.count("limit", limit)
         request = rs.ListSessionRunRecordsRequest(session_id=session_id, cursor=cursor, limit=limit)
         return convert.from_page(await self._call(self.stub.ListSessionRunRecords, request))
 
     async def list_run_transcript_records(
         self, run_id: str, through_record_id: str, after_record_id: str, limit: int
     ) -> Page:
+        arguments.text("run_id", run_id)
+        arguments.text("through_record_id", through_record_id)
+        arguments.text("after_record_id", after_record_id)
+        arguments.count("limit", limit)
         request = rs.ListRunTranscriptRecordsRequest(
             run_id=run_id,
             through_record_id=through_record_id,
@@ -591,6 +620,9 @@ class RemoteStore(_Client):
         seconds as lost; set it above the server's ``--watch-heartbeat-seconds``.
         """
 
+        arguments.text("session_id", session_id)
+        arguments.cursor("cursor", cursor)
+
         def request(position: str) -> rs.WatchSessionRunRecordsRequest:
             return rs.WatchSessionRunRecordsRequest(session_id=session_id, cursor=position)
 
@@ -601,6 +633,9 @@ class RemoteStore(_Client):
     ) -> AsyncIterator[RunRecord]:
         """``watch_session_run_records`` for one run; ends after the run's
         terminal or suspension record."""
+
+        arguments.text("run_id", run_id)
+        arguments.cursor("cursor", cursor)
 
         def request(position: str) -> rs.WatchRunRecordsRequest:
             return rs.WatchRunRecordsRequest(run_id=run_id, cursor=position)
@@ -675,26 +710,34 @@ class RemoteSessionAdmin(_Client):
         self.stub = sa_grpc.SessionAdminStub(self.channel)
 
     async def create_session(self, session_id: str, created_at: datetime) -> Session:
+        arguments.text("session_id", session_id)
+        arguments.moment("created_at", created_at)
         request = sa.CreateSessionRequest(
             session_id=session_id, created_at=convert.timestamp(created_at)
         )
         return convert.from_session((await self._call(self.stub.CreateSession, request)).session)
 
     async def load_session(self, session_id: str) -> Session:
+        arguments.text("session_id", session_id)
         request = sa.LoadSessionRequest(session_id=session_id)
         return convert.from_session((await self._call(self.stub.LoadSession, request)).session)
 
     async def end_session(self, session_id: str, ended_at: datetime) -> Session:
+        arguments.text("session_id", session_id)
+        arguments.moment("ended_at", ended_at)
         request = sa.EndSessionRequest(session_id=session_id, ended_at=convert.timestamp(ended_at))
         return convert.from_session((await self._call(self.stub.EndSession, request)).session)
 
     async def purge_session(self, session_id: str) -> None:
+        arguments.text("session_id", session_id)
         await self._call(self.stub.PurgeSession, sa.PurgeSessionRequest(session_id=session_id))
 
     async def purge_ended_sessions(self, ended_before: datetime, limit: int = 0) -> PurgeResult:
         """Purges up to ``limit`` (0: 100) ended sessions without running runs that
         ended before ``ended_before``; call again while ``more``. A retried call
         that had purged some reports only what its last attempt purged."""
+        arguments.moment("ended_before", ended_before)
+        arguments.count("limit", limit)
         request = sa.PurgeEndedSessionsRequest(limit=limit)
         request.ended_before.CopyFrom(convert.timestamp(ended_before))
         response = await self._call(self.stub.PurgeEndedSessions, request)
@@ -706,6 +749,8 @@ class RemoteSessionAdmin(_Client):
         """Deletes up to ``limit`` (0: 100) finished sessionless runs finished
         before ``finished_before``, each with its one-shot children, leaving
         run tombstones; call again while ``more`` (and something was purged)."""
+        arguments.moment("finished_before", finished_before)
+        arguments.count("limit", limit)
         request = sa.PurgeSessionlessRunsRequest(limit=limit)
         request.finished_before.CopyFrom(convert.timestamp(finished_before))
         response = await self._call(self.stub.PurgeSessionlessRuns, request)
@@ -714,6 +759,7 @@ class RemoteSessionAdmin(_Client):
     async def list_runs_by_session(
         self, session_id: str, statuses: Collection[RunStatus] = ()
     ) -> list[RunMeta]:
+        arguments.text("session_id", session_id)
         request = sa.ListRunsBySessionRequest(
             session_id=session_id,
             statuses=[convert.RUN_STATUS_TO_WIRE[status] for status in statuses],

@@ -104,7 +104,9 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY = RetryPolicy()
+"""What every client uses unless given ``retry=``."""
 NO_RETRY = RetryPolicy(max_attempts=1)
+"""One attempt: every failure, a refusal included, is raised at once."""
 
 
 def is_retryable(error: BaseException) -> bool:
