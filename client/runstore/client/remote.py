@@ -357,32 +357,37 @@ class RemoteStore(_Client):
 
     Args:
         target: ``host:port`` of a runstore server (or pass ``channel``).
-        channel: An existing ``grpc.aio`` channel; not closed by ``close()``.
-        credentials: Raw gRPC channel credentials (or use ``tls``); plaintext when None.
-        tls: TLS to the server, and the client certificate for mTLS.
-        token: Bearer token sent as ``authorization: Bearer ...``: a string, or a
-            callable (sync or async) returning the current one, asked per attempt.
+
+    Keyword Args:
+        channel (grpc.aio.Channel | None): An existing ``grpc.aio`` channel; not
+            closed by ``close()``.
+        credentials (grpc.ChannelCredentials | None): Raw gRPC channel credentials
+            (or use ``tls``); plaintext when None.
+        tls (TLSConfig | None): TLS to the server, and the client certificate for mTLS.
+        token (TokenSource | None): Bearer token sent as ``authorization: Bearer
+            ...``: a string, or a callable (sync or async) returning the current
+            one, asked per attempt.
             Surrounding whitespace is stripped; an empty token or one with
             control characters raises ``InvalidTokenError`` (a ``ValueError``)
             before any call.
-        timeout: Seconds each attempt may take (the server gets the deadline).
-        metadata: Sent with every call.
-        namespace: The namespace every call acts in, sent as
+        timeout (float | None): Seconds each attempt may take (the server gets the deadline).
+        metadata (Sequence[tuple[str, str]]): Sent with every call.
+        namespace (str | None): The namespace every call acts in, sent as
             ``x-runstore-namespace`` (docs/namespaces.md); None lets the server
             decide (the principal's only namespace, or ``default``).
-        retry: How transient failures are retried; ``NO_RETRY`` disables it.
-        keepalive: HTTP/2 keepalive settings; None disables pings.
-        options: Extra gRPC channel options.
-        tracing: Client spans and trace context (the ``otel`` extra); None: on
+        retry (RetryPolicy): How transient failures are retried; ``NO_RETRY`` disables it.
+        keepalive (Keepalive | None): HTTP/2 keepalive settings; None disables pings.
+        options (Sequence[tuple[str, Any]]): Extra gRPC channel options.
+        tracing (bool | None): Client spans and trace context (the ``otel`` extra); None: on
             when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and the extra installed.
-        tracer_provider: The OpenTelemetry tracer provider of the spans
+        tracer_provider (Any | None): The OpenTelemetry tracer provider of the spans
             (implies ``tracing``); None: the application's global one.
-        on_retry: Called with (error, attempt, sleep) before each retry's sleep,
-            refusals and outages alike (``runstore.client.retry.RetryCallback``);
+        on_retry (RetryCallback | None): Called with (error, attempt, sleep) before
+            each retry's sleep, refusals and outages alike (``RetryCallback``);
             a refusal (RESOURCE_EXHAUSTED) is also a WARNING record on the
             ``runstore.client`` logger. ``retry.refusal_deadline`` (60 s) bounds
             how long refusals are retried before the refusal is raised.
-        clock: Time, sleep and jitter of the retries (tests inject one).
+        clock (RetryClock): Time, sleep and jitter of the retries (tests inject one).
     """
 
     def __init__(self, target: str | None = None, **kwargs: Any) -> None:
