@@ -5,8 +5,11 @@ asked for the cancellation or somebody did (docs/clients/python.md)."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import uuid
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +23,9 @@ from runstore.client import (
     records,
 )
 from runstore.contract import lifecycle
-from tests.support import Store
+from tests.cli.test_admin_cli import runstore
+from tests.support import Store, serving
+from tests.test_docs import readme_worker
 
 
 async def test_wrong_argument_types_name_the_argument(store: Store) -> None:
@@ -111,3 +116,25 @@ def test_record_timestamps_must_be_datetimes() -> None:
     with pytest.raises(TypeError, match=r"^RunRecord.timestamp must be a datetime"):
         convert.record(record)
     assert isinstance(records.now(), datetime)
+
+
+async def test_the_readme_payload_shows_as_json_in_listings_and_export(tmp_path: Path) -> None:
+    """The README's worker, as written, on a server of its own: its note comes
+    back as JSON from ``records list --json`` and ``export``; binary as base64."""
+    async with serving(f"sqlite:///{tmp_path / 'readme.db'}") as server:
+        script = readme_worker().replace('"127.0.0.1:50051"', repr(server.target))
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE
+        )
+        await process.communicate()
+        assert process.returncode == 0
+        async with RemoteStore(server.target, retry=NO_RETRY) as client:
+            meta = await client.load_run("turn-1")
+        listed = await runstore(server, "records", "list", "--run", meta.run_id, "--json")
+        exported = await runstore(server, "export", "--run", meta.run_id)
+    assert listed.code == exported.code == 0, listed.err + exported.err
+    assert listed.lines() == exported.lines()
+    (note,) = [line for line in listed.lines() if line["type"] == "planner_note"]
+    assert note["payload"] == {"note": "check the weather"}
+    assert "payload_base64" not in note
+    assert records.json_payload({"a": "é", "b": [1]}) == '{"a":"é","b":[1]}'.encode()

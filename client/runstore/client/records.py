@@ -10,9 +10,10 @@ step rebuilds the identical command.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from runstore.client.model import (
     Checkpoint,
@@ -37,6 +38,7 @@ __all__ = [
     "child_run_linked_record",
     "child_run_start",
     "ended_session_record",
+    "json_payload",
     "now",
     "one_shot_child_run_start",
     "one_shot_run_start",
@@ -64,6 +66,14 @@ class RunOwner(Protocol):
 
     @property
     def labels(self) -> Mapping[str, str]: ...
+
+
+def json_payload(value: Any) -> bytes:
+    """``value`` as a record payload: compact JSON in UTF-8 (no spaces, non-ASCII
+    as is). ``runstore records ... --json`` and ``runstore export`` show such a
+    payload as JSON; other bytes (spaced JSON included) as ``payload_base64``,
+    so that every line gives the exact bytes back (docs/export.md)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def now() -> datetime:
