@@ -28,6 +28,7 @@ from typing import Final
 from runstore.contract.namespaces import DEFAULT, EVERY
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, PrincipalsFile
+from runstore.server.method_rules import DECLARED
 
 COOKIE: Final = "runstore_console"
 """The sign-in cookie's name: a random ID, HttpOnly, SameSite=Strict (Secure under TLS)."""
@@ -38,23 +39,10 @@ SIGN_IN_SECONDS: Final = 12 * 3600
 MAX_SIGN_INS: Final = 10_000
 """Sign-ins kept at once; the oldest is dropped first (memory stays bounded)."""
 
-_RUNTIME: Final = "/runstore.v1.RuntimeStore/"
-_SESSIONS: Final = "/runstore.v1.SessionAdmin/"
-
 CONSOLE_METHODS: Final = frozenset(
-    {
-        _SESSIONS + "ListSessions",
-        _SESSIONS + "LoadSession",
-        _SESSIONS + "ListRunsBySession",
-        _SESSIONS + "ListRuns",
-        _RUNTIME + "LoadRun",
-        _RUNTIME + "ListRunRecords",
-        _RUNTIME + "ListSessionRunRecords",
-        _RUNTIME + "WatchRunRecords",
-        _RUNTIME + "WatchSessionRunRecords",
-    }
+    method for method, declared in DECLARED.items() if declared.console_reads
 )
-"""The read methods behind the console's screens."""
+"""The read methods behind the console's screens (declared ``console_reads``)."""
 
 
 def may_view(principal: Principal) -> bool:
