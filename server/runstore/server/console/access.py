@@ -50,11 +50,6 @@ def may_view(principal: Principal) -> bool:
     return all(roles.allowed(method, principal.role) for method in CONSOLE_METHODS)
 
 
-def may_view_namespace(principal: Principal, namespace: str) -> bool:
-    """Whether ``principal`` is bound to ``namespace`` (or to every namespace)."""
-    return EVERY in principal.namespaces or namespace in principal.namespaces
-
-
 def home_namespace(principal: Principal, active: frozenset[str]) -> str:
     """The namespace a screen shows when its URL names none: ``default`` when
     the principal may view it, else the first active namespace it is bound to
@@ -72,8 +67,7 @@ def viewable_namespaces(
     """The namespaces the picker offers ``principal``: the active ones it is
     bound to (every active one for ``*``, or on a console with authentication
     off), ``default`` first."""
-    every = open_console or EVERY in principal.namespaces
-    names = active if every else active & set(principal.namespaces)
+    names = {name for name in active if open_console or principal.bound_to(name)}
     return sorted(names, key=lambda name: (name != DEFAULT, name))
 
 

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 import grpc
 
+from runstore.contract.auth_file import Principal
 from runstore.contract.errors import (
     NamespaceRequiredError,
     PermissionDeniedError,
@@ -130,10 +131,10 @@ class NamespaceResolution:
         finally:
             streams.close(namespace, stream)
 
-    def _bindings(self, method: str) -> tuple[str, ...] | RunstoreError | None:
+    def _bindings(self, method: str) -> Principal | RunstoreError | None:
         if not self._authenticated:
             return None
-        bound = call_principal.namespaces()
+        bound = call_principal.admitted()
         if bound is None:  # authentication refuses such a call before this runs
             return UnauthenticatedError("authentication required", details={"method": method})
         return bound
@@ -142,7 +143,7 @@ class NamespaceResolution:
         bound = self._bindings(method)
         if isinstance(bound, RunstoreError):
             return bound
-        if bound is not None and EVERY not in bound:
+        if bound is not None and not bound.bound_to(EVERY):
             return PermissionDeniedError(
                 f"principal {call_principal.current()!r} is not bound to every namespace "
                 '("*"), which NamespaceAdmin needs',
@@ -160,15 +161,15 @@ class NamespaceResolution:
         if requested is None:
             if bound is None:
                 requested = DEFAULT
-            elif len(bound) == 1 and bound[0] != EVERY:
-                requested = bound[0]
+            elif len(bound.namespaces) == 1 and bound.namespaces[0] != EVERY:
+                requested = bound.namespaces[0]
             else:
                 return NamespaceRequiredError(
                     f"principal {call_principal.current()!r} is bound to several namespaces: "
                     f"send {NAMESPACE_KEY}",
                     details={"metadata": NAMESPACE_KEY},
                 )
-        elif bound is not None and EVERY not in bound and requested not in bound:
+        elif bound is not None and not bound.bound_to(requested):
             return PermissionDeniedError(
                 f"principal {call_principal.current()!r} is not bound to namespace {requested!r}",
                 details={"method": method, "namespace": requested},
