@@ -8,15 +8,19 @@ import re
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.descriptor import MethodDescriptor
 
+from runstore.contract.metadata import READ_LAG_KEY, READ_LAG_TOLERATED
 from runstore.server import method_rules
 from runstore.server.auth import roles
 from runstore.server.console import access
 from runstore.server.core import quota_rules
+from runstore.server.db import lagging
 from runstore.server.interceptors import namespaces, read_lag
+from runstore.server.interceptors.handlers import Chain
 from runstore.v1 import options_pb2
 
 PROTOS = Path(__file__).parents[2] / "protos" / "runstore" / "v1"
@@ -188,3 +192,39 @@ def test_a_method_not_fully_declared_is_refused(
 ) -> None:
     with pytest.raises(method_rules.DeclarationError, match=re.escape(named)):
         method_rules.declared([_service(options)])
+
+
+class _Context:
+    def __init__(self, metadata: tuple[tuple[str, str], ...]) -> None:
+        self._metadata = metadata
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+
+async def _lags(method: str, metadata: tuple[tuple[str, str], ...]) -> bool:
+    """Whether the read-lag concern lets a call of ``method`` read the standby."""
+
+    async def behaviour(request: Any, context: Any) -> bool:
+        return lagging.tolerated()
+
+    chain = Chain([read_lag.ReadLag()])
+    handler = chain.compose(method, grpc.unary_unary_rpc_method_handler(behaviour))
+    assert handler.unary_unary is not None
+    return bool(await handler.unary_unary(b"", _Context(metadata)))
+
+
+async def test_the_read_lag_concern_applies_each_declaration() -> None:
+    """The operator's listings read the standby with or without the header
+    (the servicer no longer decides it); the record listings only with it."""
+    tolerated = ((READ_LAG_KEY, READ_LAG_TOLERATED),)
+    for path, method in METHODS.items():
+        if method.server_streaming:
+            continue
+        declared = _rules(method).standby_reads
+        always = declared == options_pb2.STANDBY_READS_ALWAYS
+        opting_in = declared == options_pb2.STANDBY_READS_WHEN_TOLERATED
+        assert await _lags(path, ()) is always, path
+        assert await _lags(path, tolerated) is (always or opting_in), path
+    assert await _lags("/runstore.v1.SessionAdmin/ListRuns", ()) is True
+    assert await _lags("/runstore.v1.RuntimeStore/LoadRun", tolerated) is False
