@@ -6,13 +6,11 @@ random ID into an in-memory table of sign-ins; the table keeps the token's
 SHA-256, never the token, and every request looks the principal up again in
 the auth file's current principals, so removing a principal (SIGHUP) signs it
 out at once. The console reads through the same methods a gRPC caller would
-(``CONSOLE_METHODS``): a principal may open it only if its role may call every
-one of them (``roles.METHOD_ROLES``: admin, host and reader; not worker). With
-authentication off (loopback development) the console is open, as the gRPC
-API is.
-
-Namespaces do not exist yet; ``may_view`` is the one place that decides, so a
-namespace check slots in there once they do.
+(``CONSOLE_METHODS``, those declared ``console_reads``): a principal may open
+it only if its role may call every one of them (``roles.METHOD_ROLES``: admin,
+host and reader; not worker). With authentication off (loopback development)
+the console is open, as the gRPC API is. Which namespaces a principal may view
+is ``Principal.bound_to``, as for a gRPC call.
 """
 
 from __future__ import annotations
