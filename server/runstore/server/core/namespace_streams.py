@@ -35,9 +35,6 @@ class NamespaceStreams:
             if not streams:
                 del self._open[namespace]
 
-    def open_in(self, namespace: str) -> int:
-        return len(self._open.get(namespace, ()))
-
     def _gone(self, namespace: str) -> None:
         refusal = namespace_deleted(namespace)
         for stream in list(self._open.pop(namespace, ())):
