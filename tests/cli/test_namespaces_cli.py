@@ -70,7 +70,15 @@ async def test_an_operator_manages_namespaces_and_teams_act_in_theirs(tmp_path: 
         assert (settings["quota_watch_streams"], settings["description"]) == (5, "")
         assert settings["quota_stored_bytes"] == 1000000  # untouched: not in the mask
         show = await namespaces("show", "team-a")
-        assert show.code == 0 and "quota_watch_streams" in show.out
+        assert show.code == 0, show.err
+        # Each setting under its flag's name and as the flag takes it: a
+        # duration as a duration, a count as a whole number.
+        fields = dict(line.split(None, 1) for line in show.out.splitlines() if line.split())
+        fields = {name: value.strip() for name, value in fields.items()}
+        assert fields["retain-ended-sessions"] == "30d"
+        assert fields["retain-sessionless-runs"] == "-"
+        assert fields["quota-stored-bytes"] == "1000000"
+        assert fields["quota-watch-streams"] == "5"
 
         # A host token bound to team-a acts there without --namespace, and is
         # refused elsewhere; the operator (bound to "*") must say which.
@@ -95,3 +103,12 @@ async def test_an_operator_manages_namespaces_and_teams_act_in_theirs(tmp_path: 
         assert "namespace team-b is deleting" in deleted.out
         gone = await shell("sessions", "list", "--namespace", "team-b", env=as_operator)
         assert gone.code == 1 and "NAMESPACE_NOT_FOUND" in gone.err
+
+
+async def test_update_help_says_the_quotas_are_enforced() -> None:
+    shown = await shell("namespaces", "update", "--help")
+    assert shown.code == 0, shown.err
+    assert "stored only" not in shown.out
+    for flag in ("--quota-writes-per-s", "--quota-watch-streams", "--quota-stored-bytes"):
+        assert flag in shown.out
+    assert " ".join(shown.out.split()).count("refused QUOTA_EXCEEDED") == 4

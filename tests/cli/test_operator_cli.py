@@ -224,6 +224,48 @@ async def test_tls_mistakes_print_the_hint_in_one_line(servers: Servers) -> None
         assert health.code == 1 and says in health.one_line_error()
 
 
+async def test_a_wrong_server_name_gets_its_hint_in_one_line(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The server's certificate names other.example (and 127.0.0.1); the
+    command connects to localhost: the hint, not gRPC's raw text."""
+    ca = Authority()
+    cert, key = ca.server("other.example").write(tmp_path, "server")
+    (tmp_path / "ca.crt").write_bytes(ca.pem)
+    config = ServerConfig(
+        listen="127.0.0.1:0", database_url=database_url, tls_cert=str(cert), tls_key=str(key)
+    )
+    async with running_server(config) as server:
+        target = f"localhost:{server.port}"
+        for argv in (["sessions", "list"], ["health"]):
+            failed = await shell(*argv, "--target", target, "--tls-ca", str(tmp_path / "ca.crt"))
+            assert failed.code == 1, failed
+            assert failed.one_line_error().startswith(
+                "runstore: the server's certificate is not for the name you connected to: "
+                "connect by a name the server's certificate holds"
+            ), failed.err
+
+
+async def test_a_tls_key_that_is_not_the_certificates_is_named_before_any_call(
+    servers: Servers,
+) -> None:
+    cert, _ = servers.ca.client("ops").write(servers.directory, "ops-pair")
+    _, other_key = servers.ca.client("someone").write(servers.directory, "someone-pair")
+    for target in (servers.mtls, "127.0.0.1:1"):  # a server, and nothing listening
+        failed = await shell(
+            "sessions", "list", "--target", target, "--tls-ca", str(servers.directory / "ca.crt"),
+            "--tls-cert", str(cert), "--tls-key", str(other_key),
+        )  # fmt: skip
+        assert failed.code == 2, failed
+        assert failed.one_line_error() == (
+            f"runstore: --tls-key {other_key} is not the private key of --tls-cert {cert}"
+        )
+    swapped = await shell(
+        "health", "--target", servers.mtls, "--tls-cert", str(other_key), "--tls-key", str(cert)
+    )
+    assert swapped.code == 2 and "do not load as a certificate" in swapped.one_line_error()
+
+
 # --- closed pipes -------------------------------------------------------------------
 
 

@@ -94,6 +94,12 @@ async def test_a_ca_that_did_not_sign_the_server_certificate(servers: Servers) -
     assert "CERTIFICATE_VERIFY_FAILED" in str(error)  # the cause, kept
 
 
+async def test_a_name_the_server_certificate_does_not_hold(servers: Servers) -> None:
+    error = await _refused(servers.tls, TLSConfig(ca=servers.ca.pem, server_name="other.example"))
+    assert error.problem is TLSProblem.WRONG_SERVER_NAME
+    assert "pass TLSConfig(server_name=...)" in str(error)
+
+
 async def test_mtls_without_a_client_certificate(servers: Servers) -> None:
     error = await _refused(servers.mtls, TLSConfig(ca=servers.ca.pem))
     assert error.problem is TLSProblem.CLIENT_CERTIFICATE_REQUIRED

@@ -180,3 +180,25 @@ async def test_backup_command_refuses_postgres_and_an_existing_target(
     fresh = _main(["backup", "--database-url", database_url, "--to", str(tmp_path / "new.db")], "")
     assert fresh.code == 0, fresh.err
     assert "verified" in fresh.out
+
+
+async def test_backup_reads_its_database_url_from_a_file_as_serve_does(
+    sqlite_server: tuple[Store, str], tmp_path: Path
+) -> None:
+    _, database_url = sqlite_server
+    url_file = tmp_path / "database-url"
+    url_file.write_text(f"{database_url}\n")
+    copy = tmp_path / "from-file.db"
+    made = _main(["backup", "--database-url-file", str(url_file), "--to", str(copy)], "")
+    assert made.code == 0, made.err
+    assert "verified" in made.out and copy.exists()
+    both = _main(
+        ["backup", "--database-url", database_url, "--database-url-file", str(url_file),
+         "--to", str(tmp_path / "both.db")],
+        "",
+    )  # fmt: skip
+    assert both.code == 2 and "not allowed with argument" in both.err
+    url_file.write_text("\n")
+    empty_argv = ["backup", "--database-url-file", str(url_file), "--to", str(tmp_path / "e.db")]
+    empty = _main(empty_argv, "")
+    assert empty.code == 2 and empty.err == f"runstore: --database-url-file {url_file} is empty\n"

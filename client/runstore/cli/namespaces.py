@@ -13,7 +13,7 @@ from runstore.cli.output import Output, iso
 from runstore.cli.plugins import Command
 from runstore.cli.remote import Clients, UsageError
 from runstore.client import NamespaceInfo
-from runstore.contract.durations import parse_duration
+from runstore.contract.durations import format_duration, parse_duration
 
 HEADERS: Final = ("NAME", "STATE", "CREATED", "DESCRIPTION")
 
@@ -32,10 +32,30 @@ _SETTINGS: Final[tuple[tuple[str, str, Callable[[str], Any], str], ...]] = (
         parse_duration,
         "this namespace's --retain-sessionless-runs (e.g. 7d)",
     ),
-    ("--quota-writes-per-s", "quota_writes_per_s", float, "writes per second (stored only)"),
-    ("--quota-reads-per-s", "quota_reads_per_s", float, "reads per second (stored only)"),
-    ("--quota-watch-streams", "quota_watch_streams", int, "open Watch streams (stored only)"),
-    ("--quota-stored-bytes", "quota_stored_bytes", int, "stored bytes (stored only)"),
+    (
+        "--quota-writes-per-s",
+        "quota_writes_per_s",
+        float,
+        "writes per second; calls past it are refused QUOTA_EXCEEDED with a retry delay",
+    ),
+    (
+        "--quota-reads-per-s",
+        "quota_reads_per_s",
+        float,
+        "reads per second; calls past it are refused QUOTA_EXCEEDED with a retry delay",
+    ),
+    (
+        "--quota-watch-streams",
+        "quota_watch_streams",
+        int,
+        "open Watch streams at once; one more is refused QUOTA_EXCEEDED",
+    ),
+    (
+        "--quota-stored-bytes",
+        "quota_stored_bytes",
+        int,
+        "stored bytes; past it new data is refused QUOTA_EXCEEDED (runs may still end)",
+    ),
 )
 """Each setting's flag, its client keyword, how it parses, and its help."""
 
@@ -88,9 +108,24 @@ def _show(namespace: NamespaceInfo, out: Output) -> None:
             ("created", iso(namespace.created_at)),
             ("updated", iso(namespace.updated_at)),
             ("description", settings.description),
-            *((keyword, getattr(settings, keyword)) for _, keyword, _, _ in _SETTINGS[1:]),
+            *(
+                (flag.removeprefix("--"), _shown(keyword, getattr(settings, keyword)))
+                for flag, keyword, _, _ in _SETTINGS[1:]
+            ),
         ]
     )
+
+
+def _shown(keyword: str, value: Any) -> Any:
+    """A setting as its flag takes it: a duration as one (``30d``, not 2592000.0),
+    a whole number without ``.0``."""
+    if value is None:
+        return None
+    if keyword.endswith("_s") and not keyword.endswith("_per_s"):
+        return format_duration(float(value))
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 async def namespaces_create(args: argparse.Namespace, clients: Clients, out: Output) -> int:

@@ -90,13 +90,14 @@ def parser(commands: Mapping[str, Command], version: str) -> argparse.ArgumentPa
 
 
 def quiet_grpc_core() -> None:
-    """gRPC's C core logs each failed TLS handshake on stderr at INFO level; a
-    client command says what failed in its own one line, so the core keeps to
-    errors unless ``GRPC_VERBOSITY`` asks otherwise. Takes effect only before
-    grpc is first imported, which the built-in commands do after this (a caller
-    that imported grpc already, such as a test calling ``main``, is left alone)."""
+    """gRPC's C core logs each failed TLS handshake on stderr (a wrong server
+    name even at ERROR level: "No match found for server name"); a client
+    command says what failed in its own one line, so the core stays silent
+    unless ``GRPC_VERBOSITY`` asks otherwise. Takes effect only before grpc is
+    first imported, which the built-in commands do after this (a caller that
+    imported grpc already, such as a test calling ``main``, is left alone)."""
     if "grpc" not in sys.modules:
-        os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 
 def version(entry_points: Iterable[EntryPoint]) -> str:

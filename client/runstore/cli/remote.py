@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
+import ssl
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from runstore.client import (
     open_channel,
     read_token_file,
 )
+from runstore.client.retry import REFUSAL_LOGGER
 from runstore.contract.durations import parse_duration
 from runstore.contract.errors import RunstoreError, UnavailableError
 from runstore.contract.metadata import READ_LAG_METADATA
@@ -44,8 +47,10 @@ from runstore.contract.namespaces import NAME_RULE as NAMESPACE_RULE
 from runstore.contract.namespaces import is_valid_name as is_valid_namespace
 
 DEFAULT_TARGET: Final = "127.0.0.1:50051"
-FOLLOW_RETRY: Final = RetryPolicy(initial=0.1, maximum=2.0, deadline=60.0)
-"""How ``records tail --follow`` rides out a server restart or a failover."""
+FOLLOW_RETRY: Final = RetryPolicy(initial=0.1, maximum=2.0, deadline=60.0, refusal_deadline=None)
+"""How ``records tail --follow`` rides out a server restart or a failover (for a
+minute), and a refusal such as its namespace's ``watch_streams`` quota (for as
+long as it is refused, one line on stderr per wait)."""
 
 _GENERIC_REASONS: Final = frozenset({"TRANSIENT", "RPC_ERROR", "UNKNOWN"})
 
@@ -189,17 +194,39 @@ def _pem_file(flag: str, path: str) -> bytes:
     return data
 
 
+def _refused_password() -> bytes:
+    raise UsageError("--tls-key is encrypted; gRPC needs an unencrypted key (PEM)")
+
+
+def check_key_pair(cert: str, key: str) -> None:
+    """``key`` is the private key of the certificate in ``cert``: loaded as a
+    pair now, so a mismatch is one usage error naming both files rather than
+    an unexplained failed handshake."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    try:
+        context.load_cert_chain(cert, key, password=_refused_password)
+    except ssl.SSLError as exc:
+        if exc.reason == "KEY_VALUES_MISMATCH":
+            mismatch = f"--tls-key {key} is not the private key of --tls-cert {cert}"
+            raise UsageError(mismatch) from None
+        raise UsageError(
+            f"--tls-cert {cert} and --tls-key {key} do not load as a certificate and its "
+            f"key: {exc.reason or exc}"
+        ) from None
+
+
 def _tls(args: argparse.Namespace) -> TLSConfig | None:
     """TLS when a CA or a client certificate is given (flags or RUNSTORE_TLS_*)."""
     if args.tls_ca is None and args.tls_cert is None and args.tls_key is None:
         return None
     if (args.tls_cert is None) != (args.tls_key is None):
         raise UsageError("--tls-cert and --tls-key go together")
-    return TLSConfig(
-        ca=_pem_file("--tls-ca", args.tls_ca) if args.tls_ca is not None else None,
-        cert=_pem_file("--tls-cert", args.tls_cert) if args.tls_cert is not None else None,
-        key=_pem_file("--tls-key", args.tls_key) if args.tls_key is not None else None,
-    )
+    ca = _pem_file("--tls-ca", args.tls_ca) if args.tls_ca is not None else None
+    cert = key = None
+    if args.tls_cert is not None:
+        cert, key = _pem_file("--tls-cert", args.tls_cert), _pem_file("--tls-key", args.tls_key)
+        check_key_pair(args.tls_cert, args.tls_key)
+    return TLSConfig(ca=ca, cert=cert, key=key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,8 +359,24 @@ async def _run(args: argparse.Namespace, handler: Action, settings: ConnectionSe
         await clients.close()
 
 
+class RefusalLines(logging.Handler):
+    """Every refusal a command retries, as one line on stderr: the client's
+    WARNING record (the quota and the wait), so no retry is silent."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"runstore: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
+def report_refusals() -> None:
+    """Puts ``RefusalLines`` on the client's refusal logger, once."""
+    logger = logging.getLogger(REFUSAL_LOGGER)
+    if not any(isinstance(handler, RefusalLines) for handler in logger.handlers):
+        logger.addHandler(RefusalLines(logging.WARNING))
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs the action ``args`` names (set by ``action``); returns the exit code."""
+    report_refusals()
     try:
         settings = connection_settings(args, sys.stderr)
         return asyncio.run(_run(args, args.handler, settings))

@@ -69,13 +69,14 @@ from runstore.client.namespaces import NamespaceInfo, NamespaceSettings, RemoteN
 from runstore.client.protocols import SeedStore, SessionAdmin, Store
 from runstore.client.remote import (
     Keepalive,
+    PEMSource,
     RemoteSessionAdmin,
     RemoteStore,
     TLSConfig,
     TokenSource,
     open_channel,
 )
-from runstore.client.retry import NO_RETRY, RetryClock, RetryPolicy
+from runstore.client.retry import NO_RETRY, RetryCallback, RetryClock, RetryPolicy
 from runstore.client.sync import SyncRemoteSessionAdmin, SyncRemoteStore
 from runstore.client.tokens import InvalidTokenError, clean_token, read_token_file
 from runstore.client.version import __version__
@@ -137,6 +138,8 @@ from runstore.contract.errors import (
     UnexpectedRpcError,
     ValidationError,
 )
+from runstore.contract.lifecycle import RunFailure
+from runstore.contract.model import ListPage
 
 __all__ = [
     "NO_RECORD",
@@ -169,6 +172,7 @@ __all__ = [
     "InvalidTokenError",
     "InvalidTranscriptPositionError",
     "Keepalive",
+    "ListPage",
     "LiteralPart",
     "MemoryEvent",
     "MemorySnapshot",
@@ -186,6 +190,7 @@ __all__ = [
     "OneShotRunStart",
     "OneShotRunStartResult",
     "OverloadedError",
+    "PEMSource",
     "Page",
     "ParentRunIDRequiredError",
     "PermissionDeniedError",
@@ -201,6 +206,7 @@ __all__ = [
     "RemoteSessionAdmin",
     "RemoteStore",
     "RenderedPrompt",
+    "RetryCallback",
     "RetryClock",
     "RetryPolicy",
     "RootRunStart",
@@ -208,6 +214,7 @@ __all__ = [
     "RunCancellation",
     "RunCancellationConflictError",
     "RunConflictError",
+    "RunFailure",
     "RunMeta",
     "RunNotActiveError",
     "RunNotFoundError",

@@ -81,6 +81,8 @@ class ContextSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class VersionedContext:
+    """A saved context snapshot with its version, and the key's current version."""
+
     key: str
     version: int
     snapshot: ContextSnapshot

@@ -8,7 +8,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from runstore.client import model
+from runstore.client import arguments, model
 from runstore.contract import wire
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import types_pb2 as pb
@@ -47,6 +47,8 @@ def run_start(run: model.RunStart) -> pb.RunStart:
 
 
 def record(value: model.RunRecord) -> pb.RunRecord:
+    arguments.payload("RunRecord.payload", value.payload)
+    arguments.moment("RunRecord.timestamp", value.timestamp)
     return pb.RunRecord(
         **wire.copy_fields(value, wire.RECORD_FIELDS),
         timestamp=timestamp(value.timestamp),

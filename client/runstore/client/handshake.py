@@ -79,12 +79,14 @@ def from_status_text(details: str, *, uses_tls: bool, has_ca: bool) -> TLSProble
     """The problem a failed connection's status text names, if it names one."""
     if not uses_tls:
         return None
+    if "Hostname Verification Check failed" in details or (
+        "Peer name" in details and "not in peer certificate" in details
+    ):
+        return TLSProblem.WRONG_SERVER_NAME
     if "CERTIFICATE_VERIFY_FAILED" in details:
         return TLSProblem.SERVER_NOT_TRUSTED if has_ca else TLSProblem.SERVER_NOT_TRUSTED_BY_SYSTEM
     if "WRONG_VERSION_NUMBER" in details:
         return TLSProblem.SERVER_IS_PLAINTEXT
-    if "Peer name" in details and "not in peer certificate" in details:
-        return TLSProblem.WRONG_SERVER_NAME
     return None
 
 

@@ -47,6 +47,8 @@ class MemoryEvent:
 
 @dataclass(frozen=True, slots=True)
 class MemorySnapshot:
+    """An agent's run memory: its events in order, and its metadata (§12)."""
+
     agent_id: str
     run_id: str
     events: tuple[MemoryEvent, ...]

@@ -10,9 +10,10 @@ step rebuilds the identical command.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from runstore.client.model import (
     Checkpoint,
@@ -21,6 +22,7 @@ from runstore.client.model import (
     OneShotRunStart,
     RootRunStart,
     RunCancellation,
+    RunMeta,
     RunRecord,
     RunStart,
     RunStatus,
@@ -36,6 +38,7 @@ __all__ = [
     "child_run_linked_record",
     "child_run_start",
     "ended_session_record",
+    "json_payload",
     "now",
     "one_shot_child_run_start",
     "one_shot_run_start",
@@ -63,6 +66,14 @@ class RunOwner(Protocol):
 
     @property
     def labels(self) -> Mapping[str, str]: ...
+
+
+def json_payload(value: Any) -> bytes:
+    """``value`` as a record payload: compact JSON in UTF-8 (no spaces, non-ASCII
+    as is). ``runstore records ... --json`` and ``runstore export`` show such a
+    payload as JSON; other bytes (spaced JSON included) as ``payload_base64``,
+    so that every line gives the exact bytes back (docs/export.md)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def now() -> datetime:
@@ -219,15 +230,19 @@ def run_completed_record(
 ) -> RunRecord:
     """The ``run_completed`` record for a terminal ``status`` (§5.3).
 
-    A canceled ending needs the run's stored cancellation reason, or
-    ``engine_canceled`` when nobody asked (§10.1); a failed one a failure with a
-    message and a kind.
+    A canceled ending carries the run's stored cancellation reason, which the
+    server checks (§10.1): given a ``RunMeta`` (``store.load_run``), its
+    ``cancellation_reason`` is used; given a ``RunStart``, pass the reason the
+    run's ``run_cancellation`` asked for as ``cancellation_reason``, or none
+    when nobody asked (``engine_canceled``). A failed ending needs a
+    ``RunFailure`` with a message and a kind.
     """
     if status not in lifecycle.TERMINAL_COMPLETION:
         raise ValueError(f"run_completed needs completed, failed or canceled, not {status}")
     completion, phase = lifecycle.TERMINAL_COMPLETION[status]
     if status is RunStatus.CANCELED and cancellation_reason is None:
-        cancellation_reason = lifecycle.REASON_ENGINE_CANCELED
+        stored = run.cancellation_reason if isinstance(run, RunMeta) else ""
+        cancellation_reason = stored or lifecycle.REASON_ENGINE_CANCELED
     payload = lifecycle.RunCompletedPayload(
         status=completion,
         phase=phase,
@@ -295,6 +310,7 @@ def child_run_start(
 
 
 def one_shot_run_start(run: RunStart, *, request_digest: bytes = b"") -> OneShotRunStart:
+    """A sessionless start with its ``run_started`` record."""
     return OneShotRunStart(run=run, started=run_started_record(run), request_digest=request_digest)
 
 
@@ -306,6 +322,8 @@ def one_shot_child_run_start(
     tool_call_id: str,
     request_digest: bytes = b"",
 ) -> OneShotChildRunStart:
+    """A sessionless child start: the link on the parent and the child's
+    ``run_started`` record."""
     return OneShotChildRunStart(
         run=run,
         parent_linked=child_run_linked_record(
@@ -319,6 +337,9 @@ def one_shot_child_run_start(
 def run_cancellation(
     run: RunOwner, reason: str, *, event_key: str | None = None, timestamp: datetime | None = None
 ) -> RunCancellation:
+    """``record_run_cancellation``'s command: ``reason`` and its
+    ``runtime.cancellation_intent`` record. The run's canceled ending later
+    carries the same reason (``run_terminal``)."""
     return RunCancellation(
         run_id=run.run_id,
         reason=reason,
@@ -336,6 +357,8 @@ def run_suspension(
     event_key: str = "run_suspended",
     timestamp: datetime | None = None,
 ) -> RunSuspension:
+    """``record_run_suspension``'s command: the checkpoint and its
+    ``run_suspended`` record."""
     return RunSuspension(
         run_id=run.run_id,
         suspension=checkpoint,
@@ -360,6 +383,9 @@ def run_terminal(
     event_key: str = "run_completed",
     timestamp: datetime | None = None,
 ) -> RunTerminal:
+    """``record_run_terminal``'s command: the run ends with ``status`` and its
+    ``run_completed`` record (``run_completed_record``: a canceled ending takes
+    a ``RunMeta``'s stored reason, or ``cancellation_reason``)."""
     return RunTerminal(
         run_id=run.run_id,
         status=status,

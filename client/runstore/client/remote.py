@@ -22,7 +22,7 @@ from typing import Any, TypeAlias, TypeVar
 
 import grpc
 
-from runstore.client import convert, handshake
+from runstore.client import arguments, convert, handshake
 from runstore.client import tracing as client_tracing
 from runstore.client.errors import from_rpc_error
 from runstore.client.handshake import TLSHandshakeError, TLSProblem
@@ -61,15 +61,24 @@ from runstore.client.model import (
 from runstore.client.retry import (
     DEFAULT_RETRY,
     SYSTEM_CLOCK,
+    RetryCallback,
     RetryClock,
     RetryPolicy,
     backoff_delay,
     call_with_retry,
+    is_refusal,
     is_retryable,
+    refused_too_long,
+    report_retry,
 )
 from runstore.client.tokens import clean_token
 from runstore.contract import seed_wire
-from runstore.contract.errors import QuotaExceededError, RunstoreError, UnavailableError
+from runstore.contract.errors import (
+    OverloadedError,
+    QuotaExceededError,
+    RunstoreError,
+    UnavailableError,
+)
 from runstore.contract.metadata import NAMESPACE_KEY, namespace_metadata
 from runstore.contract.model import Item, ListPage
 from runstore.contract.namespaces import NAME_RULE as NAMESPACE_RULE
@@ -248,7 +257,7 @@ class _Client:
         retry: RetryPolicy = DEFAULT_RETRY,
         keepalive: Keepalive | None = Keepalive(),
         options: Sequence[tuple[str, Any]] = (),
-        on_retry: Callable[[RunstoreError, int, float], None] | None = None,
+        on_retry: RetryCallback | None = None,
         clock: RetryClock = SYSTEM_CLOCK,
         tracing: bool | None = None,
         tracer_provider: Any | None = None,
@@ -348,27 +357,37 @@ class RemoteStore(_Client):
 
     Args:
         target: ``host:port`` of a runstore server (or pass ``channel``).
-        channel: An existing ``grpc.aio`` channel; not closed by ``close()``.
-        credentials: Raw gRPC channel credentials (or use ``tls``); plaintext when None.
-        tls: TLS to the server, and the client certificate for mTLS.
-        token: Bearer token sent as ``authorization: Bearer ...``: a string, or a
-            callable (sync or async) returning the current one, asked per attempt.
+
+    Keyword Args:
+        channel (grpc.aio.Channel | None): An existing ``grpc.aio`` channel; not
+            closed by ``close()``.
+        credentials (grpc.ChannelCredentials | None): Raw gRPC channel credentials
+            (or use ``tls``); plaintext when None.
+        tls (TLSConfig | None): TLS to the server, and the client certificate for mTLS.
+        token (TokenSource | None): Bearer token sent as ``authorization: Bearer
+            ...``: a string, or a callable (sync or async) returning the current
+            one, asked per attempt.
             Surrounding whitespace is stripped; an empty token or one with
             control characters raises ``InvalidTokenError`` (a ``ValueError``)
             before any call.
-        timeout: Seconds each attempt may take (the server gets the deadline).
-        metadata: Sent with every call.
-        namespace: The namespace every call acts in, sent as
+        timeout (float | None): Seconds each attempt may take (the server gets the deadline).
+        metadata (Sequence[tuple[str, str]]): Sent with every call.
+        namespace (str | None): The namespace every call acts in, sent as
             ``x-runstore-namespace`` (docs/namespaces.md); None lets the server
             decide (the principal's only namespace, or ``default``).
-        retry: How transient failures are retried; ``NO_RETRY`` disables it.
-        keepalive: HTTP/2 keepalive settings; None disables pings.
-        options: Extra gRPC channel options.
-        tracing: Client spans and trace context (the ``otel`` extra); None: on
+        retry (RetryPolicy): How transient failures are retried; ``NO_RETRY`` disables it.
+        keepalive (Keepalive | None): HTTP/2 keepalive settings; None disables pings.
+        options (Sequence[tuple[str, Any]]): Extra gRPC channel options.
+        tracing (bool | None): Client spans and trace context (the ``otel`` extra); None: on
             when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and the extra installed.
-        tracer_provider: The OpenTelemetry tracer provider of the spans
+        tracer_provider (Any | None): The OpenTelemetry tracer provider of the spans
             (implies ``tracing``); None: the application's global one.
-        on_retry: Called with (error, attempt, sleep) before each retry.
+        on_retry (RetryCallback | None): Called with (error, attempt, sleep) before
+            each retry's sleep, refusals and outages alike (``RetryCallback``);
+            a refusal (RESOURCE_EXHAUSTED) is also a WARNING record on the
+            ``runstore.client`` logger. ``retry.refusal_deadline`` (60 s) bounds
+            how long refusals are retried before the refusal is raised.
+        clock (RetryClock): Time, sleep and jitter of the retries (tests inject one).
     """
 
     def __init__(self, target: str | None = None, **kwargs: Any) -> None:
@@ -377,12 +396,14 @@ class RemoteStore(_Client):
         """The generated stub, for anything this client does not model."""
 
     async def load_session_status(self, session_id: str) -> SessionStatus:
+        arguments.text("session_id", session_id)
         response = await self._call(
             self.stub.LoadSessionStatus, rs.LoadSessionStatusRequest(session_id=session_id)
         )
         return convert.SESSION_STATUS[response.status]
 
     async def start_root_run(self, command: RootRunStart) -> RootRunStartResult:
+        arguments.instance("command", command, RootRunStart)
         response = await self._call(self.stub.StartRootRun, convert.root_run_start(command))
         return RootRunStartResult(
             outcome=convert.START_OUTCOME[response.outcome],
@@ -393,6 +414,7 @@ class RemoteStore(_Client):
         )
 
     async def start_child_run(self, command: ChildRunStart) -> ChildRunStartResult:
+        arguments.instance("command", command, ChildRunStart)
         response = await self._call(self.stub.StartChildRun, convert.child_run_start(command))
         return ChildRunStartResult(
             outcome=convert.START_OUTCOME[response.outcome],
@@ -404,6 +426,7 @@ class RemoteStore(_Client):
         )
 
     async def start_one_shot_run(self, command: OneShotRunStart) -> OneShotRunStartResult:
+        arguments.instance("command", command, OneShotRunStart)
         response = await self._call(self.stub.StartOneShotRun, convert.one_shot_run_start(command))
         return OneShotRunStartResult(
             record=convert.from_append_result(response.record),
@@ -413,6 +436,7 @@ class RemoteStore(_Client):
     async def start_one_shot_child_run(
         self, command: OneShotChildRunStart
     ) -> OneShotChildRunStartResult:
+        arguments.instance("command", command, OneShotChildRunStart)
         response = await self._call(
             self.stub.StartOneShotChildRun, convert.one_shot_child_run_start(command)
         )
@@ -423,6 +447,7 @@ class RemoteStore(_Client):
         )
 
     async def append_run_record(self, record: RunRecord) -> AppendResult:
+        arguments.instance("record", record, RunRecord)
         request = rs.AppendRunRecordRequest(record=convert.record(record))
         return convert.from_append_result(await self._call(self.stub.AppendRunRecord, request))
 
@@ -431,53 +456,76 @@ class RemoteStore(_Client):
         none (docs/contract.md §9.3.1): one result per record, in order. Safe
         to retry like ``append_run_record``: the identical batch again returns
         the original results."""
+        for index, record in enumerate(records):
+            arguments.instance(f"records[{index}]", record, RunRecord)
         request = rs.AppendRunRecordsRequest(records=[convert.record(r) for r in records])
         response = await self._call(self.stub.AppendRunRecords, request)
         return [convert.from_append_result(result) for result in response.results]
 
     async def record_run_cancellation(self, command: RunCancellation) -> AppendResult:
+        arguments.instance("command", command, RunCancellation)
         response = await self._call(
             self.stub.RecordRunCancellation, convert.run_cancellation(command)
         )
         return convert.from_append_result(response)
 
     async def record_run_suspension(self, command: RunSuspension) -> AppendResult:
+        arguments.instance("command", command, RunSuspension)
         request = rs.RecordRunSuspensionRequest(**convert.run_suspension(command))
         return convert.from_append_result(await self._call(self.stub.RecordRunSuspension, request))
 
     async def record_run_terminal(self, command: RunTerminal) -> AppendResult:
+        arguments.instance("command", command, RunTerminal)
         request = rs.RecordRunTerminalRequest(**convert.run_terminal(command))
         return convert.from_append_result(await self._call(self.stub.RecordRunTerminal, request))
 
     async def repair_run_suspension(self, command: RunSuspension) -> RunRepairResult:
+        arguments.instance("command", command, RunSuspension)
         request = rs.RepairRunSuspensionRequest(**convert.run_suspension(command))
         return convert.from_repair(await self._call(self.stub.RepairRunSuspension, request))
 
     async def repair_run_terminal(self, command: RunTerminal) -> RunRepairResult:
+        arguments.instance("command", command, RunTerminal)
         request = rs.RepairRunTerminalRequest(**convert.run_terminal(command))
         return convert.from_repair(await self._call(self.stub.RepairRunTerminal, request))
 
     async def load_run(self, run_id: str) -> RunMeta:
+        arguments.text("run_id", run_id)
         response = await self._call(self.stub.LoadRun, rs.LoadRunRequest(run_id=run_id))
         return convert.from_run_meta(response.run)
 
     async def load_run_suspension(self, run_id: str) -> Checkpoint:
+        arguments.text("run_id", run_id)
         response = await self._call(
             self.stub.LoadRunSuspension, rs.LoadRunSuspensionRequest(run_id=run_id)
         )
         return convert.from_checkpoint(response.suspension)
 
     async def list_run_records(self, run_id: str, cursor: str, limit: int) -> Page:
+        """Up to ``limit`` records of the run after ``cursor`` ("" for the first
+        page; then the last page's ``next_cursor``), in run order (§9.6.3)."""
+        arguments.text("run_id", run_id)
+        arguments.cursor("cursor", cursor)
+        arguments.count("limit", limit)
         request = rs.ListRunRecordsRequest(run_id=run_id, cursor=cursor, limit=limit)
         return convert.from_page(await self._call(self.stub.ListRunRecords, request))
 
     async def list_session_run_records(self, session_id: str, cursor: str, limit: int) -> Page:
+        """Up to ``limit`` records of the session after ``cursor`` ("" for the
+        first page; then the last page's ``next_cursor``), in commit order (§9.6.4)."""
+        arguments.text("session_id", session_id)
+        arguments.cursor("cursor", cursor)
+        arguments.count("limit", limit)
         request = rs.ListSessionRunRecordsRequest(session_id=session_id, cursor=cursor, limit=limit)
         return convert.from_page(await self._call(self.stub.ListSessionRunRecords, request))
 
     async def list_run_transcript_records(
         self, run_id: str, through_record_id: str, after_record_id: str, limit: int
     ) -> Page:
+        arguments.text("run_id", run_id)
+        arguments.text("through_record_id", through_record_id)
+        arguments.text("after_record_id", after_record_id)
+        arguments.count("limit", limit)
         request = rs.ListRunTranscriptRecordsRequest(
             run_id=run_id,
             through_record_id=through_record_id,
@@ -569,10 +617,16 @@ class RemoteStore(_Client):
         On UNAVAILABLE (a server shutting down, a lost connection) the stream
         is reopened, after the retry policy's backoff, from the last cursor
         received: no record is skipped or repeated. The policy's deadline and
-        attempts bound a run of failed reconnects, not the stream. ``silence_timeout`` treats
+        attempts bound a run of failed reconnects, not the stream. A refusal
+        (the namespace's ``watch_streams`` quota) is retried the same way, each
+        wait reported (``on_retry``, a WARNING on ``runstore.client``), until
+        the policy's ``refusal_deadline`` (60 s) raises it. ``silence_timeout`` treats
         a stream that sends nothing (not even a heartbeat) for that many
         seconds as lost; set it above the server's ``--watch-heartbeat-seconds``.
         """
+
+        arguments.text("session_id", session_id)
+        arguments.cursor("cursor", cursor)
 
         def request(position: str) -> rs.WatchSessionRunRecordsRequest:
             return rs.WatchSessionRunRecordsRequest(session_id=session_id, cursor=position)
@@ -584,6 +638,9 @@ class RemoteStore(_Client):
     ) -> AsyncIterator[RunRecord]:
         """``watch_session_run_records`` for one run; ends after the run's
         terminal or suspension record."""
+
+        arguments.text("run_id", run_id)
+        arguments.cursor("cursor", cursor)
 
         def request(position: str) -> rs.WatchRunRecordsRequest:
             return rs.WatchRunRecordsRequest(run_id=run_id, cursor=position)
@@ -598,6 +655,7 @@ class RemoteStore(_Client):
         silence_timeout: float | None,
     ) -> AsyncIterator[RunRecord]:
         caps, reconnects, failing_since = self.retry.backoff_caps(), 0, 0.0
+        refused_since: float | None = None
         while True:
             call = method(request(cursor), metadata=(await self._call_metadata()) or None)
             try:
@@ -610,26 +668,40 @@ class RemoteStore(_Client):
                         raise await self._rebuilt(error) from error
                     if batch is grpc.aio.EOF:
                         return
-                    caps, reconnects = self.retry.backoff_caps(), 0  # it works: start over
+                    # It works: start over.
+                    caps, reconnects, refused_since = self.retry.backoff_caps(), 0, None
                     cursor = batch.next_cursor
                     for message in batch.events:
                         yield convert.from_record(message)
-            except (UnavailableError, QuotaExceededError) as error:
-                # A namespace at its watch_streams quota: back off as for an outage.
+            except (UnavailableError, QuotaExceededError, OverloadedError) as error:
+                # An outage, or a refusal (a namespace at its watch_streams
+                # quota): back off and reconnect, reporting every refusal.
                 if not is_retryable(error):
                     raise
+                now = self._clock.monotonic()
                 if reconnects == 0:
-                    failing_since = self._clock.monotonic()
+                    failing_since = now
                 reconnects += 1
+                refusal = is_refusal(error)
+                if not refusal:
+                    refused_since = None
+                elif refused_since is None:
+                    refused_since = now
                 policy = self.retry
-                if (policy.max_attempts is not None and reconnects >= policy.max_attempts) or (
-                    policy.deadline is not None
-                    and self._clock.monotonic() - failing_since >= policy.deadline
+                if policy.max_attempts is not None and reconnects >= policy.max_attempts:
+                    raise
+                if (
+                    not refusal
+                    and policy.deadline is not None
+                    and now - failing_since >= policy.deadline
                 ):
                     raise
                 delay = backoff_delay(error, self._clock.uniform(0.0, next(caps)))
-                if self._on_retry is not None:
-                    self._on_retry(error, reconnects, delay)
+                if refused_since is not None and refused_too_long(
+                    policy, now - refused_since, delay
+                ):
+                    raise
+                report_retry(error, reconnects, delay, self._on_retry)
                 await self._clock.sleep(delay)
             finally:
                 call.cancel()
@@ -643,26 +715,34 @@ class RemoteSessionAdmin(_Client):
         self.stub = sa_grpc.SessionAdminStub(self.channel)
 
     async def create_session(self, session_id: str, created_at: datetime) -> Session:
+        arguments.text("session_id", session_id)
+        arguments.moment("created_at", created_at)
         request = sa.CreateSessionRequest(
             session_id=session_id, created_at=convert.timestamp(created_at)
         )
         return convert.from_session((await self._call(self.stub.CreateSession, request)).session)
 
     async def load_session(self, session_id: str) -> Session:
+        arguments.text("session_id", session_id)
         request = sa.LoadSessionRequest(session_id=session_id)
         return convert.from_session((await self._call(self.stub.LoadSession, request)).session)
 
     async def end_session(self, session_id: str, ended_at: datetime) -> Session:
+        arguments.text("session_id", session_id)
+        arguments.moment("ended_at", ended_at)
         request = sa.EndSessionRequest(session_id=session_id, ended_at=convert.timestamp(ended_at))
         return convert.from_session((await self._call(self.stub.EndSession, request)).session)
 
     async def purge_session(self, session_id: str) -> None:
+        arguments.text("session_id", session_id)
         await self._call(self.stub.PurgeSession, sa.PurgeSessionRequest(session_id=session_id))
 
     async def purge_ended_sessions(self, ended_before: datetime, limit: int = 0) -> PurgeResult:
         """Purges up to ``limit`` (0: 100) ended sessions without running runs that
         ended before ``ended_before``; call again while ``more``. A retried call
         that had purged some reports only what its last attempt purged."""
+        arguments.moment("ended_before", ended_before)
+        arguments.count("limit", limit)
         request = sa.PurgeEndedSessionsRequest(limit=limit)
         request.ended_before.CopyFrom(convert.timestamp(ended_before))
         response = await self._call(self.stub.PurgeEndedSessions, request)
@@ -674,6 +754,8 @@ class RemoteSessionAdmin(_Client):
         """Deletes up to ``limit`` (0: 100) finished sessionless runs finished
         before ``finished_before``, each with its one-shot children, leaving
         run tombstones; call again while ``more`` (and something was purged)."""
+        arguments.moment("finished_before", finished_before)
+        arguments.count("limit", limit)
         request = sa.PurgeSessionlessRunsRequest(limit=limit)
         request.finished_before.CopyFrom(convert.timestamp(finished_before))
         response = await self._call(self.stub.PurgeSessionlessRuns, request)
@@ -682,6 +764,7 @@ class RemoteSessionAdmin(_Client):
     async def list_runs_by_session(
         self, session_id: str, statuses: Collection[RunStatus] = ()
     ) -> list[RunMeta]:
+        arguments.text("session_id", session_id)
         request = sa.ListRunsBySessionRequest(
             session_id=session_id,
             statuses=[convert.RUN_STATUS_TO_WIRE[status] for status in statuses],

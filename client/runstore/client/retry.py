@@ -10,6 +10,12 @@ sends the identical command, which the store's exact-retry rules make safe
 (§8). The total deadline is measured on a monotonic clock; the client stops
 before a sleep would pass it and clips each attempt's own timeout to the time
 left.
+
+A refusal (RESOURCE_EXHAUSTED: a namespace quota, an overloaded server) is
+never retried silently: each retry of one is a WARNING record on the
+``runstore.client`` logger naming the quota and the wait, and the policy's
+``refusal_deadline`` (60 s by default) bounds how long refusals are retried
+before the refusal itself is raised (docs/clients/python.md#retries).
 """
 
 from __future__ import annotations
@@ -21,12 +27,27 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Final, TypeAlias, TypeVar
 
 from runstore.client.handshake import TLSHandshakeError
-from runstore.contract.errors import QuotaExceededError, RunstoreError, TransientError
+from runstore.contract.errors import (
+    OverloadedError,
+    QuotaExceededError,
+    RunstoreError,
+    TransientError,
+)
 
 log = logging.getLogger(__name__)
+
+REFUSAL_LOGGER: Final = "runstore.client"
+"""The logger every retried refusal is reported on, at WARNING."""
+
+refusal_log = logging.getLogger(REFUSAL_LOGGER)
+
+RetryCallback: TypeAlias = Callable[[RunstoreError, int, float], None]
+"""``on_retry(error, attempt, sleep)``: called before each retry's sleep with
+the error that failed ``attempt`` (1 for the first) and the seconds the client
+is about to wait."""
 
 T = TypeVar("T")
 
@@ -45,12 +66,21 @@ class RetryPolicy:
     """Total seconds for all attempts of one call; None for no limit."""
     max_attempts: int | None = None
     """Attempts at most (1 disables retries); None for no limit."""
+    refusal_deadline: float | None = 60.0
+    """Seconds refusals (a quota, an overloaded server) are retried, from the
+    first refusal in a row, before that refusal is raised: for a call within
+    ``deadline`` too, for a Watch instead of it (a Watch's ``deadline`` bounds
+    reconnects through outages). None retries refusals for as long as the
+    rest of the policy allows."""
 
     def with_deadline(self, deadline: float | None) -> RetryPolicy:
         return dataclasses.replace(self, deadline=deadline)
 
     def with_max_attempts(self, max_attempts: int | None) -> RetryPolicy:
         return dataclasses.replace(self, max_attempts=max_attempts)
+
+    def with_refusal_deadline(self, refusal_deadline: float | None) -> RetryPolicy:
+        return dataclasses.replace(self, refusal_deadline=refusal_deadline)
 
     def with_delay(
         self,
@@ -74,7 +104,9 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY = RetryPolicy()
+"""What every client uses unless given ``retry=``."""
 NO_RETRY = RetryPolicy(max_attempts=1)
+"""One attempt: every failure, a refusal included, is raised at once."""
 
 
 def is_retryable(error: BaseException) -> bool:
@@ -84,6 +116,46 @@ def is_retryable(error: BaseException) -> bool:
     if isinstance(error, QuotaExceededError):
         return error.retryable
     return isinstance(error, TransientError) and not isinstance(error, TLSHandshakeError)
+
+
+def is_refusal(error: RunstoreError) -> bool:
+    """The server refused the call for now (RESOURCE_EXHAUSTED: a quota or an
+    operating limit), as opposed to failing it."""
+    return isinstance(error, QuotaExceededError | OverloadedError)
+
+
+def refusal_text(error: RunstoreError, delay: float) -> str:
+    """One line about a retried refusal: what refused (the quota's name from
+    the ErrorInfo metadata) and how long the client waits."""
+    if isinstance(error, QuotaExceededError) and error.quota:
+        limit = f" (limit {error.limit})" if error.limit else ""
+        what = f"namespace {error.namespace!r} is at its {error.quota} quota{limit}"
+    else:
+        what = error.message
+    return f"refused: {what}; retrying in {delay:.1f}s"
+
+
+def report_retry(
+    error: RunstoreError, attempt: int, delay: float, on_retry: RetryCallback | None
+) -> None:
+    """Tells about a retry before its sleep: a refusal at WARNING on
+    ``runstore.client`` (never silent), an outage at DEBUG; then ``on_retry``."""
+    if is_refusal(error):
+        refusal_log.warning(
+            "%s",
+            refusal_text(error, delay),
+            extra={"runstore_reason": error.reason, "runstore_retry_in": delay},
+        )
+    else:
+        log.debug("retrying after %s (attempt %d, sleeping %.3fs)", error.reason, attempt, delay)
+    if on_retry is not None:
+        on_retry(error, attempt, delay)
+
+
+def refused_too_long(policy: RetryPolicy, refused_for: float, delay: float) -> bool:
+    """Whether another wait of ``delay`` would retry refusals past the policy's
+    ``refusal_deadline``; ``refused_for``: seconds since the first refusal in a row."""
+    return policy.refusal_deadline is not None and refused_for + delay >= policy.refusal_deadline
 
 
 def backoff_delay(error: RunstoreError, drawn: float) -> float:
@@ -114,13 +186,14 @@ async def call_with_retry(
     *,
     attempt_timeout: float | None,
     clock: RetryClock = SYSTEM_CLOCK,
-    on_retry: Callable[[RunstoreError, int, float], None] | None = None,
+    on_retry: RetryCallback | None = None,
 ) -> T:
     """Runs ``attempt(seconds_allowed)`` until it succeeds, fails permanently, or the
     policy gives up; then the last error is raised as it is."""
     started = clock.monotonic()
     caps = policy.backoff_caps()
     attempts = 0
+    refused_since: float | None = None
     while True:
         attempts += 1
         remaining = (
@@ -140,9 +213,12 @@ async def call_with_retry(
             elapsed = clock.monotonic() - started
             if policy.deadline is not None and elapsed + delay >= policy.deadline:
                 raise
-            log.debug(
-                "retrying after %s (attempt %d, sleeping %.3fs)", error.reason, attempts, delay
-            )
-            if on_retry is not None:
-                on_retry(error, attempts, delay)
+            if not is_refusal(error):
+                refused_since = None
+            else:
+                if refused_since is None:
+                    refused_since = clock.monotonic()
+                if refused_too_long(policy, clock.monotonic() - refused_since, delay):
+                    raise
+            report_retry(error, attempts, delay, on_retry)
             await clock.sleep(delay)

@@ -237,18 +237,29 @@ class UnexpectedRpcError(RunstoreError):
 
 
 class NotFoundError(ContractError):
+    """A contract error whose subject does not exist (NOT_FOUND)."""
+
     code = "NOT_FOUND"
 
 
 class ConflictError(ContractError):
+    """A contract error: the command conflicts with what is stored (ALREADY_EXISTS);
+    resend the original exactly, or use a new ID."""
+
     code = "ALREADY_EXISTS"
 
 
 class PreconditionError(ContractError):
+    """A contract error: the stored state does not allow the command
+    (FAILED_PRECONDITION)."""
+
     code = "FAILED_PRECONDITION"
 
 
 class InvalidArgumentError(ContractError):
+    """A contract error: the command itself is malformed (INVALID_ARGUMENT);
+    ``field`` names what to fix."""
+
     code = "INVALID_ARGUMENT"
 
 
@@ -256,21 +267,33 @@ class InvalidArgumentError(ContractError):
 
 
 class SessionNotFoundError(NotFoundError):
+    """No session with this id (§9.1). Create the session first (the host), or check
+    the id."""
+
     reason = "SESSION_NOT_FOUND"
     default_message = "session not found"
 
 
 class RunNotFoundError(NotFoundError):
+    """No such run, parent run or predecessor; also every run of a purged session
+    (§9.6.1). Check the id; start the run first."""
+
     reason = "RUN_NOT_FOUND"
     default_message = "run not found"
 
 
 class RunSuspensionNotFoundError(NotFoundError):
+    """The run has no checkpoint (§9.6.2). Only suspended runs have one; check the
+    run's status."""
+
     reason = "RUN_SUSPENSION_NOT_FOUND"
     default_message = "run suspension not found"
 
 
 class SessionPurgedError(PreconditionError):
+    """The session was purged; its id can never be used again (§10.4). Use a new
+    session id."""
+
     reason = "SESSION_PURGED"
     default_message = "session purged"
 
@@ -283,31 +306,47 @@ class RunPurgedError(PreconditionError):
 
 
 class SessionEndedError(PreconditionError):
+    """CreateSession of an ended session (§9.1.1). Use a new session id."""
+
     reason = "SESSION_ENDED"
     default_message = "session ended"
 
 
 class SessionActiveError(PreconditionError):
+    """PurgeSession of an active session (§9.1.5). End the session first."""
+
     reason = "SESSION_ACTIVE"
     default_message = "session is active"
 
 
 class SessionHasActiveRunsError(PreconditionError):
+    """PurgeSession while a run of the session is still running (§9.1.5). Wait until
+    its runs ended (or suspended), then purge again."""
+
     reason = "SESSION_HAS_ACTIVE_RUNS"
     default_message = "session has active runs"
 
 
 class RunNotActiveError(PreconditionError):
+    """The run (or the parent of a new child) is no longer running (§9.3, §10.3). Do
+    not write to an ended run; an exact retry of an earlier write still succeeds."""
+
     reason = "RUN_NOT_ACTIVE"
     default_message = "run is not active"
 
 
 class RunSessionMismatchError(PreconditionError):
+    """A child's session differs from its parent's, or a one-shot child's parent has
+    a session (§10.3). Start the child in its parent's session (or none)."""
+
     reason = "RUN_SESSION_MISMATCH"
     default_message = "parent and child runs must belong to the same session"
 
 
 class RunRecordOwnerMismatchError(PreconditionError):
+    """A record's run, agent or session disagrees with the run it belongs to (V4–V6,
+    §9.3, Q22). Build the record from the run's own identity."""
+
     reason = "RUN_RECORD_OWNER_MISMATCH"
     default_message = "run record owner does not match stored run"
 
@@ -320,21 +359,37 @@ class ContinuationMismatchError(PreconditionError):
 
 
 class RunConflictError(ConflictError):
+    """The run id is already bound to a different start (another request digest, or
+    the other generation, §10.6, §10.7), a start retry used another record key or,
+    on a running run, another ``started_at`` (§8, §9.2), or a current continuation
+    named a suspended run whose single successor is another run (§10.2). Use a new
+    run id, or resend the original start exactly (a closed run also takes a new
+    ``started_at`` with its digest)."""
+
     reason = "RUN_CONFLICT"
     default_message = "run metadata conflict"
 
 
 class RunTerminalConflictError(ConflictError):
+    """Another ending (or another key for it) is already stored (§9.4.2, §9.4.3).
+    Read the run (LoadRun): its ending is final."""
+
     reason = "RUN_TERMINAL_CONFLICT"
     default_message = "run terminal outcome conflict"
 
 
 class RunCancellationConflictError(ConflictError):
+    """Another cancellation reason, or another record key for it, is already stored
+    (§9.4.1). The first reason is permanent; read it with LoadRun."""
+
     reason = "RUN_CANCELLATION_CONFLICT"
     default_message = "run cancellation reason conflict"
 
 
 class RunSuspensionConflictError(ConflictError):
+    """Another checkpoint, or another record key for it, is already stored (§9.4.2).
+    Read the stored checkpoint (LoadRunSuspension)."""
+
     reason = "RUN_SUSPENSION_CONFLICT"
     default_message = "run suspension conflict"
 
@@ -390,26 +445,38 @@ class ReadArgumentError(InvalidArgumentError):
 
 
 class ParentRunIDRequiredError(InvalidArgumentError):
+    """A child start without ``parent_run_id`` (V3). Fix the command."""
+
     reason = "PARENT_RUN_ID_REQUIRED"
     default_message = "parent run id is required"
 
 
 class ChildRunIDRequiredError(InvalidArgumentError):
+    """A child start without ``run_id`` (V3). Fix the command."""
+
     reason = "CHILD_RUN_ID_REQUIRED"
     default_message = "child run id is required"
 
 
 class ChildAgentIDRequiredError(InvalidArgumentError):
+    """A child start without ``agent_id`` (V3). Fix the command."""
+
     reason = "CHILD_AGENT_ID_REQUIRED"
     default_message = "child agent id is required"
 
 
 class ChildSessionIDRequiredError(InvalidArgumentError):
+    """A child start without ``session_id`` (V3). Fix the command."""
+
     reason = "CHILD_SESSION_ID_REQUIRED"
     default_message = "child session id is required"
 
 
 class InvalidTranscriptPositionError(InvalidArgumentError):
+    """``through_record_id`` / ``after_record_id`` / ``limit`` of
+    ListRunTranscriptRecords is not a valid position of this run (§9.6.5). Use
+    record IDs of this run returned by the store."""
+
     reason = "INVALID_TRANSCRIPT_POSITION"
     default_message = "invalid transcript position"
 

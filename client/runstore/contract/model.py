@@ -18,11 +18,15 @@ from typing import Final, Generic, TypeVar
 
 
 class SessionStatus(enum.StrEnum):
+    """A session is active until it is ended (§3.1)."""
+
     ACTIVE = "active"
     ENDED = "ended"
 
 
 class RunStatus(enum.StrEnum):
+    """Where a run is: running, suspended at a checkpoint, or ended (§3.1)."""
+
     RUNNING = "running"
     SUSPENDED = "suspended"
     COMPLETED = "completed"
@@ -42,11 +46,17 @@ TERMINAL_COMMAND_STATUSES: Final = frozenset(
 
 
 class RunStartOutcome(enum.StrEnum):
+    """What a start tells its worker: ``proceed``, or ``stop`` (the session has
+    ended, so the run was stored closed, §10.1)."""
+
     PROCEED = "proceed"
     STOP = "stop"
 
 
 class RunRepairOutcome(enum.StrEnum):
+    """What a repair command found (§9.5): it stored the missing record, the same
+    one was already stored, or a different terminal was."""
+
     STORED = "stored"
     ALREADY_STORED = "already_stored"
     DIFFERENT_TERMINAL = "different_terminal"
@@ -102,6 +112,8 @@ class AppendResult:
 
 
 NO_RECORD: Final = AppendResult()
+"""The ``AppendResult`` of a record a command did not write (e.g. ``canceled``
+of a start that proceeded)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +274,9 @@ class RunTerminal(Generic[R]):
 
 @dataclass(frozen=True, slots=True)
 class RootRunStartResult:
+    """What ``start_root_run`` answers: the outcome, the ``run_started`` record
+    and, for a stop, the record that closed the run (§3.11)."""
+
     outcome: RunStartOutcome
     started: AppendResult
     canceled: AppendResult = NO_RECORD
@@ -271,6 +286,9 @@ class RootRunStartResult:
 
 @dataclass(frozen=True, slots=True)
 class ChildRunStartResult:
+    """What ``start_child_run`` answers: as ``RootRunStartResult``, plus the
+    ``child_run_linked`` record on the parent (§3.11)."""
+
     outcome: RunStartOutcome
     parent_record: AppendResult
     started: AppendResult
@@ -281,12 +299,17 @@ class ChildRunStartResult:
 
 @dataclass(frozen=True, slots=True)
 class OneShotRunStartResult:
+    """What a sessionless start answers: its ``run_started`` record (§3.11)."""
+
     record: AppendResult
     run_status: RunStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class OneShotChildRunStartResult:
+    """What ``start_one_shot_child_run`` answers: the parent's link and the
+    child's ``run_started`` record (§3.11)."""
+
     parent_record: AppendResult
     started: AppendResult
     run_status: RunStatus | None = None

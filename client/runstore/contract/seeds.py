@@ -34,6 +34,9 @@ SEED_PAGE_RECORDS: Final = 512
 
 
 class SeedKind(enum.StrEnum):
+    """Where a seed's history comes from (§9.7.1): literal messages, the next
+    turn of a saved run, or a continuation."""
+
     LITERAL = "literal"
     NEXT_TURN = "next_turn"
     CONTINUATION = "continuation"
@@ -78,6 +81,9 @@ class HistoryPrefix:
 
 @dataclass(frozen=True)
 class RunSeed:
+    """A run's initial history as stored: its declaration, the saved prefix it
+    starts from (if any) and where it ends."""
+
     declaration: SeedDeclaration
     source: HistoryPrefix | None
     end_id: str
@@ -86,6 +92,8 @@ class RunSeed:
 
 @dataclass(frozen=True)
 class LiteralPart:
+    """One chunk of a literal seed's bytes; ``final`` on the last."""
+
     data: bytes
     final: bool
 
@@ -106,6 +114,8 @@ class SeedRecord:
 
 @dataclass(frozen=True)
 class SeedAppend:
+    """``append_run_seed``'s command: one record of an attempt's seed."""
+
     run_id: str
     attempt_id: str
     record: SeedRecord
@@ -113,6 +123,9 @@ class SeedAppend:
 
 @dataclass(frozen=True)
 class SeedPublication:
+    """``publish_run_seed``'s command: the attempt's seed, through
+    ``seed_end_id``, becomes the run's (§9.7)."""
+
     run_id: str
     attempt_id: str
     seed_end_id: str
@@ -122,6 +135,8 @@ class SeedPublication:
 
 @dataclass(frozen=True)
 class PreparationOperation:
+    """Names one preparation: the run and the command that prepares it."""
+
     agent_id: str
     run_id: str
     session_id: str
@@ -139,6 +154,8 @@ class RunPreparation:
 
 @dataclass(frozen=True)
 class SeedPage:
+    """One page of seed or preparation records; ``next_cursor`` empty at the end."""
+
     records: tuple[SeedRecord, ...]
     next_cursor: str
 

@@ -113,14 +113,24 @@ def _migrate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _backup_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--database-url", required=True, help="sqlite:///path/to/runstore.db")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--database-url", help="sqlite:///path/to/runstore.db")
+    source.add_argument(
+        "--database-url-file",
+        metavar="PATH",
+        help="file holding the database URL, as serve's --database-url-file",
+    )
     parser.add_argument("--to", required=True, type=Path, metavar="PATH", help="a new file")
 
 
 def _backup(args: argparse.Namespace) -> int:
+    url = args.database_url
     try:
-        result = backup.backup_sqlite(args.database_url, args.to)
-    except backup.BackupError as exc:
+        if args.database_url_file is not None:
+            from_file = config.ServerConfig(database_url_file=args.database_url_file)
+            url = resolve_database_url(from_file, None).database_url
+        result = backup.backup_sqlite(url, args.to)
+    except (backup.BackupError, DatabaseURLError) as exc:
         print(f"runstore: {exc}", file=sys.stderr)
         return 2
     print(
