@@ -37,10 +37,12 @@ from runstore.contract.errors import (
     UnavailableError,
     ValidationError,
 )
+from runstore.server import call_scope
+from runstore.server.call_scope import NamespaceUnset, Scope
 from runstore.server.config import DEFAULTS
 from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
-from runstore.server.db import bound, lagging
+from runstore.server.db import bound
 from runstore.server.db.append_groups import (
     GROUP_APPEND,
     AppendGroups,
@@ -106,22 +108,23 @@ class _PostgresTransaction(SqlTransaction):
     row_locks = True
     writes_in_one_statement = True
 
-    def __init__(self, conn: asyncpg.Connection, statements: Statements) -> None:
-        super().__init__(statements)
+    def __init__(self, conn: asyncpg.Connection, statements: Statements, scope: Scope) -> None:
+        super().__init__(statements, scope)
         self._conn = conn
 
     async def _one(self, statement: Compiled, **params: Any) -> Any:
-        params["namespace"] = self.namespace
-        return await self._conn.fetchrow(statement.sql, *statement.args(params))
+        return await self._conn.fetchrow(
+            statement.sql, *statement.args(self._scoped(statement, params))
+        )
 
     async def _all(self, statement: Compiled, **params: Any) -> list[Any]:
-        params["namespace"] = self.namespace
-        result: list[Any] = await self._conn.fetch(statement.sql, *statement.args(params))
+        result: list[Any] = await self._conn.fetch(
+            statement.sql, *statement.args(self._scoped(statement, params))
+        )
         return result
 
     async def _run(self, statement: Compiled, **params: Any) -> None:
-        params["namespace"] = self.namespace
-        await self._conn.execute(statement.sql, *statement.args(params))
+        await self._conn.execute(statement.sql, *statement.args(self._scoped(statement, params)))
 
     async def _one_unless_conflict(self, statement: Compiled, **params: Any) -> Any:
         try:
@@ -136,7 +139,7 @@ class _PostgresTransaction(SqlTransaction):
             return []
 
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
-        namespace = {"namespace": self.namespace}
+        namespace = self._scoped(statement, {})
         await self._conn.executemany(
             statement.sql, [statement.args({**row, **namespace}) for row in rows]
         )
@@ -219,7 +222,7 @@ def _translate(exc: BaseException) -> BaseException:
     state, operator and system errors are UNAVAILABLE; its data errors are the
     caller's; a failure of the connection itself is UNAVAILABLE; the rest is
     INTERNAL. Messages name no driver, SQLSTATE or address (they are logged)."""
-    if isinstance(exc, RunstoreError):
+    if isinstance(exc, RunstoreError | NamespaceUnset):  # NamespaceUnset: a bug, named
         return exc
     if _is_retryable(exc):
         return AbortedError("transaction lost a race too often; retry")
@@ -480,11 +483,13 @@ class PostgresDatabase:
         fn: Callable[[Transaction], Coroutine[Any, Any, T]],
         begin: str | None,
         until: float,
+        scope: Scope,
         pool: asyncpg.Pool | None = None,
     ) -> T:
         """One operation on one pooled connection (of the primary's pool unless
         ``pool`` says otherwise), inside ``begin`` ... COMMIT (or a single
-        statement when ``begin`` is None), over before ``until``."""
+        statement when ``begin`` is None), over before ``until``, acting on
+        ``scope`` (``call_scope``)."""
         pool = pool or self._require_pool()
         conn = await self._acquire(pool, until)
         expired = False
@@ -499,9 +504,11 @@ class PostgresDatabase:
         survives = False
         try:
             if begin is None:
-                result = await _single_statement(conn, fn, self._statements, self._committed)
+                result = await _single_statement(conn, fn, self._statements, scope, self._committed)
             else:
-                result = await _in_transaction(conn, begin, fn, self._statements, self._committed)
+                result = await _in_transaction(
+                    conn, begin, fn, self._statements, scope, self._committed
+                )
             survives = True
             return result
         except BaseException as exc:
@@ -540,9 +547,10 @@ class PostgresDatabase:
             assert isinstance(tx, _PostgresTransaction)
             return await write(tx)
 
+        scope = call_scope.scope()
         until = bound.deadline(self.options.operation_timeout)
         try:
-            return await self._on_connection(fn, None, until)
+            return await self._on_connection(fn, None, until, scope)
         except _StaleConnection:
             return None  # nothing was sent: the full rules run on a fresh connection
         except Exception as exc:
@@ -564,7 +572,9 @@ class PostgresDatabase:
 
         until = bound.deadline(self.options.operation_timeout)
         try:
-            return list(await self._on_connection(append, None, until))
+            # Each record binds its own namespace: the group's first names the scope.
+            scope = batches[0][0].namespace
+            return list(await self._on_connection(append, None, until, scope))
         except _StaleConnection:
             return [None] * len(batches)
         except asyncpg.PostgresError as exc:
@@ -581,7 +591,7 @@ class PostgresDatabase:
         )
 
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
-        if self._read_pool is not None and lagging.tolerated():
+        if self._read_pool is not None and call_scope.lag_tolerated():
             return await self._read_lagging(fn, self._read_pool)
         return await self._transaction(
             fn, _READ_ONLY_SNAPSHOT, bound.deadline(self.options.operation_timeout)
@@ -629,12 +639,13 @@ class PostgresDatabase:
         """Runs ``fn`` in a transaction, again after a lost race (a bounded
         number of times) or on a fresh connection when the one it got was
         already dead; all within the bound."""
+        scope = call_scope.scope()
         attempts = max(1, self.options.transaction_attempts)
         stale = 0
         attempt = 1
         while True:
             try:
-                return await self._on_connection(fn, begin, until, pool)
+                return await self._on_connection(fn, begin, until, scope, pool)
             except _StaleConnection as exc:
                 stale += 1
                 if stale > self.options.pool_max:
@@ -675,11 +686,12 @@ async def _single_statement(
     conn: asyncpg.Connection,
     fn: Callable[[Transaction], Coroutine[Any, Any, T]],
     statements: Statements,
+    scope: Scope,
     on_commit: Callable[[SqlTransaction], None],
 ) -> T:
     """``fn``'s one statement on its own. A connection that a kill closed or
     left mid-protocol refuses the statement before sending it: nothing ran."""
-    tx = _PostgresTransaction(conn, statements)
+    tx = _PostgresTransaction(conn, statements, scope)
     try:
         result = await fn(tx)
     except Exception as exc:
@@ -695,6 +707,7 @@ async def _in_transaction(
     begin: str,
     fn: Callable[[Transaction], Coroutine[Any, Any, T]],
     statements: Statements,
+    scope: Scope,
     on_commit: Callable[[SqlTransaction], None],
 ) -> T:
     """``fn`` between ``begin`` and COMMIT; rolled back when it fails cleanly;
@@ -711,7 +724,7 @@ async def _in_transaction(
     answer."""
     try:
         await conn.execute(begin)
-        tx = _PostgresTransaction(conn, statements)
+        tx = _PostgresTransaction(conn, statements, scope)
         result = await fn(tx)
     except Exception as exc:
         if _connection_survives(exc):

@@ -33,7 +33,8 @@ from runstore.contract.errors import (
     RunstoreError,
     UnavailableError,
 )
-from runstore.server import call_namespace
+from runstore.server import call_scope
+from runstore.server.call_scope import ALL_NAMESPACES, Scope
 from runstore.server.config import DEFAULTS, SQLITE_SYNCHRONOUS_LEVELS
 from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
@@ -96,23 +97,24 @@ class _SqliteTransaction(SqlTransaction):
     call returns at once, so transaction functions never suspend."""
 
     def __init__(self, conn: sqlite3.Connection, statements: Statements) -> None:
-        super().__init__(statements)
+        super().__init__(statements, ALL_NAMESPACES)  # each job sets its own
         self._conn = conn
 
     async def _one(self, statement: Compiled, **params: Any) -> Any:
-        params["namespace"] = self.namespace
-        return self._conn.execute(statement.sql, statement.args(params)).fetchone()
+        return self._conn.execute(
+            statement.sql, statement.args(self._scoped(statement, params))
+        ).fetchone()
 
     async def _all(self, statement: Compiled, **params: Any) -> list[Any]:
-        params["namespace"] = self.namespace
-        return self._conn.execute(statement.sql, statement.args(params)).fetchall()
+        return self._conn.execute(
+            statement.sql, statement.args(self._scoped(statement, params))
+        ).fetchall()
 
     async def _run(self, statement: Compiled, **params: Any) -> None:
-        params["namespace"] = self.namespace
-        self._conn.execute(statement.sql, statement.args(params))
+        self._conn.execute(statement.sql, statement.args(self._scoped(statement, params)))
 
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
-        namespace = {"namespace": self.namespace}
+        namespace = self._scoped(statement, {})
         self._conn.executemany(
             statement.sql, [statement.args({**row, **namespace}) for row in rows]
         )
@@ -196,9 +198,9 @@ _Job = tuple[
     Callable[[Transaction], Coroutine[Any, Any, Any]],
     asyncio.Future[Any],
     asyncio.AbstractEventLoop,
-    str,
+    Scope,
 ]
-"""A transaction function, its caller's future and loop, and the namespace
+"""A transaction function, its caller's future and loop, and the scope
 of the call that submitted it (read on the event loop, docs/namespaces.md)."""
 
 
@@ -213,7 +215,7 @@ def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | No
 
 def _translate(exc: BaseException) -> BaseException:
     """Contract errors pass through; database trouble is transient (D4)."""
-    if isinstance(exc, RunstoreError):
+    if isinstance(exc, RunstoreError | call_scope.NamespaceUnset):  # the latter: a bug, named
         return exc
     if isinstance(exc, sqlite3.OperationalError):
         log.warning("sqlite operational error: %s", exc)
@@ -428,7 +430,7 @@ def run_group(
     conn: sqlite3.Connection,
     tx: _SqliteTransaction,
     functions: list[Callable[[Transaction], Coroutine[Any, Any, Any]]],
-    namespaces: list[str],
+    scopes: list[Scope],
     begin: str,
 ) -> list[_Outcome]:
     """Runs ``functions`` one after another in one transaction and commits once.
@@ -450,7 +452,7 @@ def run_group(
                 if index in excluded or index in together:
                     continue
                 changes = conn.total_changes
-                tx.namespace = namespaces[index]
+                tx.scope = scopes[index]
                 outcomes[index] = _run_one(tx, fn)
                 if outcomes[index][1] is not None and conn.total_changes != changes:
                     excluded.add(index)
@@ -650,7 +652,7 @@ class SqliteDatabase:
         bound.remaining(until, timeout)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        jobs.put((fn, future, loop, call_namespace.current()))
+        jobs.put((fn, future, loop, call_scope.scope()))
         # The bound passing or the call being cancelled settles the future:
         # the worker drops the job if it has not started it; a running SQLite
         # transaction cannot be interrupted and finishes (or not) unobserved.
@@ -677,10 +679,10 @@ class SqliteDatabase:
         until = loop.time() + within
 
         async def probe(tx: Transaction) -> None:
-            await tx.session("")
+            await tx.namespace_tombstoned("")
 
         if not self._workers:
             raise UnavailableError("database is not open")
         future: asyncio.Future[None] = loop.create_future()
-        self._writes.put((probe, future, loop, call_namespace.DEFAULT))
+        self._writes.put((probe, future, loop, ALL_NAMESPACES))
         await asyncio.wait_for(future, max(0.0, until - loop.time()))

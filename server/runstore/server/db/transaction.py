@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runstore.contract.model import RunFilter, RunStatus, SessionFilter
-from runstore.server import call_namespace
+from runstore.server.call_scope import Scope
 from runstore.server.core.model import (
     NANOS_PER_MILLI,
     ContextHead,
@@ -87,12 +87,12 @@ class SqlTransaction(NamespaceOperations, SeedOperations, Transaction):
     contexts_purged: int = 0
     """Context keys retention deleted, likewise."""
 
-    def __init__(self, statements: Statements) -> None:
+    def __init__(self, statements: Statements, scope: Scope) -> None:
         self._sql = statements
-        self.namespace = call_namespace.current()
-        """The namespace every statement reads and writes in (bound as
-        ``namespace``): the call's, read on the event loop. SQLite's worker
-        threads set it per job from the job's submission instead."""
+        self.scope = scope
+        """What its statements act on: the scope (``call_scope``) of the call
+        that submitted the work, read on the event loop by the backend.
+        SQLite's worker threads set it per job."""
         self.touched: set[str] = set()
         """Wake-up keys (``core.ports.session_key``/``run_key``) of what this
         transaction wrote; the backend wakes watchers after the commit."""
@@ -140,22 +140,6 @@ class SqlTransaction(NamespaceOperations, SeedOperations, Transaction):
         if record.session_id:
             self.touched.add(session_key(record.namespace, record.session_id))
         self.records_appended += count
-
-    async def _one(self, statement: Compiled, **params: Any) -> Any:
-        """The first row of ``statement``, or None."""
-        raise NotImplementedError
-
-    async def _all(self, statement: Compiled, **params: Any) -> list[Any]:
-        """Every row of ``statement``."""
-        raise NotImplementedError
-
-    async def _run(self, statement: Compiled, **params: Any) -> None:
-        """Executes ``statement`` for its effect."""
-        raise NotImplementedError
-
-    async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
-        """Executes ``statement`` once per parameter set."""
-        raise NotImplementedError
 
     async def session(self, session_id: str, *, for_update: bool = False) -> SessionLookup:
         statement = self._sql.session_for_update if for_update else self._sql.session

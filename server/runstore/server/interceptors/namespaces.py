@@ -6,21 +6,20 @@ is refused (INVALID_ARGUMENT, ``NAMESPACE_REQUIRED``); with authentication
 off, the header or ``default``. A principal not bound to the namespace is
 PERMISSION_DENIED, before anything says whether the namespace exists; then an
 unknown (or being deleted) namespace is NOT_FOUND, ``NAMESPACE_NOT_FOUND``.
-The namespace is set (``call_namespace``) for the rest of the call.
+The namespace is named (``call_scope``) for the rest of the call; the
+header is read from the call's own context, in the call's own task.
 
 ``runstore.v1.NamespaceAdmin`` acts on namespaces, not in one: it needs a
-principal bound to every namespace (``"*"``) and ignores the header. Health,
-reflection and any other service are left alone.
+principal bound to every namespace (``"*"``), ignores the header and acts on
+``ALL_NAMESPACES``. Health, reflection and any other service are left alone
+(and name no namespace: their database work would fail, not act on one).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from contextvars import ContextVar
-from typing import Final
-
-import grpc
+from collections.abc import Iterable
+from typing import Any, Final
 
 from runstore.contract.errors import (
     NamespaceRequiredError,
@@ -31,9 +30,10 @@ from runstore.contract.errors import (
 )
 from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.contract.namespaces import DEFAULT, EVERY, NAME_RULE, is_valid_name
-from runstore.server import call_namespace, call_principal
+from runstore.server import call_principal, call_scope
+from runstore.server.call_scope import ALL_NAMESPACES
 from runstore.server.core.namespaces import NamespaceDirectory, namespace_not_found
-from runstore.server.interceptors.handlers import Handler, Steps
+from runstore.server.interceptors.handlers import Context, Handler, Refused, Steps, admits_nothing
 
 NAMESPACED_SERVICES: Final = (
     "/runstore.v1.RuntimeStore/",
@@ -50,20 +50,13 @@ class _Malformed(Exception):
     pass
 
 
-_REQUESTED: ContextVar[str | RunstoreError | None] = ContextVar(
-    "runstore_requested_namespace", default=None
-)
-
-
-_RESOLVED: ContextVar[str | None] = ContextVar("runstore_resolved_namespace", default=None)
-
-
 def resolved() -> str | None:
-    """The namespace the call acts in, once decided (None before, or when refused)."""
-    return _RESOLVED.get()
+    """The namespace the call acts in, once decided (None before, when
+    refused, or for a call on no one namespace): for labels, never for data."""
+    return call_scope.named()
 
 
-def requested_namespace(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
+def requested_namespace(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
     """The value of ``x-runstore-namespace``; None without one."""
     values = [value for key, value in metadata or () if key == NAMESPACE_KEY]
     if not values:
@@ -88,22 +81,16 @@ class NamespaceResolution:
         self._directory = directory
         self._authenticated = authenticated
 
-    def admit(self, details: grpc.HandlerCallDetails) -> None:
-        try:
-            requested = requested_namespace(details.invocation_metadata)
-        except _Malformed as exc:
-            _REQUESTED.set(ValidationError(str(exc), field=NAMESPACE_KEY))
-            return
-        _REQUESTED.set(requested)
+    admit = admits_nothing  # the header is read inside the call (``_resolve``)
 
     def steps(self, method: str, handler: Handler) -> Steps | None:
         if method.startswith(ADMINISTRATION):
-            check = self._administrator
+            decide = self._administrator
         elif method.startswith(NAMESPACED_SERVICES):
-            check = self._resolve
+            decide = self._resolve
         else:
             return None
-        return Steps(check=functools.partial(check, method))
+        return Steps(enter=functools.partial(_entered, functools.partial(decide, method)))
 
     def _bindings(self, method: str) -> tuple[str, ...] | RunstoreError | None:
         if not self._authenticated:
@@ -113,7 +100,7 @@ class NamespaceResolution:
             return UnauthenticatedError("authentication required", details={"method": method})
         return bound
 
-    async def _administrator(self, method: str) -> RunstoreError | None:
+    async def _administrator(self, method: str, context: Context) -> RunstoreError | None:
         bound = self._bindings(method)
         if isinstance(bound, RunstoreError):
             return bound
@@ -123,12 +110,14 @@ class NamespaceResolution:
                 '("*"), which NamespaceAdmin needs',
                 details={"method": method},
             )
+        call_scope.enter_call(ALL_NAMESPACES)
         return None
 
-    async def _resolve(self, method: str) -> RunstoreError | None:
-        requested = _REQUESTED.get()
-        if isinstance(requested, RunstoreError):
-            return requested
+    async def _resolve(self, method: str, context: Context) -> RunstoreError | None:
+        try:
+            requested = requested_namespace(context.invocation_metadata())
+        except _Malformed as exc:
+            return ValidationError(str(exc), field=NAMESPACE_KEY)
         bound = self._bindings(method)
         if isinstance(bound, RunstoreError):
             return bound
@@ -158,6 +147,13 @@ class NamespaceResolution:
             return exc
         if not known:
             return namespace_not_found(requested)
-        call_namespace.set_current(requested)
-        _RESOLVED.set(requested)
+        call_scope.enter_call(requested)
         return None
+
+
+async def _entered(decide: functools.partial[Any], request: Any, context: Context) -> None:
+    """The ``enter`` step: ``decide``'s refusal ends the call, else it named
+    the call's scope (``call_scope``) for the rest of the call."""
+    refusal: RunstoreError | None = await decide(context)
+    if refusal is not None:
+        raise Refused(refusal)

@@ -1,5 +1,5 @@
 """Record listings a caller allows to lag, served by the standby of
-``--read-database-url`` (``db.lagging``).
+``--read-database-url`` (``call_scope.lagging_reads``).
 
 Only the listings of records opt in, and only when the call carries
 ``x-runstore-read-lag: tolerated`` (``runstore.contract.metadata``): ``runstore
@@ -9,12 +9,11 @@ export`` sends it, a worker does not, so a worker keeps reading its own writes
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from typing import Any, Final
 
 from runstore.contract.metadata import READ_LAG_KEY, READ_LAG_TOLERATED
-from runstore.server.db.lagging import lagging_reads
-from runstore.server.interceptors.handlers import Context, Handler, Steps, admits_nothing
+from runstore.server.call_scope import lagging_reads
+from runstore.server.interceptors.handlers import Context, Handler, Unary, admits_nothing, wrapped
 
 OPTING_IN: Final = frozenset(
     {
@@ -33,36 +32,25 @@ def _tolerates_lag(context: Context) -> bool:
     )
 
 
-def _entered(request: Any, context: Context) -> AbstractContextManager[None] | None:
-    """The call's ``lagging_reads`` block, entered, when the caller tolerates lag."""
-    if not _tolerates_lag(context):
-        return None
-    block = lagging_reads()
-    block.__enter__()
-    return block
+def _in_lagging_reads(behaviour: Unary) -> Unary:
+    """``behaviour`` inside a ``lagging_reads`` block when the caller tolerates lag."""
 
+    async def call(request: Any, context: Context) -> Any:
+        if not _tolerates_lag(context):
+            return await behaviour(request, context)
+        with lagging_reads():
+            return await behaviour(request, context)
 
-def _left(block: AbstractContextManager[None] | None, response: Any, context: Context) -> Any:
-    if block is not None:
-        block.__exit__(None, None, None)
-    return response
-
-
-def _failed(
-    block: AbstractContextManager[None] | None, exc: BaseException, context: Context
-) -> None:
-    _left(block, None, context)
-
-
-_STEPS = Steps(enter=_entered, after=_left, fail=_failed)
+    return call
 
 
 class ReadLag:
-    """Steps for the record listings of ``OPTING_IN``; every other method is left alone."""
+    """A wrapper around the record listings of ``OPTING_IN`` (innermost, so
+    it costs nothing to the rest of the chain); every other method is left alone."""
 
     admit = admits_nothing
 
-    def steps(self, method: str, handler: Handler) -> Steps | None:
+    def wrap(self, method: str, handler: Handler) -> Handler:
         if method not in OPTING_IN or handler.unary_unary is None:
-            return None
-        return _STEPS
+            return handler
+        return wrapped(handler, unary=_in_lagging_reads)

@@ -7,8 +7,8 @@ from typing import Any, TypeAlias
 import grpc
 
 from runstore.server import convert
+from runstore.server.call_scope import lagging_reads
 from runstore.server.core.store import RuntimeStore
-from runstore.server.db.lagging import lagging_reads
 from runstore.server.error_status import maps_errors
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import session_admin_pb2_grpc as sa_grpc
