@@ -26,6 +26,7 @@ import pytest
 
 from runstore.contract.errors import RunstoreError, UnavailableError
 from runstore.contract.model import AppendResult, RunStatus, SessionStatus
+from runstore.server import call_scope
 from runstore.server.core.model import RecordDraft, Session
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.store import RuntimeStore
@@ -77,7 +78,9 @@ async def served(
 
 
 def _note(run_id: str, session_id: str, key: str, payload: bytes = b'{"n":1}') -> RecordDraft:
-    return RecordDraft(key, run_id, AGENT, session_id, "", "note", payload, T0)
+    return RecordDraft(
+        key, run_id, AGENT, session_id, "", "note", payload, T0, call_scope.namespace()
+    )
 
 
 @dataclass
@@ -95,6 +98,7 @@ async def _build(db: Database, world: World) -> None:
     run e still running), and a sessionless run ``free``; run a holds record
     "k", run e record "old"."""
     s, ended = world.id("s"), world.id("ended")
+    k, old = _note(world.id("a"), s, "k"), _note(world.id("e"), ended, "old")  # made here: in scope
 
     async def fn(tx: Transaction) -> None:
         await tx.insert_session(Session(s, SessionStatus.ACTIVE, T0))
@@ -104,8 +108,8 @@ async def _build(db: Database, world: World) -> None:
         await tx.insert_run(_state(world.id("done"), s, RunStatus.COMPLETED))
         await tx.insert_run(_state(world.id("e"), ended, RunStatus.RUNNING))
         await tx.insert_run(_state(world.id("free"), "", RunStatus.RUNNING))
-        await tx.append_record(_note(world.id("a"), s, "k"))
-        await tx.append_record(_note(world.id("e"), ended, "old"))
+        await tx.append_record(k)
+        await tx.append_record(old)
         await tx.end_session(ended, T0 + 1)
 
     await db.write(fn)
