@@ -31,7 +31,7 @@ from runstore.server.core.model import RecordDraft, Session
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.store import RuntimeStore
 from runstore.server.db import migrate
-from runstore.server.db import sqlite as sqlite_backend
+from runstore.server.db import sqlite_groups
 from runstore.server.db.append_groups import AppendGroups
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, asyncpg_dsn
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
@@ -232,7 +232,7 @@ async def _in_one_commit_group(
     commit group, whose appends go as one statement: the outcomes, and how
     many such statements ran."""
     statements = 0
-    original = sqlite_backend._SqliteTransaction.append_group
+    original = sqlite_groups.SqliteTransaction.append_group
 
     async def counted(self: Any, batches: Any) -> Any:
         nonlocal statements
@@ -240,7 +240,7 @@ async def _in_one_commit_group(
         return await original(self, batches)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sqlite_backend._SqliteTransaction, "append_group", counted)
+        patch.setattr(sqlite_groups.SqliteTransaction, "append_group", counted)
         held, release = await hold_the_writer(db)
         calls = [asyncio.ensure_future(command(store, world)) for command in commands]
         # Callbacks run in order: every call queues its job before the gate opens.

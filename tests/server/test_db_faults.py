@@ -37,6 +37,8 @@ from tests import postgres
 from tests.faults import NOT_SERVING, SERVING, served, timed
 from tests.support import now_ms, ts, unique
 
+pytestmark = pytest.mark.usefixtures("acting_in_default")  # direct database work
+
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 BOUND = 1.0
 """A short operation bound, so the tests wait it out quickly."""

@@ -18,7 +18,7 @@ import hashlib
 import re
 import signal
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,10 +30,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from runstore.contract.errors import ContextNotFoundError
-from runstore.contract.namespaces import DEFAULT
 from runstore.server import convert
 from runstore.server.app import Telemetry, create_stores, open_database
-from runstore.server.call_scope import acting_in
 from runstore.server.config import ConfigError, ServerConfig, load, parse_duration
 from runstore.server.core.context import ContextStore
 from runstore.server.core.ports import Database
@@ -50,15 +48,9 @@ from tests.processes import run_module, serve_process, server_process
 from tests.server.test_retention import DAY_MS, _iso, ended_session, exists, window
 from tests.support import Run, Store, fails, failure_of, run_start, serving, ts
 
+pytestmark = pytest.mark.usefixtures("acting_in_default")  # direct database work
+
 NANOS_PER_MS = 1_000_000
-
-
-@pytest.fixture(autouse=True)
-def _acting_in_default() -> Iterator[None]:
-    """These tests call the stores directly, as a call in ``default`` would
-    (``call_scope``); the retention task names its own scopes."""
-    with acting_in(DEFAULT):
-        yield
 
 
 @pytest.fixture
