@@ -36,7 +36,9 @@ from runstore.client.transcript import (
     ToolUsePart,
     decode_json,
 )
+from runstore.contract.namespaces import DEFAULT
 from runstore.server.app import create_stores, open_database
+from runstore.server.call_scope import acting_in
 from runstore.server.config import ServerConfig
 from runstore.server.servicers.memory_store import MemoryStoreServicer
 from runstore.v1 import memory_store_pb2_grpc
@@ -248,16 +250,22 @@ async def test_an_explicit_idempotency_key_replays_or_conflicts(
 
 
 class LosingReplies(MemoryStoreServicer):
-    """Runs AppendEvents, then loses the reply ``lose`` times."""
+    """Runs AppendEvents, then loses the reply ``lose`` times. Served without
+    the interceptor chain, so it names its namespace itself (``call_scope``)."""
 
     def __init__(self, store: Any) -> None:
         super().__init__(store)
         self.lose = 0
         self.calls = 0
 
+    async def LoadRun(self, request: Any, context: Any) -> Any:
+        with acting_in(DEFAULT):
+            return await super().LoadRun(request, context)
+
     async def AppendEvents(self, request: Any, context: Any) -> Any:
         self.calls += 1
-        response = await super().AppendEvents(request, context)
+        with acting_in(DEFAULT):
+            response = await super().AppendEvents(request, context)
         if self.lose:
             self.lose -= 1
             await context.abort(grpc.StatusCode.UNAVAILABLE, "reply lost")

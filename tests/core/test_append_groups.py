@@ -30,8 +30,7 @@ from runstore.server import call_scope
 from runstore.server.core.model import RecordDraft, Session
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.store import RuntimeStore
-from runstore.server.db import migrate
-from runstore.server.db import sqlite_groups
+from runstore.server.db import migrate, sqlite_groups
 from runstore.server.db.append_groups import AppendGroups
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, asyncpg_dsn
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions

@@ -26,6 +26,8 @@ from runstore.server.db import migrate
 from runstore.server.db.schema import metadata
 from tests import postgres
 
+pytestmark = pytest.mark.usefixtures("acting_in_default")  # direct database work
+
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 async def empty_url(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
