@@ -6,21 +6,26 @@ is refused (INVALID_ARGUMENT, ``NAMESPACE_REQUIRED``); with authentication
 off, the header or ``default``. A principal not bound to the namespace is
 PERMISSION_DENIED, before anything says whether the namespace exists; then an
 unknown (or being deleted) namespace is NOT_FOUND, ``NAMESPACE_NOT_FOUND``.
-The namespace is named (``call_scope``) for the rest of the call; the
-header is read from the call's own context, in the call's own task.
+The namespace is named (``call_scope``) for the rest of the call; the header
+is read from the call's own context, in the call's own task. A
+response stream ends with ``NAMESPACE_NOT_FOUND`` once its namespace is
+deleted (``core.namespace_streams``), quotas or not.
 
-``runstore.v1.NamespaceAdmin`` acts on namespaces, not in one: it needs a
-principal bound to every namespace (``"*"``), ignores the header and acts on
-``ALL_NAMESPACES``. Health, reflection and any other service are left alone
-(and name no namespace: their database work would fail, not act on one).
+Which methods act in a namespace is declared on each method
+(``method_rules``, ``namespace_scope``). ``runstore.v1.NamespaceAdmin`` acts
+on namespaces, not in one: it needs a principal bound to every namespace
+(``"*"``), ignores the header and acts on ``ALL_NAMESPACES``. Health,
+reflection and any other service are left alone (and name no namespace: their
+database work would fail, not act on one).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Final
 
+from runstore.contract.auth_file import Principal
 from runstore.contract.errors import (
     NamespaceRequiredError,
     PermissionDeniedError,
@@ -32,18 +37,21 @@ from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.contract.namespaces import DEFAULT, EVERY, NAME_RULE, is_valid_name
 from runstore.server import call_principal, call_scope
 from runstore.server.call_scope import ALL_NAMESPACES
+from runstore.server.core.namespace_streams import NamespaceStreams
 from runstore.server.core.namespaces import NamespaceDirectory, namespace_not_found
 from runstore.server.interceptors.handlers import Context, Handler, Refused, Steps, admits_nothing
+from runstore.server.method_rules import DECLARED, IN_ONE, ON_ALL
+from runstore.server.stream_ending import until_ended
 
-NAMESPACED_SERVICES: Final = (
-    "/runstore.v1.RuntimeStore/",
-    "/runstore.v1.SessionAdmin/",
-    "/runstore.v1.MemoryStore/",
-    "/runstore.v1.ContextStore/",
+NAMESPACED: Final = frozenset(
+    method for method, declared in DECLARED.items() if declared.namespace_scope == IN_ONE
 )
-"""The services whose calls act in one namespace."""
+"""The methods whose calls act in one namespace (declared in ``method_rules``)."""
 
-ADMINISTRATION: Final = "/runstore.v1.NamespaceAdmin/"
+ADMINISTRATION: Final = frozenset(
+    method for method, declared in DECLARED.items() if declared.namespace_scope == ON_ALL
+)
+"""The methods that act on namespaces, not in one (NamespaceAdmin's)."""
 
 
 class _Malformed(Exception):
@@ -80,22 +88,39 @@ class NamespaceResolution:
     def __init__(self, directory: NamespaceDirectory | None, *, authenticated: bool) -> None:
         self._directory = directory
         self._authenticated = authenticated
+        self.streams = None if directory is None else NamespaceStreams(directory)
+        """The streams open per namespace, ended when it is deleted."""
 
     admit = admits_nothing  # the header is read inside the call (``_resolve``)
 
     def steps(self, method: str, handler: Handler) -> Steps | None:
-        if method.startswith(ADMINISTRATION):
-            decide = self._administrator
-        elif method.startswith(NAMESPACED_SERVICES):
-            decide = self._resolve
-        else:
+        if method in ADMINISTRATION:
+            return Steps(enter=_deciding(functools.partial(self._administrator, method)))
+        if method not in NAMESPACED:
             return None
-        return Steps(enter=functools.partial(_entered, functools.partial(decide, method)))
+        enter = _deciding(functools.partial(self._resolve, method))
+        if handler.response_streaming and self.streams is not None:
+            return Steps(enter=enter, responses=self._until_deleted)
+        return Steps(enter=enter)
 
-    def _bindings(self, method: str) -> tuple[str, ...] | RunstoreError | None:
+    async def _until_deleted(
+        self, state: None, responses: AsyncIterator[Any], context: Context
+    ) -> AsyncIterator[Any]:
+        """A stream's responses until its namespace is deleted; then the call
+        ends with ``NAMESPACE_NOT_FOUND``."""
+        namespace, streams = call_scope.named(), self.streams
+        assert namespace is not None and streams is not None  # _resolve ran first
+        stream = streams.open(namespace)
+        try:
+            async for response in until_ended(stream, responses, context):
+                yield response
+        finally:
+            streams.close(namespace, stream)
+
+    def _bindings(self, method: str) -> Principal | RunstoreError | None:
         if not self._authenticated:
             return None
-        bound = call_principal.namespaces()
+        bound = call_principal.admitted()
         if bound is None:  # authentication refuses such a call before this runs
             return UnauthenticatedError("authentication required", details={"method": method})
         return bound
@@ -104,7 +129,7 @@ class NamespaceResolution:
         bound = self._bindings(method)
         if isinstance(bound, RunstoreError):
             return bound
-        if bound is not None and EVERY not in bound:
+        if bound is not None and not bound.bound_to(EVERY):
             return PermissionDeniedError(
                 f"principal {call_principal.current()!r} is not bound to every namespace "
                 '("*"), which NamespaceAdmin needs',
@@ -124,15 +149,15 @@ class NamespaceResolution:
         if requested is None:
             if bound is None:
                 requested = DEFAULT
-            elif len(bound) == 1 and bound[0] != EVERY:
-                requested = bound[0]
+            elif len(bound.namespaces) == 1 and bound.namespaces[0] != EVERY:
+                requested = bound.namespaces[0]
             else:
                 return NamespaceRequiredError(
                     f"principal {call_principal.current()!r} is bound to several namespaces: "
                     f"send {NAMESPACE_KEY}",
                     details={"metadata": NAMESPACE_KEY},
                 )
-        elif bound is not None and EVERY not in bound and requested not in bound:
+        elif bound is not None and not bound.bound_to(requested):
             return PermissionDeniedError(
                 f"principal {call_principal.current()!r} is not bound to namespace {requested!r}",
                 details={"method": method, "namespace": requested},
@@ -151,9 +176,16 @@ class NamespaceResolution:
         return None
 
 
+def _deciding(
+    decide: functools.partial[Any],
+) -> functools.partial[Any]:
+    """The ``enter`` step of ``decide`` (``_resolve`` or ``_administrator``)."""
+    return functools.partial(_entered, decide)
+
+
 async def _entered(decide: functools.partial[Any], request: Any, context: Context) -> None:
-    """The ``enter`` step: ``decide``'s refusal ends the call, else it named
-    the call's scope (``call_scope``) for the rest of the call."""
+    """``decide``'s refusal ends the call; else it named the call's scope
+    (``call_scope``) for the rest of the call."""
     refusal: RunstoreError | None = await decide(context)
     if refusal is not None:
         raise Refused(refusal)
