@@ -28,7 +28,8 @@ from runstore.server.core.model import RecordDraft, Session
 from runstore.server.core.namespace_model import Namespace
 from runstore.server.core.namespaces import NamespaceDirectory, NamespaceStore
 from runstore.server.core.ports import PURGED, Database, SessionLookup, Transaction
-from runstore.server.core.quotas import QuotaKeeper, Quotas
+from runstore.server.core.quota_keeper import QuotaKeeper
+from runstore.server.core.quotas import Quotas
 from runstore.server.core.store import RuntimeStore
 from runstore.server.retention import NANOS_PER_SECOND, RetentionSettings, RetentionTask
 from runstore.server.seed_expiry import SeedExpiry
