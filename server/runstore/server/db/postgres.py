@@ -14,6 +14,9 @@ to retry (§8). So is a database that does not answer within the operation
 bound (``db.bound``).
 
 Reads run in REPEATABLE READ READ ONLY transactions, one snapshot per call.
+What a failure means is ``postgres_errors``'; the standby's reads are
+``read_replica``'s. Each transaction acts on the scope (``call_scope``) of the
+call that began it, read before a connection is taken.
 """
 
 from __future__ import annotations

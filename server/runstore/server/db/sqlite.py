@@ -9,6 +9,8 @@ A transaction function is an ``async`` function of the store core. On SQLite
 every database call returns at once, so the function never suspends; the
 worker thread drives it to completion without an event loop, in one hop from
 the server's loop and back. The writer commits before any caller is answered.
+A group's transaction is ``sqlite_groups``'; the WAL sync ``sqlite_wal_sync``'.
+Each job carries the scope (``call_scope``) of the call that submitted it.
 """
 
 from __future__ import annotations
