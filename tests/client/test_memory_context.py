@@ -36,10 +36,10 @@ from runstore.client.transcript import (
     ToolUsePart,
     decode_json,
 )
-from runstore.contract.namespaces import DEFAULT
 from runstore.server.app import create_stores, open_database
-from runstore.server.call_scope import acting_in
 from runstore.server.config import ServerConfig
+from runstore.server.interceptors.handlers import Chain
+from runstore.server.interceptors.namespaces import NamespaceResolution
 from runstore.server.servicers.memory_store import MemoryStoreServicer
 from runstore.v1 import memory_store_pb2_grpc
 from tests.support import Store, unique
@@ -250,22 +250,16 @@ async def test_an_explicit_idempotency_key_replays_or_conflicts(
 
 
 class LosingReplies(MemoryStoreServicer):
-    """Runs AppendEvents, then loses the reply ``lose`` times. Served without
-    the interceptor chain, so it names its namespace itself (``call_scope``)."""
+    """Runs AppendEvents, then loses the reply ``lose`` times."""
 
     def __init__(self, store: Any) -> None:
         super().__init__(store)
         self.lose = 0
         self.calls = 0
 
-    async def LoadRun(self, request: Any, context: Any) -> Any:
-        with acting_in(DEFAULT):
-            return await super().LoadRun(request, context)
-
     async def AppendEvents(self, request: Any, context: Any) -> Any:
         self.calls += 1
-        with acting_in(DEFAULT):
-            response = await super().AppendEvents(request, context)
+        response = await super().AppendEvents(request, context)
         if self.lose:
             self.lose -= 1
             await context.abort(grpc.StatusCode.UNAVAILABLE, "reply lost")
@@ -277,7 +271,10 @@ async def test_a_lost_reply_never_appends_twice(tmp_path: Path) -> None:
     config = ServerConfig(listen="127.0.0.1:0", database_url=f"sqlite:///{tmp_path / 'm.db'}")
     async with open_database(config) as db:
         servicer = LosingReplies(create_stores(config, db).memory)
-        server = grpc.aio.server()
+        # Only the concern that names each call's namespace (here: default).
+        server = grpc.aio.server(
+            interceptors=[Chain([NamespaceResolution(None, authenticated=False)])]
+        )
         memory_store_pb2_grpc.add_MemoryStoreServicer_to_server(servicer, server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
