@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from runstore.contract.namespaces import DEFAULT
+from runstore.server import call_scope
 from tests import postgres
 from tests.support import Store, serving
 
@@ -31,6 +33,15 @@ async def database_url(
         return
     async with postgres.fresh_database() as url:
         yield url
+
+
+@pytest.fixture
+def acting_in_default() -> Iterator[None]:
+    """For tests that call the store core or the database directly, as a call
+    in ``default`` would (``call_scope``: outside any scope, database work
+    raises). Modules opt in: ``pytestmark = pytest.mark.usefixtures(...)``."""
+    with call_scope.acting_in(DEFAULT):
+        yield
 
 
 @pytest.fixture(scope="session")

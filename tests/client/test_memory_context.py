@@ -38,6 +38,8 @@ from runstore.client.transcript import (
 )
 from runstore.server.app import create_stores, open_database
 from runstore.server.config import ServerConfig
+from runstore.server.interceptors.handlers import Chain
+from runstore.server.interceptors.namespaces import NamespaceResolution
 from runstore.server.servicers.memory_store import MemoryStoreServicer
 from runstore.v1 import memory_store_pb2_grpc
 from tests.support import Store, unique
@@ -269,7 +271,10 @@ async def test_a_lost_reply_never_appends_twice(tmp_path: Path) -> None:
     config = ServerConfig(listen="127.0.0.1:0", database_url=f"sqlite:///{tmp_path / 'm.db'}")
     async with open_database(config) as db:
         servicer = LosingReplies(create_stores(config, db).memory)
-        server = grpc.aio.server()
+        # Only the concern that names each call's namespace (here: default).
+        server = grpc.aio.server(
+            interceptors=[Chain([NamespaceResolution(None, authenticated=False)])]
+        )
         memory_store_pb2_grpc.add_MemoryStoreServicer_to_server(servicer, server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()

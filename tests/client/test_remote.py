@@ -65,6 +65,8 @@ from runstore.contract import errors as contract_errors
 from runstore.server.app import create_stores, open_database
 from runstore.server.config import ServerConfig
 from runstore.server.error_status import to_status
+from runstore.server.interceptors.handlers import Chain
+from runstore.server.interceptors.namespaces import NamespaceResolution
 from runstore.server.servicers.runtime_store import RuntimeStoreServicer
 from runstore.server.servicers.session_admin import SessionAdminServicer
 from runstore.v1 import runtime_store_pb2_grpc, session_admin_pb2_grpc
@@ -443,7 +445,10 @@ async def flaky(tmp_path: Path) -> AsyncIterator[tuple[FlakyRuntimeStore, str]]:
     async with open_database(config) as db:
         core = create_stores(config, db).runtime
         servicer = FlakyRuntimeStore(core)
-        server = grpc.aio.server()
+        # Only the concern that names each call's namespace (here: default).
+        server = grpc.aio.server(
+            interceptors=[Chain([NamespaceResolution(None, authenticated=False)])]
+        )
         runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(servicer, server)
         session_admin_pb2_grpc.add_SessionAdminServicer_to_server(
             SessionAdminServicer(core), server

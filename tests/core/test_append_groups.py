@@ -26,11 +26,11 @@ import pytest
 
 from runstore.contract.errors import RunstoreError, UnavailableError
 from runstore.contract.model import AppendResult, RunStatus, SessionStatus
+from runstore.server import call_scope
 from runstore.server.core.model import RecordDraft, Session
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.store import RuntimeStore
-from runstore.server.db import migrate
-from runstore.server.db import sqlite as sqlite_backend
+from runstore.server.db import migrate, sqlite_groups
 from runstore.server.db.append_groups import AppendGroups
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, asyncpg_dsn
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
@@ -77,7 +77,9 @@ async def served(
 
 
 def _note(run_id: str, session_id: str, key: str, payload: bytes = b'{"n":1}') -> RecordDraft:
-    return RecordDraft(key, run_id, AGENT, session_id, "", "note", payload, T0)
+    return RecordDraft(
+        key, run_id, AGENT, session_id, "", "note", payload, T0, call_scope.namespace()
+    )
 
 
 @dataclass
@@ -95,6 +97,7 @@ async def _build(db: Database, world: World) -> None:
     run e still running), and a sessionless run ``free``; run a holds record
     "k", run e record "old"."""
     s, ended = world.id("s"), world.id("ended")
+    k, old = _note(world.id("a"), s, "k"), _note(world.id("e"), ended, "old")  # made here: in scope
 
     async def fn(tx: Transaction) -> None:
         await tx.insert_session(Session(s, SessionStatus.ACTIVE, T0))
@@ -104,8 +107,8 @@ async def _build(db: Database, world: World) -> None:
         await tx.insert_run(_state(world.id("done"), s, RunStatus.COMPLETED))
         await tx.insert_run(_state(world.id("e"), ended, RunStatus.RUNNING))
         await tx.insert_run(_state(world.id("free"), "", RunStatus.RUNNING))
-        await tx.append_record(_note(world.id("a"), s, "k"))
-        await tx.append_record(_note(world.id("e"), ended, "old"))
+        await tx.append_record(k)
+        await tx.append_record(old)
         await tx.end_session(ended, T0 + 1)
 
     await db.write(fn)
@@ -228,7 +231,7 @@ async def _in_one_commit_group(
     commit group, whose appends go as one statement: the outcomes, and how
     many such statements ran."""
     statements = 0
-    original = sqlite_backend._SqliteTransaction.append_group
+    original = sqlite_groups.SqliteTransaction.append_group
 
     async def counted(self: Any, batches: Any) -> Any:
         nonlocal statements
@@ -236,7 +239,7 @@ async def _in_one_commit_group(
         return await original(self, batches)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sqlite_backend._SqliteTransaction, "append_group", counted)
+        patch.setattr(sqlite_groups.SqliteTransaction, "append_group", counted)
         held, release = await hold_the_writer(db)
         calls = [asyncio.ensure_future(command(store, world)) for command in commands]
         # Callbacks run in order: every call queues its job before the gate opens.

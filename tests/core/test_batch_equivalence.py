@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from runstore.contract.errors import RunstoreError
 from runstore.contract.model import SessionStatus
+from runstore.server import call_scope
 from runstore.server.core.batch_rules import one_owner_distinct_keys as batch_shape
 from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Database
@@ -49,7 +50,18 @@ class Loop:
         self._thread.start()
 
     def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        """``coroutine``'s result, run as a call in the caller's namespace (if any)."""
+        try:
+            scope = call_scope.scope()
+        except call_scope.NamespaceUnset:  # the fixture's setup: no database work yet
+            future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+            return future.result(timeout=60)
+
+        async def in_scope() -> T:
+            with call_scope.acting_in(scope):
+                return await coroutine
+
+        future = asyncio.run_coroutine_threadsafe(in_scope(), self.loop)
         return future.result(timeout=60)
 
     def stop(self) -> None:

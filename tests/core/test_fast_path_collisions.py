@@ -29,6 +29,7 @@ import pytest
 
 from runstore.contract import lifecycle
 from runstore.contract.model import RunStatus, SessionStatus
+from runstore.server import call_scope
 from runstore.server.core.model import RecordDraft, RunEnding, RunState, RunTerminal, Session
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.store import RuntimeStore
@@ -126,6 +127,7 @@ def _command(kind: str, store: RuntimeStore, run_id: str, session_id: str) -> Aw
         lifecycle.RUN_COMPLETED,
         _completion(RunStatus.COMPLETED, ""),
         T0 + 5_000_000,
+        call_scope.namespace(),
     )
     return store.record_run_terminal(RunTerminal(run_id, RunStatus.COMPLETED, ending))
 
@@ -157,11 +159,14 @@ async def test_a_fast_path_that_loses_a_race_falls_back_to_the_full_rules(
     session_id, writer, target = f"race-s{n}", f"race-w{n}", f"race-t{n}"
     run_id = f"race-n{n}" if kind == "start" else target
 
+    firsts = {existing: _note(existing, session_id, "first") for existing in (writer, target)}
+    concurrent = _note(writer, session_id, "concurrent")
+
     async def build(tx: Transaction) -> None:
         await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, T0))
         for existing in (writer, target):
             await tx.insert_run(_state(existing, session_id, RunStatus.RUNNING))
-            await tx.append_record(_note(existing, session_id, "first"))
+            await tx.append_record(firsts[existing])
 
     await db.write(build)
     watched = Watched(db)
@@ -172,7 +177,7 @@ async def test_a_fast_path_that_loses_a_race_falls_back_to_the_full_rules(
         async def fn(tx: Transaction) -> None:
             # Locks the session, then the writer's run, as every writer does.
             await tx.record_target(writer, "", for_update=True)
-            await tx.append_record(_note(writer, session_id, "concurrent"))
+            await tx.append_record(concurrent)
             if pause:
                 holding.set()
                 await release.wait()

@@ -23,6 +23,7 @@ import pytest
 
 from runstore.contract.errors import RunstoreError
 from runstore.contract.model import RunStartOutcome, RunStatus, SessionStatus
+from runstore.contract.namespaces import DEFAULT
 from runstore.server.core.model import RecordDraft, RunRecord, RunState, Session
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.store import RuntimeStore
@@ -102,6 +103,7 @@ def _record(run_id: str, session_id: str, key: str = KEY, payload: bytes = b'{"n
         type="note",
         payload=payload,
         timestamp=T0,
+        namespace=DEFAULT,  # these tests act in default (tests/core/conftest.py)
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runstore.contract.errors import ValidationError
+from runstore.contract.namespaces import DEFAULT
 from runstore.server.core import input_rules
 from runstore.server.core.model import RecordDraft, RunStart
 
@@ -35,7 +36,7 @@ def test_ids_over_1024_bytes_or_with_nul_are_refused_naming_the_field(
 
 
 def test_a_start_checks_its_ids_then_labels_then_each_record() -> None:
-    record = RecordDraft("k", "r", "a", "s", "", "t", b"{}", 0)
+    record = RecordDraft("k", "r", "a", "s", "", "t", b"{}", 0, DEFAULT)
     run = RunStart(run_id="r", agent_id="a", session_id="s", labels={"x": "y"})
     input_rules.check_run_start(run, started=record, canceled=None)
     cases = {
@@ -47,14 +48,18 @@ def test_a_start_checks_its_ids_then_labels_then_each_record() -> None:
         with pytest.raises(ValidationError) as caught:
             input_rules.check_run_start(bad)
         assert caught.value.field == field
-    long_turn = RecordDraft("k", "r", "a", "s", "t" * 1025, "t", b"{}", 0)
+    long_turn = RecordDraft("k", "r", "a", "s", "t" * 1025, "t", b"{}", 0, DEFAULT)
     with pytest.raises(ValidationError) as caught:
         input_rules.check_run_start(run, started=long_turn)
     assert caught.value.field == "started.turn_id"
     # Types are text, not ids: long is fine, U+0000 is not.
-    input_rules.check_record(RecordDraft("k", "r", "a", "s", "", "t" * 5000, b"{}", 0), "record")
+    input_rules.check_record(
+        RecordDraft("k", "r", "a", "s", "", "t" * 5000, b"{}", 0, DEFAULT), "record"
+    )
     with pytest.raises(ValidationError) as caught:
-        input_rules.check_record(RecordDraft("k", "r", "a", "s", "", "t\x00", b"{}", 0), "record")
+        input_rules.check_record(
+            RecordDraft("k", "r", "a", "s", "", "t\x00", b"{}", 0, DEFAULT), "record"
+        )
     assert caught.value.field == "record.type"
 
 

@@ -25,6 +25,7 @@ import pytest
 from runstore.contract import lifecycle
 from runstore.contract.errors import RunstoreError
 from runstore.contract.model import RunStartOutcome, RunStatus, SessionStatus
+from runstore.server import call_scope
 from runstore.server.core.lifecycle_changes import run_ending
 from runstore.server.core.model import (
     LifecycleKeys,
@@ -116,6 +117,8 @@ async def _prepare(
     then: Any = None,
 ) -> None:
     """A session in state ``session`` with ``earlier_records`` records of another run."""
+    others = [f"{session_id}-earlier{index}" for index in range(earlier_records)]
+    notes = [_note(other, session_id, "earlier") for other in others]  # made here: in scope
 
     async def fn(tx: Transaction) -> None:
         if session_id and session != "missing":
@@ -123,10 +126,9 @@ async def _prepare(
                 await tx.purge_session(session_id, T0)
             else:
                 await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, T0))
-        for index in range(earlier_records):
-            other = f"{session_id}-earlier{index}"
+        for other, note in zip(others, notes, strict=True):
             await tx.insert_run(_state(other, session_id, RunStatus.RUNNING))
-            await tx.append_record(_note(other, session_id, "earlier"))
+            await tx.append_record(note)
         if then is not None:
             await then(tx)
         if session_id and session == "ended":
@@ -160,7 +162,9 @@ def _state(
 
 
 def _note(run_id: str, session_id: str, key: str) -> RecordDraft:
-    return RecordDraft(key, run_id, AGENT, session_id, "", "note", b'{"n":1}', T0)
+    return RecordDraft(
+        key, run_id, AGENT, session_id, "", "note", b'{"n":1}', T0, call_scope.namespace()
+    )
 
 
 async def _stored(db: Database, run_id: str, session_id: str) -> tuple[Any, ...]:
@@ -250,6 +254,7 @@ def _start_command(run_id: str, session_id: str, predecessor: str) -> RootRunSta
             lifecycle.RunStartedPayload(predecessor_run_id=predecessor, labels=LABELS)
         ),
         T0,
+        call_scope.namespace(),
     )
     canceled = replace(
         started,
@@ -423,6 +428,7 @@ async def _build_end(db: Database, case: End) -> RunTerminal:
         lifecycle.RUN_COMPLETED,
         _completion(case.outcome or case.status, case.record_reason),
         T0 + 5_000_000,
+        call_scope.namespace(),
     )
     command = RunTerminal(run_id, case.status, record)
 

@@ -2,22 +2,21 @@
 same session, run and record keys in two namespaces are independent objects,
 down to the group commit, whose one statement may carry both namespaces' rows.
 
-The namespace a call acts in is ``call_namespace``'s; these tests set it as
+The namespace a call acts in is ``call_scope``'s; these tests name it as
 the interceptor does, and insert the second namespace's row directly.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
-
-import pytest
 
 from runstore.contract.errors import RunstoreError
 from runstore.contract.model import RunStartOutcome, SessionStatus
-from runstore.server import call_namespace
+from runstore.contract.namespaces import DEFAULT
+from runstore.server import call_scope
+from runstore.server.call_scope import acting_in
 from runstore.server.core.context import ContextStore
 from runstore.server.core.model import RecordDraft, Session
 from runstore.server.core.ports import PURGED, Database, Transaction, run_key, session_key
@@ -43,16 +42,6 @@ __all__ = ["served"]  # the backends' fixture, shared with the group commit test
 OTHER = "team-b"
 
 
-@contextlib.contextmanager
-def acting_in(namespace: str) -> Iterator[None]:
-    before = call_namespace.current()
-    call_namespace.set_current(namespace)
-    try:
-        yield
-    finally:
-        call_namespace.set_current(before)
-
-
 async def _add_namespace(db: Database, name: str) -> None:
     async def fn(tx: Transaction) -> None:
         conn = tx._conn  # type: ignore[attr-defined]
@@ -76,7 +65,7 @@ def _in(namespace: str, command: Command) -> Command:
     """``command`` as a call in ``namespace`` (its drafts are made there)."""
 
     async def run(store: RuntimeStore, world: World) -> Any:
-        call_namespace.set_current(namespace)  # this call's task only
+        call_scope.enter_call(namespace)  # this call's task only
         return await command(store, world)
 
     return run
@@ -133,7 +122,7 @@ async def test_same_keys_in_two_namespaces_keep_their_own_ids_order_and_retries(
     with acting_in(OTHER):
         await _build(served.db, world)  # the very same IDs and keys
 
-    commands = [_in(ns, c) for c in _COMMANDS for ns in (call_namespace.DEFAULT, OTHER)]
+    commands = [_in(ns, c) for c in _COMMANDS for ns in (DEFAULT, OTHER)]
     results, groups = await _as_one_group(served, world, commands)
 
     answers = [_answer(result) for result in results]
@@ -151,7 +140,7 @@ async def test_same_keys_in_two_namespaces_keep_their_own_ids_order_and_retries(
         # Two groups, not one per call: the namespaces travel together (only the
         # changed retry of "k" waits for the group after its exact retry).
         assert groups == 2
-    default_state = await _state_of(served.db, world, call_namespace.DEFAULT)
+    default_state = await _state_of(served.db, world, DEFAULT)
     assert default_state == await _state_of(served.db, world, OTHER)
     runs, keys = default_state
     assert [key for _, key, _ in runs["a"]] == ["k", "k1", "k2"]
@@ -171,10 +160,12 @@ async def test_a_namespace_misses_every_row_of_another(served: Served) -> None:
     await _add_namespace(served.db, OTHER)
     await _build(served.db, world)
     store = RuntimeStore(served.db, clock=lambda: T0 + 7)
-    before = await _state_of(served.db, world, call_namespace.DEFAULT)
+    before = await _state_of(served.db, world, DEFAULT)
 
     def reads(run: str, session: str) -> list[Callable[[], Awaitable[Any]]]:
-        draft = RecordDraft("new", run, "agent", session, "", "note", b"{}", T0)
+        draft = RecordDraft(
+            "new", run, "agent", session, "", "note", b"{}", T0, call_scope.namespace()
+        )
         return [
             lambda: store.load_run(run),
             lambda: store.list_run_records(run, "", 10),
@@ -203,7 +194,7 @@ async def test_a_namespace_misses_every_row_of_another(served: Served) -> None:
     assert seen_tx == absent_tx
     assert seen[0][0] == "RunNotFoundError"
     # and the other namespace's attempts changed nothing here
-    assert await _state_of(served.db, world, call_namespace.DEFAULT) == before
+    assert await _state_of(served.db, world, DEFAULT) == before
 
 
 async def _set_retention(db: Database, name: str, ended_sessions_s: float) -> None:
@@ -253,7 +244,7 @@ async def test_retention_runs_in_each_namespace_with_its_own_overrides(served: S
     assert isinstance(await served.db.read(lookup), Session)  # default: kept
     with acting_in(OTHER):
         assert await served.db.read(lookup) is PURGED  # team-b: purged, tombstoned
-    assert call_namespace.current() == call_namespace.DEFAULT  # the pass restored it
+    assert call_scope.scope() == DEFAULT  # the pass left the caller's scope as it was
 
 
 async def test_a_commit_in_one_namespace_wakes_only_its_own_watchers(served: Served) -> None:
@@ -266,8 +257,8 @@ async def test_a_commit_in_one_namespace_wakes_only_its_own_watchers(served: Ser
     wakeups: Any = served.db.wakeups  # type: ignore[attr-defined]
     run_id, session_id = world.id("a"), world.id("s")
     with (
-        wakeups.subscribe(run_key(call_namespace.DEFAULT, run_id)) as mine,
-        wakeups.subscribe(session_key(call_namespace.DEFAULT, session_id)) as my_session,
+        wakeups.subscribe(run_key(DEFAULT, run_id)) as mine,
+        wakeups.subscribe(session_key(DEFAULT, session_id)) as my_session,
         wakeups.subscribe(run_key(OTHER, run_id)) as theirs,
     ):
         with acting_in(OTHER):
@@ -287,7 +278,7 @@ async def test_the_same_run_starts_in_two_namespaces_at_once(served: Served) -> 
         await tx.insert_session(Session(session_id, SessionStatus.ACTIVE, T0))
 
     async def start(namespace: str) -> Any:
-        call_namespace.set_current(namespace)  # this task only
+        call_scope.enter_call(namespace)  # this task only
         await served.db.write(session)
         store = RuntimeStore(served.db)
         command = _start_command(run_id, session_id, "")
@@ -303,12 +294,6 @@ async def test_the_same_run_starts_in_two_namespaces_at_once(served: Served) -> 
             run.run_id,
         )
 
-    mine, theirs = await asyncio.gather(start(call_namespace.DEFAULT), start(OTHER))
+    mine, theirs = await asyncio.gather(start(DEFAULT), start(OTHER))
     # One run each: started once, the retry answers the same, in both namespaces.
     assert mine == theirs == ({RunStartOutcome.PROCEED}, {"1"}, [False, True], run_id)
-
-
-@pytest.fixture(autouse=True)
-def _default_namespace() -> Iterator[None]:
-    with acting_in(call_namespace.DEFAULT):
-        yield

@@ -27,6 +27,7 @@ from runstore.contract.errors import (
     ValidationError,
 )
 from runstore.contract.model import Checkpoint, RunStartOutcome, RunStatus
+from runstore.contract.namespaces import DEFAULT
 from runstore.server.core import paging, validation
 from runstore.server.core.model import (
     NANOS_PER_MILLI,
@@ -67,6 +68,7 @@ def record(**overrides: Any) -> RecordDraft:
         "type": "note",
         "payload": b"{}",
         "timestamp": T0,
+        "namespace": DEFAULT,
     }
     values.update(overrides)
     return RecordDraft(**values)
@@ -275,7 +277,7 @@ def test_envelope_reports_every_rule_in_the_documented_order() -> None:
     ]
     err = raises(lambda: validation.check_record_envelope(None, "record"), ValidationError)
     assert (err.message, err.field) == ("run record is required", "record")
-    rec = RecordDraft("", "", "", "", "", "", b"", None)
+    rec = RecordDraft("", "", "", "", "", "", b"", None, DEFAULT)
     for name, fixed, message, field in steps:
         err = raises(partial(validation.check_record_envelope, rec, "record"), ValidationError)
         assert (err.message, err.field) == (message, field)

@@ -18,7 +18,7 @@ from runstore.client import RemoteSessionAdmin, records
 from runstore.contract.errors import UnavailableError
 from runstore.server import config
 from runstore.server.auth.secrets import redacted, resolve_database_url
-from runstore.server.db import migrate, urls
+from runstore.server.db import migrate, postgres_errors, urls
 from runstore.server.db import postgres as postgres_backend
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from tests import postgres
@@ -100,8 +100,8 @@ async def test_a_dead_first_host_is_skipped(tmp_path: Path) -> None:
 
 def test_a_standbys_refusal_to_write_is_unavailable_on_a_fresh_connection() -> None:
     refusal = asyncpg.exceptions.ReadOnlySQLTransactionError("25006")
-    assert type(postgres_backend._translate(refusal)) is UnavailableError
-    assert not postgres_backend._connection_survives(refusal)
+    assert type(postgres_errors.translate(refusal)) is UnavailableError
+    assert not postgres_errors.connection_survives(refusal)
 
 
 async def test_reconnects_are_paced_one_at_a_time_and_end_with_a_success(

@@ -29,12 +29,15 @@ from runstore.server.config import ServerConfig
 from runstore.server.core.model import Session
 from runstore.server.core.ports import Transaction
 from runstore.server.db import migrate
-from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, _translate, asyncpg_dsn
+from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, asyncpg_dsn
+from runstore.server.db.postgres_errors import translate as _translate
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
 from runstore.v1 import session_admin_pb2 as sa
 from tests import postgres
 from tests.faults import NOT_SERVING, SERVING, served, timed
 from tests.support import now_ms, ts, unique
+
+pytestmark = pytest.mark.usefixtures("acting_in_default")  # direct database work
 
 UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
 BOUND = 1.0

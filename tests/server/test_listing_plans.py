@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 
 from bench import listings as seeded
 from runstore.contract.model import RunFilter, RunStatus, SessionFilter, SessionStatus
-from runstore.server import call_namespace
+from runstore.contract.namespaces import DEFAULT
 from runstore.server.db import migrate
 from runstore.server.db.listings import ListingStatements
 from runstore.server.db.postgres import asyncpg_dsn
@@ -96,7 +96,7 @@ def _statement(dialect: Any, kind: str, query: Any) -> Any:
     build = statements.sessions if kind == "sessions" else statements.runs
     compiled, params = build(query, after, 101)
     # Every call binds its namespace (SqlTransaction); the seeded rows are in default.
-    return compiled, {**params, "namespace": call_namespace.DEFAULT}
+    return compiled, {**params, "namespace": DEFAULT}
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,10 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 from google.protobuf.descriptor import MethodDescriptor
 
 from runstore.contract.metadata import READ_LAG_KEY, READ_LAG_TOLERATED
-from runstore.server import method_rules
+from runstore.server import call_scope, method_rules
 from runstore.server.auth import roles
 from runstore.server.console import access
 from runstore.server.core import quota_rules
-from runstore.server.db import lagging
 from runstore.server.interceptors import namespaces, read_lag
 from runstore.server.interceptors.handlers import Chain
 from runstore.v1 import options_pb2
@@ -206,7 +205,7 @@ async def _lags(method: str, metadata: tuple[tuple[str, str], ...]) -> bool:
     """Whether the read-lag concern lets a call of ``method`` read the standby."""
 
     async def behaviour(request: Any, context: Any) -> bool:
-        return lagging.tolerated()
+        return call_scope.lag_tolerated()
 
     chain = Chain([read_lag.ReadLag()])
     handler = chain.compose(method, grpc.unary_unary_rpc_method_handler(behaviour))

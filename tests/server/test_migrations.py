@@ -18,12 +18,15 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from runstore.contract.errors import IdempotencyConflictError, SeedNotFoundError
+from runstore.contract.namespaces import DEFAULT
 from runstore.server.app import create_stores, open_database
 from runstore.server.config import ServerConfig
 from runstore.server.core.model import OneShotRunStart, RecordDraft, RunStart
 from runstore.server.db import migrate
 from runstore.server.db.schema import metadata
 from tests import postgres
+
+pytestmark = pytest.mark.usefixtures("acting_in_default")  # direct database work
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -375,4 +378,6 @@ async def test_runs_from_before_0011_read_as_seed_era(empty_url: str) -> None:
 
 
 def _started(start: RunStart) -> RecordDraft:
-    return RecordDraft("start", start.run_id, "a", "", "", "run_started", b"{}", start.started_at)
+    return RecordDraft(
+        "start", start.run_id, "a", "", "", "run_started", b"{}", start.started_at, DEFAULT
+    )

@@ -25,7 +25,10 @@ from tests import postgres
 from tests.faults import served
 from tests.support import Store, fails, failure_of, now_ms, ts, unique
 
-pytestmark = pytest.mark.postgres
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.usefixtures("acting_in_default"),
+]  # direct database work
 
 
 @pytest.fixture(scope="module")

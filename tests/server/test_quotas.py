@@ -33,6 +33,7 @@ from runstore.client import (
 from runstore.client.retry import NO_RETRY, RetryPolicy, call_with_retry, is_retryable
 from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.server.app import Telemetry, build_server, create_stores, open_database
+from runstore.server.call_scope import ALL_NAMESPACES, acting_in
 from runstore.server.config import ServerConfig
 from runstore.server.core.namespaces import REFRESH_SECONDS, NamespaceDirectory, NamespaceStore
 from runstore.server.core.quota_bucket import QUEUE_SECONDS, TokenBucket
@@ -649,16 +650,18 @@ async def test_appends_touch_no_counter_row(one: Replica) -> None:
     await one.keeper.recount()
 
     db = one.keeper._db
-    usage_before = (await db.read(lambda tx: tx.namespace_usage()))[name]
-    beats_before = await db.read(_heartbeats)
+    with acting_in(ALL_NAMESPACES):  # the usage and heartbeat rows: every namespace's
+        usage_before = (await db.read(lambda tx: tx.namespace_usage()))[name]
+        beats_before = await db.read(_heartbeats)
     run = await _one_shot(one, name)
     for index in range(20):
         await one.store.runtime.AppendRunRecord(
             rs.AppendRunRecordRequest(record=run.record(f"n{index}", payload=b"p" * 100)),
             metadata=one.md(name),
         )
-    assert (await db.read(lambda tx: tx.namespace_usage()))[name] == usage_before
-    assert await db.read(_heartbeats) == beats_before
+    with acting_in(ALL_NAMESPACES):
+        assert (await db.read(lambda tx: tx.namespace_usage()))[name] == usage_before
+        assert await db.read(_heartbeats) == beats_before
     assert one.quotas.stored_bytes(name) >= usage_before[0] + 20 * 100
 
 

@@ -48,6 +48,8 @@ from tests.processes import run_module, serve_process, server_process
 from tests.server.test_retention import DAY_MS, _iso, ended_session, exists, window
 from tests.support import Run, Store, fails, failure_of, run_start, serving, ts
 
+pytestmark = pytest.mark.usefixtures("acting_in_default")  # direct database work
+
 NANOS_PER_MS = 1_000_000
 
 

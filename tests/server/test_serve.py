@@ -17,7 +17,9 @@ from typing import Any
 
 import grpc
 
+from runstore.contract.namespaces import DEFAULT
 from runstore.server.app import build_server, create_stores, open_database, shutdown
+from runstore.server.call_scope import acting_in
 from runstore.server.config import ServerConfig
 from runstore.v1 import runtime_store_pb2 as rs
 from tests.processes import serve_process
@@ -139,7 +141,8 @@ async def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(tmp_path: 
     assert results == ["ok"] * 20
     async with open_database(config) as db:
         reopened = create_stores(config, db).runtime
-        page = await reopened.list_run_records(run.id, "", 100)
+        with acting_in(DEFAULT):  # read as a call in default would
+            page = await reopened.list_run_records(run.id, "", 100)
     keys = [record.event_key for record in page.events]
     # Every call in flight was stored; the 20 concurrent calls may commit in any order.
     assert keys[0] == "started"

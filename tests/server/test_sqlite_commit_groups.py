@@ -18,6 +18,8 @@ from runstore.server.core.ports import Transaction
 from runstore.server.db import migrate
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
 
+pytestmark = pytest.mark.usefixtures("acting_in_default")  # direct database work
+
 
 @pytest.fixture
 async def db(tmp_path: Path) -> AsyncIterator[SqliteDatabase]:

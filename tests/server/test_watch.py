@@ -18,7 +18,7 @@ import pytest
 from runstore.server.app import build_server, create_stores, open_database
 from runstore.server.config import ServerConfig
 from runstore.server.core import paging
-from runstore.server.db import sqlite as sqlite_backend
+from runstore.server.db import sqlite_wal_sync
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from tests.processes import server_process
@@ -313,7 +313,7 @@ async def test_sqlite_full_sends_a_record_only_after_its_wal_sync(
             release.wait(30)
             real_sync(fd)
 
-        monkeypatch.setattr(sqlite_backend.os, "fdatasync", held_sync)
+        monkeypatch.setattr(sqlite_wal_sync.os, "fdatasync", held_sync)
         write = append if appender == "single" else append_batch
         appending = asyncio.ensure_future(write(store, run, "held"))
         await asyncio.to_thread(syncing.wait, 30)
@@ -323,7 +323,7 @@ async def test_sqlite_full_sends_a_record_only_after_its_wal_sync(
         reading = asyncio.ensure_future(stream.read())
         await asyncio.sleep(0.5)  # five poll intervals
         assert not reading.done(), "a watcher sent a record before its WAL sync"
-        monkeypatch.setattr(sqlite_backend.os, "fdatasync", real_sync)
+        monkeypatch.setattr(sqlite_wal_sync.os, "fdatasync", real_sync)
         release.set()
         batch = await reading
         await appending

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from runstore.server.call_namespace import DEFAULT
+from runstore.contract.namespaces import DEFAULT
 from runstore.server.core.ports import run_key, session_key
 from runstore.server.db.postgres import asyncpg_dsn
 from runstore.v1 import runtime_store_pb2 as rs

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Final
 
 from runstore.cli.plugins import SERVER_COMMANDS, Command
-from runstore.server import app, config, logs, startup_failures, tracing, workers
+from runstore.server import app, call_scope, config, logs, startup_failures, tracing, workers
 from runstore.server.auth import SecurityError
 from runstore.server.auth.secrets import DatabaseURLError, resolve_database_url
+from runstore.server.call_scope import ALL_NAMESPACES
 from runstore.server.db import backup, migrate
 
 log = logging.getLogger("runstore")
@@ -95,9 +96,10 @@ def _serve(
 def _migrate(
     args: argparse.Namespace, settings: config.ServerConfig, say: Callable[[str], None]
 ) -> int:
-    before = asyncio.run(
-        migrate.upgrade(settings.database_url, lambda rev, doc: say(f"applied {rev}: {doc}"))
-    )
+    with call_scope.acting_in(ALL_NAMESPACES):  # the whole database (docs/namespaces.md)
+        before = asyncio.run(
+            migrate.upgrade(settings.database_url, lambda rev, doc: say(f"applied {rev}: {doc}"))
+        )
     head = migrate.head_revision()
     if before.at_head:
         say(f"schema already at {head}")
@@ -129,7 +131,8 @@ def _backup(args: argparse.Namespace) -> int:
         if args.database_url_file is not None:
             from_file = config.ServerConfig(database_url_file=args.database_url_file)
             url = resolve_database_url(from_file, None).database_url
-        result = backup.backup_sqlite(url, args.to)
+        with call_scope.acting_in(ALL_NAMESPACES):  # the whole database
+            result = backup.backup_sqlite(url, args.to)
     except (backup.BackupError, DatabaseURLError) as exc:
         print(f"runstore: {exc}", file=sys.stderr)
         return 2

@@ -21,6 +21,7 @@ from runstore.contract.wire import (
     SESSION_STATUS_TO_WIRE,
     START_OUTCOME_TO_WIRE,
 )
+from runstore.server import call_scope
 from runstore.server.core import context_shape as shape
 from runstore.server.core import model, validation
 from runstore.v1 import context_store_pb2 as ctx
@@ -66,6 +67,7 @@ def _record_draft(message: pb.RunRecord, name: str, index: int | None) -> model.
     return model.RecordDraft(
         **wire.copy_fields(message, wire.RECORD_FIELDS),
         timestamp=_record_timestamp(message, name, index),
+        namespace=call_scope.namespace(),  # the call's: raises outside one
     )
 
 

@@ -25,7 +25,7 @@ import grpc
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from runstore.server import call_namespace
+from runstore.server import call_scope
 
 SECONDS_BUCKETS: Final = (
     0.0005,
@@ -418,7 +418,7 @@ class DbFigures:
         if records_appended:
             # Counted in the task of the call (or purge) that awaited the commit,
             # whichever task ran the group it committed in.
-            self._appended_in(call_namespace.current()).inc(records_appended)
+            self._appended_in(call_scope.namespace()).inc(records_appended)
         if sessions_purged:
             self._purged.inc(sessions_purged)
         if runs_purged:

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from runstore.contract.durations import format_duration
-from runstore.server import call_namespace
+from runstore.server import call_scope
+from runstore.server.call_scope import ALL_NAMESPACES
 from runstore.server.config import ServerConfig, parse_duration
 from runstore.server.core.context import ContextStore
 from runstore.server.core.model import NamespaceRetention, Nanos
@@ -183,7 +184,12 @@ class RetentionTask:
     async def run_pass(self) -> PassReport:
         """One pass, if this replica holds the retention lock; logged and
         counted. With no ``--retain-*`` setting and no namespace's override,
-        nothing to do: not run, not logged, not counted."""
+        nothing to do: not run, not logged, not counted. Over every namespace
+        (``ALL_NAMESPACES``), each purged in its own (``call_scope``)."""
+        with call_scope.acting_in(ALL_NAMESPACES):
+            return await self._run_pass()
+
+    async def _run_pass(self) -> PassReport:
         if not self.settings.on and not await self._overridden():
             return PassReport(ran=False)
         now = self._clock()
@@ -236,19 +242,16 @@ class RetentionTask:
         )
 
     async def _purge(self, now: Nanos, started: float) -> PassReport:
-        """Each active namespace in turn, with its own overrides, in the
-        namespace's keys (``call_namespace``); the caller's namespace after."""
-        caller = call_namespace.current()
+        """Each active namespace in turn, with its own overrides, acting in
+        that namespace (``call_scope``)."""
         totals = [0, 0, 0]
-        try:
-            for namespace in await self._runtime.namespace_retention():
-                if self.stopping.is_set():
-                    break
-                call_namespace.set_current(namespace.name)
-                for index, count in enumerate(await self._purge_namespace(namespace, now)):
-                    totals[index] += count
-        finally:
-            call_namespace.set_current(caller)
+        for namespace in await self._runtime.namespace_retention():
+            if self.stopping.is_set():
+                break
+            with call_scope.acting_in(namespace.name):
+                purged = await self._purge_namespace(namespace, now)
+            for index, count in enumerate(purged):
+                totals[index] += count
         sessions, runs, contexts = totals
         return PassReport(True, sessions, runs, contexts, time.perf_counter() - started)
 

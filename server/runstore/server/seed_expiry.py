@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from runstore.server import call_namespace
+from runstore.server import call_scope
+from runstore.server.call_scope import ALL_NAMESPACES
 from runstore.server.config import ServerConfig, parse_duration
 from runstore.server.core.model import Nanos
 from runstore.server.core.store import RuntimeStore
@@ -59,11 +60,11 @@ class SeedExpiry:
         """Every active namespace's expired attempts, in that namespace's keys;
         returns how many were deleted."""
         cut = self._clock() - round(self.ttl * NANOS_PER_SECOND)
-        caller = call_namespace.current()
         total = 0
-        try:
-            for namespace in await self._runtime.namespace_retention():
-                call_namespace.set_current(namespace.name)
+        with call_scope.acting_in(ALL_NAMESPACES):
+            namespaces = await self._runtime.namespace_retention()
+        for namespace in namespaces:
+            with call_scope.acting_in(namespace.name):
                 while True:
                     count, more = await self._runtime.expire_seed_attempts(cut, self._batch)
                     total += count
@@ -71,6 +72,4 @@ class SeedExpiry:
                         self.metrics.seed_attempts_expired.inc(count)
                     if not more:
                         break
-        finally:
-            call_namespace.set_current(caller)
         return total

@@ -30,12 +30,11 @@ from runstore.contract.errors import (
     RunstoreError,
 )
 from runstore.contract.namespaces import DEFAULT, NAME_RULE, is_valid_name
-from runstore.server import call_namespace
+from runstore.server import call_scope
 from runstore.server.auth.principals import Principal
 from runstore.server.console import access, live, views
 from runstore.server.console.pages import Console, url
 from runstore.server.core.namespaces import namespace_not_found
-from runstore.server.db.lagging import lagging_reads
 
 log = logging.getLogger(__name__)
 
@@ -163,14 +162,15 @@ def screen(
             return _error(console, request, 400, exc)
         except RunstoreError as exc:  # the database cannot say (UNAVAILABLE, ...)
             return _error(console, request, 503, exc)
-        # Every read of this request (and of its live stream's task) is keyed by it.
-        call_namespace.set_current(namespace)
+        # Every read of this request (and of its live stream's task) is keyed
+        # by it: named for the rest of the request's task.
+        call_scope.enter_call(namespace)
         request.scope["runstore_namespace"] = namespace
         request.scope["runstore_namespaces"] = offered
         try:
             if not may_lag:
                 return await handler(console, request)
-            with lagging_reads():
+            with call_scope.lagging_reads():
                 return await handler(console, request)
         except NotFoundError as exc:
             return _error(console, request, 404, exc)

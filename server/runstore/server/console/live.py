@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from runstore.contract.errors import OverloadedError, RunstoreError, UnavailableError
-from runstore.server import call_namespace
+from runstore.server import call_scope
 from runstore.server.console import render
 from runstore.server.console.pages import Console
 from runstore.server.core.model import RunRecord
@@ -69,7 +69,7 @@ async def _events(
     # Built on the first step, in the task that writes the response: the task
     # ``end`` wakes when the namespace is deleted.
     stream = EndableStream()
-    namespace = call_namespace.current()
+    namespace = call_scope.namespace()
     console.live.setdefault(namespace, set()).add(stream)
     try:
         while True:

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from runstore.contract.namespaces import DEFAULT
-from runstore.server import call_namespace
+from runstore.server import call_scope
 from runstore.server.auth.tls import TLSFiles
 from runstore.server.console import render
 from runstore.server.console.access import Access
@@ -93,8 +93,8 @@ def _environment() -> jinja2.Environment:
 def url(path: str, **params: Any) -> str:
     """``path`` with the non-empty ``params`` as its query string (values
     escaped), in the namespace the page shows: a link never leaves it."""
-    namespace = call_namespace.current()
-    if namespace != DEFAULT and "namespace" not in params:
+    namespace = call_scope.named()  # None on a page outside any (sign-in, refusals)
+    if namespace not in (None, DEFAULT) and "namespace" not in params:
         params["namespace"] = namespace
     kept = {key: value for key, value in params.items() if value not in ("", None, 0, False)}
     return f"{path}?{urlencode(kept)}" if kept else path

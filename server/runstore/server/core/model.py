@@ -18,7 +18,6 @@ from typing import TypeAlias
 
 from runstore.contract import model as contract
 from runstore.contract.model import NO_RECORD, AppendResult, Checkpoint, RunStartOutcome, RunStatus
-from runstore.server import call_namespace
 
 Nanos = int
 """UTC nanoseconds since the Unix epoch."""
@@ -121,9 +120,10 @@ class RecordDraft:
     type: str
     payload: bytes
     timestamp: Nanos | None
-    namespace: str = field(default_factory=call_namespace.current)
-    """The namespace of the call that made the draft (on the event loop): a
-    group commit writes each of its rows in its own (docs/namespaces.md)."""
+    namespace: str
+    """The namespace of the call that made the draft, named where the draft
+    is made: a group commit writes each of its rows in its own
+    (docs/namespaces.md)."""
 
 
 @dataclass(frozen=True, slots=True)

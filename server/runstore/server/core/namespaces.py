@@ -13,8 +13,8 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, Final
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Final, TypeVar
 
 from runstore.contract.errors import (
     NamespaceExistsError,
@@ -25,13 +25,16 @@ from runstore.contract.errors import (
     ValidationError,
 )
 from runstore.contract.namespaces import DEFAULT, NAME_RULE, is_valid_name
-from runstore.server import call_namespace
+from runstore.server import call_scope
+from runstore.server.call_scope import ALL_NAMESPACES
 from runstore.server.core.listing import page_size
 from runstore.server.core.model import Nanos
 from runstore.server.core.namespace_model import ACTIVE, DELETING, Namespace
 from runstore.server.core.ports import Database, Transaction
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 REFRESH_SECONDS: Final = 2.0
 """How old the set of active namespaces a replica checks calls against may be:
@@ -95,7 +98,7 @@ class NamespaceDirectory:
 
     async def left_deleting(self) -> list[str]:
         """The namespaces a stopped replica left half purged (read at start)."""
-        return await self._db.read(_deleting_names)
+        return await _over_all(self._db.read, _deleting_names)
 
     async def is_active(self, name: str) -> bool:
         """Whether calls may act in ``name`` (as of at most ``refresh_seconds`` ago)."""
@@ -159,7 +162,7 @@ class NamespaceDirectory:
         loading = self._loading = asyncio.get_running_loop().create_future()
         self._changed_while_loading = {}
         try:
-            rows = await self._db.read(_active_rows)
+            rows = await _over_all(self._db.read, _active_rows)
         except BaseException as exc:
             loading.set_exception(exc)
             loading.exception()  # retrieved: the calls waiting on it raise it themselves
@@ -184,6 +187,16 @@ class NamespaceDirectory:
         finally:
             self._loading = None
             self._changed_while_loading = {}
+
+
+async def _over_all(
+    operation: Callable[[Callable[[Transaction], Coroutine[Any, Any, T]]], Coroutine[Any, Any, T]],
+    fn: Callable[[Transaction], Coroutine[Any, Any, T]],
+) -> T:
+    """``operation(fn)`` on the namespaces themselves, whichever namespace the
+    caller acts in: ``ALL_NAMESPACES`` (``call_scope``)."""
+    with call_scope.acting_in(ALL_NAMESPACES):
+        return await operation(fn)
 
 
 async def _active_rows(tx: Transaction) -> list[Namespace]:
@@ -294,7 +307,7 @@ class NamespaceStore:
             await tx.insert_namespace(namespace)
             return namespace
 
-        created = await self._db.write(fn)
+        created = await _over_all(self._db.write, fn)
         self.directory.created(created.name, created)
         return created
 
@@ -304,7 +317,7 @@ class NamespaceStore:
         async def fn(tx: Transaction) -> Namespace | None:
             return await tx.namespace_row(name)
 
-        found = await self._db.read(fn)
+        found = await _over_all(self._db.read, fn)
         if found is None:
             raise namespace_not_found(name)
         return found
@@ -316,7 +329,7 @@ class NamespaceStore:
         async def fn(tx: Transaction) -> list[Namespace]:
             return await tx.namespace_page(after, size + 1)
 
-        rows = await self._db.read(fn)
+        rows = await _over_all(self._db.read, fn)
         if len(rows) <= size:
             return rows, ""
         return rows[:size], encode_page_token(rows[size - 1].name)
@@ -336,7 +349,7 @@ class NamespaceStore:
             await tx.update_namespace(changed)
             return changed
 
-        updated = await self._db.write(fn)
+        updated = await _over_all(self._db.write, fn)
         self.directory.updated(updated)  # its quotas apply here at once
         return updated
 
@@ -358,7 +371,7 @@ class NamespaceStore:
             await tx.update_namespace(deleting)
             return deleting
 
-        deleting = await self._db.write(fn)
+        deleting = await _over_all(self._db.write, fn)
         self.directory.deleted(name)
         self._start_purge(name)
         return deleting
@@ -387,7 +400,10 @@ class NamespaceStore:
         """Deletes the namespace's data in bounded transactions, then its row,
         leaving the name's tombstone. Another replica may purge it at the same
         time: each batch deletes whatever is still there."""
-        call_namespace.set_current(name)  # this task's context only: its statements' namespace
+        with call_scope.acting_in(name):
+            await self._purge_in(name)
+
+    async def _purge_in(self, name: str) -> None:
         limit = self._purge_batch_rows
         await asyncio.sleep(self._purge_delay)
 

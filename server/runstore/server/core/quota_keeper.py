@@ -15,6 +15,7 @@ import time
 import uuid
 from typing import Final
 
+from runstore.server.call_scope import over_all_namespaces
 from runstore.server.core.model import Nanos
 from runstore.server.core.namespace_model import Namespace
 from runstore.server.core.namespaces import REFRESH_SECONDS, NamespaceDirectory
@@ -49,7 +50,8 @@ def replica_name() -> str:
 
 
 class QuotaKeeper:
-    """The background task that keeps a replica's ``Quotas`` current, every
+    """The background task that keeps a replica's ``Quotas`` current (over
+    every namespace: ``call_scope.ALL_NAMESPACES``), every
     ``interval`` seconds: it refreshes the namespace directory (so a namespace
     deleted on another replica ends its streams here within that interval),
     upserts this replica's heartbeat row while a namespace has a rate or
@@ -88,6 +90,7 @@ class QuotaKeeper:
         if self._task is None:
             self._task = asyncio.create_task(self._loop(), name="runstore-quotas")
 
+    @over_all_namespaces
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
@@ -113,6 +116,7 @@ class QuotaKeeper:
                 failing = True
             await asyncio.sleep(self.interval)
 
+    @over_all_namespaces
     async def tick(self) -> None:
         """One round: the directory, the heartbeat, the stored bytes."""
         # Read unless a call's refresh just did: a namespace deleted elsewhere
@@ -179,6 +183,7 @@ class QuotaKeeper:
         else:
             self.quotas.set_usage(await self._db.read(_read_usage))
 
+    @over_all_namespaces
     async def recount(self, names: list[str] | None = None, *, fresh_seconds: float = 0.0) -> None:
         """Recounts ``names`` (default: every namespace with a stored_bytes
         quota) unless another replica did within ``fresh_seconds``, then reads

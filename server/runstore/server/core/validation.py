@@ -561,7 +561,8 @@ def check_terminal(
 
 
 def draft_of(record: RunRecord) -> RecordDraft:
-    """A stored record as a draft, so that the rules for commands can check it."""
+    """A stored record as a draft, so that the rules for commands can check
+    it; never written, so it names no namespace."""
     return RecordDraft(
         record.event_key,
         record.run_id,
@@ -571,6 +572,7 @@ def draft_of(record: RunRecord) -> RecordDraft:
         record.type,
         record.payload,
         record.timestamp,
+        namespace="",
     )
 
 

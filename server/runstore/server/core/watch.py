@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from runstore.contract.errors import OverloadedError, RunNotFoundError, UnavailableError
 from runstore.contract.model import RunStatus
-from runstore.server import call_namespace
+from runstore.server import call_scope
 from runstore.server.config import DEFAULTS
 from runstore.server.core import paging
 from runstore.server.core.model import RunRecord
@@ -94,7 +94,7 @@ class RecordWatch:
             return await self._store.session_records_after(session_id, position), False
 
         async for batch in self._stream(
-            session_key(call_namespace.current(), session_id), after, read
+            session_key(call_scope.namespace(), session_id), after, read
         ):
             yield batch
 
@@ -118,7 +118,7 @@ class RecordWatch:
             ended = run.status.is_terminal or run.status is RunStatus.SUSPENDED
             return cut, ended and not cut.more
 
-        async for batch in self._stream(run_key(call_namespace.current(), run_id), after, read):
+        async for batch in self._stream(run_key(call_scope.namespace(), run_id), after, read):
             yield batch
 
     async def _stream(

@@ -31,6 +31,9 @@ class Compiled:
     positional: bool = False
     """Whether the driver takes a tuple (asyncpg): one without parameters
     takes ``()`` whatever ``params`` holds (every call binds ``namespace``)."""
+    namespaced: bool = False
+    """Whether the statement binds ``namespace`` (is keyed by the namespace
+    it runs in: ``db.primitives``)."""
 
     def args(self, params: Mapping[str, Any]) -> Any:
         """The driver's arguments for ``params``: a mapping or a tuple."""
@@ -51,4 +54,5 @@ def compile_for(statement: ClauseElement, dialect: Dialect) -> Compiled:
         if not bind.required
     }
     getter = operator.itemgetter(*names) if names else None
-    return Compiled(str(compiled), names, defaults, getter, bool(compiled.positional))
+    namespaced = "namespace" in compiled.bind_names.values()
+    return Compiled(str(compiled), names, defaults, getter, bool(compiled.positional), namespaced)

@@ -14,6 +14,7 @@ from sqlalchemy.sql.elements import BindParameter
 from runstore.server.core.model import Nanos
 from runstore.server.core.namespace_model import ACTIVE, DELETING, Namespace
 from runstore.server.db.compiled import Compiled, compile_for
+from runstore.server.db.primitives import StatementPrimitives
 from runstore.server.db.schema import namespace_tombstones, namespace_usage, namespaces
 
 DATA_TABLES: Final = (
@@ -173,18 +174,9 @@ def _params(namespace: Namespace) -> dict[str, Any]:
     return {field.name: getattr(namespace, field.name) for field in fields(Namespace)}
 
 
-class NamespaceOperations:
+class NamespaceOperations(StatementPrimitives):
     """``core.namespace_model.NamespaceTransaction`` over a ``SqlTransaction``'s
     primitives (mixed into it)."""
-
-    async def _one(self, statement: Compiled, **params: Any) -> Any:
-        raise NotImplementedError
-
-    async def _all(self, statement: Compiled, **params: Any) -> list[Any]:
-        raise NotImplementedError
-
-    async def _run(self, statement: Compiled, **params: Any) -> None:
-        raise NotImplementedError
 
     @property
     def _namespace_sql(self) -> NamespaceStatements:

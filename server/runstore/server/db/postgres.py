@@ -14,6 +14,9 @@ to retry (§8). So is a database that does not answer within the operation
 bound (``db.bound``).
 
 Reads run in REPEATABLE READ READ ONLY transactions, one snapshot per call.
+What a failure means is ``postgres_errors``'; the standby's reads are
+``read_replica``'s. Each transaction acts on the scope (``call_scope``) of the
+call that began it, read before a connection is taken.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import random
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -31,16 +33,15 @@ import asyncpg
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 
 from runstore.contract.errors import (
-    AbortedError,
-    InternalError,
     RunstoreError,
     UnavailableError,
-    ValidationError,
 )
+from runstore.server import call_scope
+from runstore.server.call_scope import Scope
 from runstore.server.config import DEFAULTS
 from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
-from runstore.server.db import bound, lagging
+from runstore.server.db import bound
 from runstore.server.db.append_groups import (
     GROUP_APPEND,
     AppendGroups,
@@ -51,6 +52,13 @@ from runstore.server.db.append_groups import (
 from runstore.server.db.compiled import Compiled
 from runstore.server.db.connect_pacing import ConnectPacing as ConnectPacing  # tests use it here
 from runstore.server.db.connect_pacing import close_connection
+from runstore.server.db.postgres_errors import connection_survives as _connection_survives
+from runstore.server.db.postgres_errors import is_retryable as _is_retryable
+from runstore.server.db.postgres_errors import reaped as _reaped
+from runstore.server.db.postgres_errors import refused_before_sending as _refused_before_sending
+from runstore.server.db.postgres_errors import translate as _translate
+from runstore.server.db.postgres_errors import unavailable as _unavailable
+from runstore.server.db.read_replica import ReadReplica
 from runstore.server.db.statements import Statements
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.db.urls import asyncpg_dsn as asyncpg_dsn  # tests and tools use it here
@@ -64,14 +72,6 @@ from runstore.server.metrics import DbFigures
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-_RETRYABLE_SQLSTATES: Final = frozenset(
-    {
-        "40001",  # serialization_failure
-        "40P01",  # deadlock_detected
-        "23505",  # unique_violation: a concurrent insert of the same new row won
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,22 +106,23 @@ class _PostgresTransaction(SqlTransaction):
     row_locks = True
     writes_in_one_statement = True
 
-    def __init__(self, conn: asyncpg.Connection, statements: Statements) -> None:
-        super().__init__(statements)
+    def __init__(self, conn: asyncpg.Connection, statements: Statements, scope: Scope) -> None:
+        super().__init__(statements, scope)
         self._conn = conn
 
     async def _one(self, statement: Compiled, **params: Any) -> Any:
-        params["namespace"] = self.namespace
-        return await self._conn.fetchrow(statement.sql, *statement.args(params))
+        return await self._conn.fetchrow(
+            statement.sql, *statement.args(self._scoped(statement, params))
+        )
 
     async def _all(self, statement: Compiled, **params: Any) -> list[Any]:
-        params["namespace"] = self.namespace
-        result: list[Any] = await self._conn.fetch(statement.sql, *statement.args(params))
+        result: list[Any] = await self._conn.fetch(
+            statement.sql, *statement.args(self._scoped(statement, params))
+        )
         return result
 
     async def _run(self, statement: Compiled, **params: Any) -> None:
-        params["namespace"] = self.namespace
-        await self._conn.execute(statement.sql, *statement.args(params))
+        await self._conn.execute(statement.sql, *statement.args(self._scoped(statement, params)))
 
     async def _one_unless_conflict(self, statement: Compiled, **params: Any) -> Any:
         try:
@@ -136,7 +137,7 @@ class _PostgresTransaction(SqlTransaction):
             return []
 
     async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
-        namespace = {"namespace": self.namespace}
+        namespace = self._scoped(statement, {})
         await self._conn.executemany(
             statement.sql, [statement.args({**row, **namespace}) for row in rows]
         )
@@ -149,104 +150,6 @@ class _PostgresTransaction(SqlTransaction):
         return group_results(self, batches, rows)
 
 
-def _refused_before_sending(exc: BaseException) -> bool:
-    """Whether the driver refused a statement before writing any of it: a
-    kill closed the connection (or released it from the pool), or left it
-    mid-protocol (the server's goodbye arrived while it was idle). asyncpg
-    raises InterfaceError for a statement only on such client-side checks."""
-    if isinstance(exc, asyncpg.exceptions.ProtocolError):
-        return False  # raised on reading a reply: the statement was sent
-    if isinstance(exc, asyncpg.InternalClientError):
-        return "cannot switch to state" in str(exc)
-    return isinstance(exc, asyncpg.InterfaceError)
-
-
-_REAPED: Final = frozenset({"57P01", "57P05", "08003"})
-"""The server ended the connection: admin_shutdown (``pg_terminate_backend``,
-a pooler), idle_session_timeout, or a connection closed mid-operation."""
-
-
-def _reaped(exc: BaseException) -> bool:
-    """Whether a fast path's one statement met a connection the server had
-    ended. Whatever became of the statement, the full rules that run next, on
-    a fresh connection, answer as the command's exact retry would: the record
-    once, under one ID."""
-    return isinstance(exc, asyncpg.PostgresError) and exc.sqlstate in _REAPED
-
-
-def _is_retryable(exc: BaseException) -> bool:
-    return isinstance(exc, asyncpg.PostgresError) and exc.sqlstate in _RETRYABLE_SQLSTATES
-
-
-_UNAVAILABLE_CLASSES: Final = frozenset(
-    {
-        "08",  # connection exception
-        "53",  # insufficient resources (too many connections, disk full, out of memory)
-        "55",  # object not in prerequisite state (database does not allow connections)
-        "57",  # operator intervention (shutdown, statement timeout, cancel)
-        "58",  # system error (I/O)
-    }
-)
-_DATA_EXCEPTION_CLASS: Final = "22"
-_BROKEN_CONNECTION_CLASSES: Final = frozenset({"08", "57", "58"})
-_ON_A_STANDBY: Final = "25006"
-"""read_only_sql_transaction: the connection reached a standby (a primary
-demoted, or a URL without ``target_session_attrs``); nothing was written."""
-
-
-def _sqlstate_class(exc: BaseException) -> str:
-    sqlstate = getattr(exc, "sqlstate", None) if isinstance(exc, asyncpg.PostgresError) else None
-    return sqlstate[:2] if isinstance(sqlstate, str) else ""
-
-
-def _connection_survives(exc: BaseException) -> bool:
-    """Whether a connection is still fit for the pool after ``exc``: only after
-    a rule of the store or a clean error answered by the server. Anything else
-    (a cut-off read, a timeout, a cancelled call, a client-side state error)
-    may leave the protocol mid-message, so the connection is terminated."""
-    if isinstance(exc, RunstoreError):
-        return True
-    return (
-        isinstance(exc, asyncpg.PostgresError)
-        and _sqlstate_class(exc) not in _BROKEN_CONNECTION_CLASSES
-        and exc.sqlstate != _ON_A_STANDBY
-    )
-
-
-def _translate(exc: BaseException) -> BaseException:
-    """Classifies by what failed (D4): contract errors pass through; a lost
-    race after the retries is ABORTED; the server's connection, resource,
-    state, operator and system errors are UNAVAILABLE; its data errors are the
-    caller's; a failure of the connection itself is UNAVAILABLE; the rest is
-    INTERNAL. Messages name no driver, SQLSTATE or address (they are logged)."""
-    if isinstance(exc, RunstoreError):
-        return exc
-    if _is_retryable(exc):
-        return AbortedError("transaction lost a race too often; retry")
-    sqlstate_class = _sqlstate_class(exc)
-    if sqlstate_class in _UNAVAILABLE_CLASSES or getattr(exc, "sqlstate", None) == _ON_A_STANDBY:
-        log.warning("postgres unavailable: %s: %s", getattr(exc, "sqlstate", ""), exc)
-        return UnavailableError("database unavailable; retry")
-    if sqlstate_class == _DATA_EXCEPTION_CLASS:
-        log.warning("postgres rejected a value: %s: %s", getattr(exc, "sqlstate", ""), exc)
-        return ValidationError("a value in the request cannot be stored")
-    if isinstance(exc, asyncpg.PostgresError):
-        log.error("postgres error %s", getattr(exc, "sqlstate", ""), exc_info=exc)
-        return InternalError("database error")
-    if isinstance(
-        exc,
-        OSError
-        | TimeoutError
-        | ConnectionError
-        | asyncpg.InterfaceError
-        | asyncpg.InternalClientError,
-    ):
-        log.warning("postgres connection failed: %s: %s", type(exc).__name__, exc)
-        return UnavailableError("database connection failed; retry")
-    log.error("unexpected error in a transaction", exc_info=exc)
-    return InternalError()
-
-
 async def _reset(conn: asyncpg.Connection) -> None:
     """What a connection needs before it returns to the pool. runstore keeps no
     session state (no LISTEN, no advisory or prepared cursors), and a
@@ -255,14 +158,6 @@ async def _reset(conn: asyncpg.Connection) -> None:
 
 
 _READ_ONLY_SNAPSHOT: Final = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-
-_REPLICA_LAG: Final = """
-SELECT CASE
-    WHEN NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0
-    ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0)
-END::float8
-"""
-
 
 RETENTION_LOCK_KEY: Final = 0x72657461696E6564  # "retained"
 """The advisory lock key of retention passes (migrations use another)."""
@@ -292,11 +187,22 @@ class PostgresDatabase:
     ) -> None:
         self.options = options
         self._dsn = asyncpg_dsn(database_url)
-        self._read_dsn = asyncpg_dsn(read_url, writer=False) if read_url else None
-        """Where reads inside ``lagging.lagging_reads()`` go (a standby), if
+        self._replica = (
+            ReadReplica(
+                asyncpg_dsn(read_url, writer=False),
+                pool_max=options.pool_max,
+                connect_timeout=options.connect_timeout,
+                operation_timeout=options.operation_timeout,
+                reconnect_pause_max=options.reconnect_pause_max,
+                lag_probe_interval=options.lag_probe_interval,
+                server_settings=self._server_settings(),
+                reset=_reset,
+            )
+            if read_url
+            else None
+        )
+        """Where reads inside ``call_scope.lagging_reads()`` go (a standby), if
         anywhere but the primary."""
-        self._read_pool: asyncpg.Pool | None = None
-        self._lag_probe: asyncio.Task[None] | None = None
         self._statements = Statements.compile(asyncpg_dialect.dialect())  # type: ignore[no-untyped-call]
         self._pool: asyncpg.Pool | None = None
         self._pacing = ConnectPacing(longest_pause=options.reconnect_pause_max)
@@ -383,29 +289,12 @@ class PostgresDatabase:
             self.figures.watch_pool(
                 pool.get_idle_size, lambda: pool.get_size() - pool.get_idle_size()
             )
-        if self._read_dsn is not None:
-            # Connects on first use: a standby that is down does not stop the server.
-            self._read_pool = await asyncpg.create_pool(
-                self._read_dsn,
-                connect=ConnectPacing(longest_pause=options.reconnect_pause_max).connect,
-                min_size=0,
-                max_size=options.pool_max,
-                timeout=min(options.connect_timeout, options.operation_timeout),
-                server_settings={**self._server_settings(), "application_name": "runstore-read"},
-                reset=_reset,
-            )
-            if self.figures is not None:
-                self._lag_probe = asyncio.ensure_future(self._probe_lag(self.figures))
+        if self._replica is not None:
+            await self._replica.start(self.figures)
 
     async def close(self) -> None:
-        if self._lag_probe is not None:
-            self._lag_probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._lag_probe
-            self._lag_probe = None
-        if self._read_pool is not None:
-            read_pool, self._read_pool = self._read_pool, None
-            read_pool.terminate()
+        if self._replica is not None:
+            await self._replica.close()
         if self._probe is not None:
             self._probe.terminate()
             self._probe = None
@@ -480,11 +369,13 @@ class PostgresDatabase:
         fn: Callable[[Transaction], Coroutine[Any, Any, T]],
         begin: str | None,
         until: float,
+        scope: Scope,
         pool: asyncpg.Pool | None = None,
     ) -> T:
         """One operation on one pooled connection (of the primary's pool unless
         ``pool`` says otherwise), inside ``begin`` ... COMMIT (or a single
-        statement when ``begin`` is None), over before ``until``."""
+        statement when ``begin`` is None), over before ``until``, acting on
+        ``scope`` (``call_scope``)."""
         pool = pool or self._require_pool()
         conn = await self._acquire(pool, until)
         expired = False
@@ -499,9 +390,11 @@ class PostgresDatabase:
         survives = False
         try:
             if begin is None:
-                result = await _single_statement(conn, fn, self._statements, self._committed)
+                result = await _single_statement(conn, fn, self._statements, scope, self._committed)
             else:
-                result = await _in_transaction(conn, begin, fn, self._statements, self._committed)
+                result = await _in_transaction(
+                    conn, begin, fn, self._statements, scope, self._committed
+                )
             survives = True
             return result
         except BaseException as exc:
@@ -540,9 +433,10 @@ class PostgresDatabase:
             assert isinstance(tx, _PostgresTransaction)
             return await write(tx)
 
+        scope = call_scope.scope()
         until = bound.deadline(self.options.operation_timeout)
         try:
-            return await self._on_connection(fn, None, until)
+            return await self._on_connection(fn, None, until, scope)
         except _StaleConnection:
             return None  # nothing was sent: the full rules run on a fresh connection
         except Exception as exc:
@@ -564,7 +458,9 @@ class PostgresDatabase:
 
         until = bound.deadline(self.options.operation_timeout)
         try:
-            return list(await self._on_connection(append, None, until))
+            # Each record binds its own namespace: the group's first names the scope.
+            scope = batches[0][0].namespace
+            return list(await self._on_connection(append, None, until, scope))
         except _StaleConnection:
             return [None] * len(batches)
         except asyncpg.PostgresError as exc:
@@ -581,43 +477,20 @@ class PostgresDatabase:
         )
 
     async def read(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
-        if self._read_pool is not None and lagging.tolerated():
-            return await self._read_lagging(fn, self._read_pool)
+        if self._replica is not None and self._replica.serves_now():
+            return await self._replica.read(fn, self._read_only_on)
         return await self._transaction(
             fn, _READ_ONLY_SNAPSHOT, bound.deadline(self.options.operation_timeout)
         )
 
-    async def _read_lagging(
-        self, fn: Callable[[Transaction], Coroutine[Any, Any, T]], read_pool: asyncpg.Pool
+    async def _read_only_on(
+        self,
+        fn: Callable[[Transaction], Coroutine[Any, Any, T]],
+        until: float,
+        pool: asyncpg.Pool | None,
     ) -> T:
-        """A read inside ``lagging_reads()``: on the read replica; on the
-        primary when the replica cannot be reached within the bound's time."""
-        until = bound.deadline(self.options.operation_timeout)
-        try:
-            return await self._transaction(fn, _READ_ONLY_SNAPSHOT, until, read_pool)
-        except UnavailableError:
-            if asyncio.get_running_loop().time() >= until:
-                raise
-            log.warning("the read replica is unavailable; reading from the primary")
-            return await self._transaction(fn, _READ_ONLY_SNAPSHOT, until)
-
-    async def _probe_lag(self, figures: DbFigures) -> None:
-        """Reads the replica's lag every ``lag_probe_interval`` seconds: how
-        old the last replayed commit is while WAL remains to replay, 0 when
-        it has replayed all it received (or is a primary), NaN when it does
-        not answer."""
-        while self._read_pool is not None:
-            try:
-                lag = await self._read_pool.fetchval(
-                    _REPLICA_LAG, timeout=self.options.operation_timeout
-                )
-                figures.replica_lag(float(lag))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                log.debug("cannot read the replica's lag: %s", exc)
-                figures.replica_lag(math.nan)
-            await asyncio.sleep(self.options.lag_probe_interval)
+        """``fn`` in a read-only snapshot on ``pool`` (None: the primary's)."""
+        return await self._transaction(fn, _READ_ONLY_SNAPSHOT, until, pool)
 
     async def _transaction(
         self,
@@ -629,12 +502,13 @@ class PostgresDatabase:
         """Runs ``fn`` in a transaction, again after a lost race (a bounded
         number of times) or on a fresh connection when the one it got was
         already dead; all within the bound."""
+        scope = call_scope.scope()
         attempts = max(1, self.options.transaction_attempts)
         stale = 0
         attempt = 1
         while True:
             try:
-                return await self._on_connection(fn, begin, until, pool)
+                return await self._on_connection(fn, begin, until, scope, pool)
             except _StaleConnection as exc:
                 stale += 1
                 if stale > self.options.pool_max:
@@ -664,22 +538,16 @@ def _terminate(conn: Any) -> None:
         conn.terminate()
 
 
-def _unavailable(exc: BaseException) -> UnavailableError:
-    translated = _translate(exc)
-    if isinstance(translated, UnavailableError):
-        return translated
-    return UnavailableError("database unavailable; retry")
-
-
 async def _single_statement(
     conn: asyncpg.Connection,
     fn: Callable[[Transaction], Coroutine[Any, Any, T]],
     statements: Statements,
+    scope: Scope,
     on_commit: Callable[[SqlTransaction], None],
 ) -> T:
     """``fn``'s one statement on its own. A connection that a kill closed or
     left mid-protocol refuses the statement before sending it: nothing ran."""
-    tx = _PostgresTransaction(conn, statements)
+    tx = _PostgresTransaction(conn, statements, scope)
     try:
         result = await fn(tx)
     except Exception as exc:
@@ -695,6 +563,7 @@ async def _in_transaction(
     begin: str,
     fn: Callable[[Transaction], Coroutine[Any, Any, T]],
     statements: Statements,
+    scope: Scope,
     on_commit: Callable[[SqlTransaction], None],
 ) -> T:
     """``fn`` between ``begin`` and COMMIT; rolled back when it fails cleanly;
@@ -711,7 +580,7 @@ async def _in_transaction(
     answer."""
     try:
         await conn.execute(begin)
-        tx = _PostgresTransaction(conn, statements)
+        tx = _PostgresTransaction(conn, statements, scope)
         result = await fn(tx)
     except Exception as exc:
         if _connection_survives(exc):

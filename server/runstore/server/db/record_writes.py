@@ -26,7 +26,7 @@ from runstore.server.db.schema import records, sessions
 def namespace_param() -> BindParameter[str]:
     """The call's namespace, bound as ``namespace`` in every statement:
     ``SqlTransaction`` adds it to every statement's parameters, taken from
-    ``call_namespace`` on the event loop when the call's work was submitted."""
+    ``call_scope`` on the event loop when the call's work was submitted."""
     return bindparam("namespace", type_=Text)
 
 

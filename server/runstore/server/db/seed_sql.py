@@ -31,6 +31,7 @@ from runstore.server.core.seed_model import (
     StoredSeedRecord,
 )
 from runstore.server.db.compiled import Compiled, compile_for
+from runstore.server.db.primitives import StatementPrimitives
 from runstore.server.db.record_writes import in_namespace, namespace_param
 from runstore.server.db.schema import (
     seed_attempts,
@@ -269,18 +270,9 @@ def _key_digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
 
 
-class SeedOperations:
+class SeedOperations(StatementPrimitives):
     """``core.seed_model.SeedTransaction`` over a ``SqlTransaction``'s
     primitives (mixed into it)."""
-
-    async def _one(self, statement: Compiled, **params: Any) -> Any:
-        raise NotImplementedError
-
-    async def _all(self, statement: Compiled, **params: Any) -> list[Any]:
-        raise NotImplementedError
-
-    async def _run(self, statement: Compiled, **params: Any) -> None:
-        raise NotImplementedError
 
     @property
     def _seed_sql(self) -> SeedStatements:

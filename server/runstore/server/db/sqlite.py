@@ -9,6 +9,8 @@ A transaction function is an ``async`` function of the store core. On SQLite
 every database call returns at once, so the function never suspends; the
 worker thread drives it to completion without an event loop, in one hop from
 the server's loop and back. The writer commits before any caller is answered.
+A group's transaction is ``sqlite_groups``'; the WAL sync ``sqlite_wal_sync``'.
+Each job carries the scope (``call_scope``) of the call that submitted it.
 """
 
 from __future__ import annotations
@@ -16,11 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import queue
 import sqlite3
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,21 +29,20 @@ from typing import Any, Final, TypeVar
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
 from runstore.contract.errors import (
-    InternalError,
-    RunstoreError,
     UnavailableError,
 )
-from runstore.server import call_namespace
+from runstore.server import call_scope
+from runstore.server.call_scope import ALL_NAMESPACES, Scope
 from runstore.server.config import DEFAULTS, SQLITE_SYNCHRONOUS_LEVELS
 from runstore.server.core.model import RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
-from runstore.server.db.append_groups import (
-    group_results,
-    sqlite_group_append,
-    sqlite_group_arguments,
+from runstore.server.db.sqlite_groups import (
+    GroupedAppend,
+    SqliteTransaction,
+    run_group,
 )
-from runstore.server.db.compiled import Compiled
+from runstore.server.db.sqlite_wal_sync import Resolved, Synced, WalSyncer, resolve_all
 from runstore.server.db.statements import Statements
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.db.wakeups import LocalWakeups
@@ -64,7 +63,7 @@ class SqliteOptions:
     """The durability asked for, named after SQLite's ``PRAGMA synchronous``.
     FULL (and EXTRA): no caller is answered before its commit is synced, so an
     acknowledged write survives power loss; runstore gets there with NORMAL on
-    the connections plus its own WAL sync (``_WalSyncer``), not with SQLite's
+    the connections plus its own WAL sync (``WalSyncer``), not with SQLite's
     FULL. NORMAL syncs only at checkpoints: a power loss may drop the commits
     acknowledged since the last one, never corrupt the file. OFF never syncs.
     ``tests/server/test_power_loss.py`` cuts the power under FULL and NORMAL."""
@@ -80,249 +79,20 @@ class SqliteOptions:
     """Seconds one call's database work may take in all (``db.bound``)."""
 
 
-def _drive(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Runs a coroutine that never suspends, without an event loop."""
-    try:
-        coroutine.send(None)
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
-    coroutine.close()
-    raise RuntimeError("a SQLite transaction function awaited something other than the database")
-
-
-class _SqliteTransaction(SqlTransaction):
-    """Runs statements on one sqlite3 connection inside BEGIN ... COMMIT; every
-    call returns at once, so transaction functions never suspend."""
-
-    def __init__(self, conn: sqlite3.Connection, statements: Statements) -> None:
-        super().__init__(statements)
-        self._conn = conn
-
-    async def _one(self, statement: Compiled, **params: Any) -> Any:
-        params["namespace"] = self.namespace
-        return self._conn.execute(statement.sql, statement.args(params)).fetchone()
-
-    async def _all(self, statement: Compiled, **params: Any) -> list[Any]:
-        params["namespace"] = self.namespace
-        return self._conn.execute(statement.sql, statement.args(params)).fetchall()
-
-    async def _run(self, statement: Compiled, **params: Any) -> None:
-        params["namespace"] = self.namespace
-        self._conn.execute(statement.sql, statement.args(params))
-
-    async def _many(self, statement: Compiled, rows: list[dict[str, Any]]) -> None:
-        namespace = {"namespace": self.namespace}
-        self._conn.executemany(
-            statement.sql, [statement.args({**row, **namespace}) for row in rows]
-        )
-
-    async def append_group(
-        self, batches: Sequence[Sequence[RecordDraft]]
-    ) -> list[list[int] | None]:
-        """``append_groups.sqlite_group_append`` for ``batches`` (not a port method)."""
-        statement = sqlite_group_append(sum(len(batch) for batch in batches))
-        rows = self._conn.execute(statement, sqlite_group_arguments(batches)).fetchall()
-        return group_results(self, batches, rows)
-
-
-class _GroupedAppend:
-    """An append's common case as a writer job (``append_if_writable`` or
-    ``append_records_if_writable``) that the writer may send in one statement
-    with the other appends of its commit group (``_send_appends_together``);
-    alone, it is its own statement."""
-
-    __slots__ = ("batch", "single")
-
-    def __init__(self, batch: Sequence[RecordDraft], *, single: bool) -> None:
-        self.batch = batch
-        self.single = single
-
-    def __call__(self, tx: Transaction) -> Coroutine[Any, Any, Any]:
-        assert isinstance(tx, SqlTransaction)
-        if self.single:
-            return tx.append_if_writable(self.batch[0])
-        return tx.append_records_if_writable(self.batch)
-
-    def answer(self, ids: list[int] | None) -> Any:
-        """What the job alone would have returned, from its IDs in a group."""
-        if ids is None or not self.single:
-            return ids
-        return ids[0]
-
-
-_MOST_RECORDS_TOGETHER: Final = 256
-"""Most records of one commit group's appends in one statement."""
-
-
-def _send_appends_together(
-    tx: _SqliteTransaction,
-    functions: list[Callable[[Transaction], Coroutine[Any, Any, Any]]],
-    outcomes: list[_Outcome],
-) -> set[int]:
-    """Runs the common-case appends of a commit group in one multi-row
-    statement (``append_groups``), the same as PostgreSQL's groups: the jobs
-    of one group are concurrent calls, so any order of them is one they could
-    have run in. Returns the indexes it answered in ``outcomes``. Appends
-    sharing a run and key with an earlier one, and all of them when the
-    statement fails on a constraint, are left to run one by one."""
-    chosen: dict[int, _GroupedAppend] = {}
-    keys: set[tuple[str, str, str]] = set()
-    records = 0
-    for index, fn in enumerate(functions):
-        if not isinstance(fn, _GroupedAppend):
-            continue
-        own = {(record.namespace, record.run_id, record.event_key) for record in fn.batch}
-        if own & keys or records + len(fn.batch) > _MOST_RECORDS_TOGETHER:
-            continue
-        chosen[index] = fn
-        keys |= own
-        records += len(fn.batch)
-    if len(chosen) < 2:
-        return set()
-    try:
-        results = _drive(tx.append_group([job.batch for job in chosen.values()]))
-    except sqlite3.OperationalError:
-        raise
-    except sqlite3.Error as exc:  # nothing of the statement stays: each runs alone
-        log.debug("a group of %d appends runs again alone: %s", len(chosen), exc)
-        return set()
-    for (index, job), ids in zip(chosen.items(), results, strict=True):
-        outcomes[index] = (job.answer(ids), None)
-    return set(chosen)
-
-
 _Job = tuple[
     Callable[[Transaction], Coroutine[Any, Any, Any]],
     asyncio.Future[Any],
     asyncio.AbstractEventLoop,
-    str,
+    Scope,
 ]
-"""A transaction function, its caller's future and loop, and the namespace
+"""A transaction function, its caller's future and loop, and the scope
 of the call that submitted it (read on the event loop, docs/namespaces.md)."""
-
-
-def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if future.done():  # the caller went away; the transaction still committed or not
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
-
-
-def _translate(exc: BaseException) -> BaseException:
-    """Contract errors pass through; database trouble is transient (D4)."""
-    if isinstance(exc, RunstoreError):
-        return exc
-    if isinstance(exc, sqlite3.OperationalError):
-        log.warning("sqlite operational error: %s", exc)
-        return UnavailableError("database unavailable; retry")
-    if isinstance(exc, sqlite3.Error):
-        log.error("sqlite error", exc_info=exc)
-        return InternalError("database error")
-    log.error("unexpected error in a transaction", exc_info=exc)
-    return InternalError()
 
 
 def _expire(future: asyncio.Future[Any], timeout: float) -> None:
     if not future.done():
         log.warning("sqlite did not answer within %.1f s", timeout)
         future.set_exception(bound.timed_out(timeout))
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    """Nothing of a failed transaction stays behind, even if COMMIT failed."""
-    if conn.in_transaction:
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            log.exception("sqlite rollback failed")
-
-
-_Resolved = list[tuple[asyncio.Future[Any], Any, BaseException | None]]
-
-
-@dataclass(frozen=True, slots=True)
-class _Synced:
-    """One committed group waiting for its WAL sync: its callers, its number
-    (``LocalWakeups.begin_commit``) and the wake-up keys it wrote."""
-
-    resolved: dict[asyncio.AbstractEventLoop, _Resolved]
-    commit_number: int
-    keys: set[str]
-    wakeups: LocalWakeups | None
-
-
-class _WalSyncer(threading.Thread):
-    """Makes committed groups durable with one ``fdatasync`` of the WAL for
-    every group committed meanwhile, then answers their callers.
-
-    The writer commits with ``synchronous=NORMAL`` (no fsync inside SQLite) and
-    goes on with the next group while this thread syncs the previous ones, so
-    the fsync no longer stalls the writer. A caller is answered only after a
-    sync that began after its commit: its write survives power loss, exactly
-    as with ``synchronous=FULL``. (Another caller may read it a moment before
-    it is durable.)
-    """
-
-    def __init__(self, wal_path: Path) -> None:
-        super().__init__(name="runstore-sqlite-wal-sync", daemon=True)
-        self._wal_path = wal_path
-        self.figures: DbFigures | None = None
-        self._pending: queue.SimpleQueue[_Synced | None] = queue.SimpleQueue()
-
-    def submit(self, synced: _Synced) -> None:
-        self._pending.put(synced)
-
-    def stop(self) -> None:
-        self._pending.put(None)
-        self.join()
-
-    def run(self) -> None:
-        fd = -1
-        try:
-            while True:
-                first = self._pending.get()
-                if first is None:
-                    return
-                groups, stop = [first], False
-                while True:
-                    try:
-                        item = self._pending.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is None:
-                        stop = True
-                        break
-                    groups.append(item)
-                error: BaseException | None = None
-                try:
-                    if fd < 0:
-                        fd = os.open(self._wal_path, os.O_RDWR)
-                    started = time.perf_counter()
-                    os.fdatasync(fd)
-                    if self.figures is not None:
-                        self.figures.sqlite_sync(time.perf_counter() - started)
-                except OSError as exc:
-                    log.error("syncing the SQLite WAL failed: %s", exc)
-                    error = UnavailableError(f"database sync failed: {exc}")
-                if error is None and groups[0].wakeups is not None:
-                    # Watchers may send these groups' records only now.
-                    groups[0].wakeups.synced_threadsafe(
-                        max(group.commit_number for group in groups),
-                        set().union(*(group.keys for group in groups)),
-                    )
-                for group in groups:
-                    for loop, outcomes in group.resolved.items():
-                        if error is not None:
-                            outcomes = [(future, None, error) for future, _, _ in outcomes]
-                        loop.call_soon_threadsafe(_resolve_all, outcomes)
-                if stop:
-                    return
-        finally:
-            if fd >= 0:
-                os.close(fd)
 
 
 class _Worker(threading.Thread):
@@ -342,7 +112,7 @@ class _Worker(threading.Thread):
         statements: Statements,
         *,
         group_limit: int,
-        syncer: _WalSyncer | None = None,
+        syncer: WalSyncer | None = None,
         wakeups: LocalWakeups | None = None,
     ) -> None:
         super().__init__(name=name, daemon=True)
@@ -366,7 +136,7 @@ class _Worker(threading.Thread):
             self.ready.set()
             return
         self.ready.set()
-        tx = _SqliteTransaction(conn, self._statements)
+        tx = SqliteTransaction(conn, self._statements)
         try:
             while True:
                 group, stop = self._next_group()
@@ -400,7 +170,7 @@ class _Worker(threading.Thread):
         return False
 
     def _run_group(
-        self, conn: sqlite3.Connection, tx: _SqliteTransaction, group: list[_Job]
+        self, conn: sqlite3.Connection, tx: SqliteTransaction, group: list[_Job]
     ) -> None:
         number = self._wakeups.begin_commit() if self._wakeups is not None else 0
         if self.figures is not None:
@@ -409,76 +179,16 @@ class _Worker(threading.Thread):
             conn, tx, [fn for fn, _, _, _ in group], [ns for _, _, _, ns in group], self._begin
         )
         keys, tx.touched = tx.touched, set()
-        loops: dict[asyncio.AbstractEventLoop, _Resolved] = {}
+        loops: dict[asyncio.AbstractEventLoop, Resolved] = {}
         for (_, future, loop, _), (result, error) in zip(group, outcomes, strict=True):
             loops.setdefault(loop, []).append((future, result, error))
         if self._syncer is not None:
-            self._syncer.submit(_Synced(loops, number, keys, self._wakeups))
+            self._syncer.submit(Synced(loops, number, keys, self._wakeups))
             return
         if self._wakeups is not None:
             self._wakeups.wake_threadsafe(keys)
         for loop, resolved in loops.items():
-            loop.call_soon_threadsafe(_resolve_all, resolved)
-
-
-_Outcome = tuple[Any, BaseException | None]
-
-
-def run_group(
-    conn: sqlite3.Connection,
-    tx: _SqliteTransaction,
-    functions: list[Callable[[Transaction], Coroutine[Any, Any, Any]]],
-    namespaces: list[str],
-    begin: str,
-) -> list[_Outcome]:
-    """Runs ``functions`` one after another in one transaction and commits once.
-
-    A function that fails has normally written nothing (the store checks before
-    it writes). If it had written, the transaction is rolled back and the group
-    runs again without it: transaction functions depend only on the database,
-    so the others reach the same results. A database failure undoes the whole
-    group and reaches every caller.
-    """
-    outcomes: list[_Outcome] = [(None, None)] * len(functions)
-    excluded: set[int] = set()
-    try:
-        while True:
-            tx.touched.clear()
-            conn.execute(begin)
-            together = _send_appends_together(tx, functions, outcomes)
-            for index, fn in enumerate(functions):
-                if index in excluded or index in together:
-                    continue
-                changes = conn.total_changes
-                tx.namespace = namespaces[index]
-                outcomes[index] = _run_one(tx, fn)
-                if outcomes[index][1] is not None and conn.total_changes != changes:
-                    excluded.add(index)
-                    break
-            else:
-                conn.execute("COMMIT")
-                return outcomes
-            conn.execute("ROLLBACK")
-    except BaseException as exc:
-        _rollback(conn)
-        tx.touched.clear()
-        error = _translate(exc)
-        return [(None, error) for _ in functions]
-
-
-def _run_one(tx: _SqliteTransaction, fn: Any) -> _Outcome:
-    """One function's result or error; database failures propagate."""
-    try:
-        return _drive(fn(tx)), None
-    except sqlite3.Error:
-        raise
-    except Exception as error:
-        return None, _translate(error)
-
-
-def _resolve_all(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
-    for future, result, error in outcomes:
-        _resolve(future, result, error)
+            loop.call_soon_threadsafe(resolve_all, resolved)
 
 
 class SqliteDatabase:
@@ -499,7 +209,7 @@ class SqliteDatabase:
         self._writes: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._workers: list[_Worker] = []
-        self._syncer: _WalSyncer | None = None
+        self._syncer: WalSyncer | None = None
         self._wakeups: LocalWakeups | None = None
         self._retaining = False
 
@@ -525,7 +235,7 @@ class SqliteDatabase:
 
     @property
     def _syncs_itself(self) -> bool:
-        """FULL durability by our own WAL sync (``_WalSyncer``) instead of SQLite's."""
+        """FULL durability by our own WAL sync (``WalSyncer``) instead of SQLite's."""
         return self.options.synchronous.upper() in ("FULL", "EXTRA")
 
     def _connect(self, *, read_only: bool) -> sqlite3.Connection:
@@ -533,7 +243,7 @@ class SqliteDatabase:
         conn.execute(f"PRAGMA busy_timeout = {int(self.options.busy_timeout_ms)}")
         conn.execute("PRAGMA journal_mode = WAL")
         # FULL and EXTRA are NOT passed to SQLite: the connection runs NORMAL (no
-        # sync inside COMMIT) and _WalSyncer fdatasyncs the WAL before any caller
+        # sync inside COMMIT) and WalSyncer fdatasyncs the WAL before any caller
         # of the committed batch is answered, which is FULL's promise without
         # stalling the writer on each sync. NORMAL and OFF go to SQLite as they are.
         synchronous = "NORMAL" if self._syncs_itself else self.options.synchronous.upper()
@@ -551,7 +261,7 @@ class SqliteDatabase:
         self._wakeups = LocalWakeups()
         self._wakeups.tracks_durability = self._syncs_itself
         if self._syncs_itself:
-            self._syncer = _WalSyncer(Path(f"{self.path}-wal"))
+            self._syncer = WalSyncer(Path(f"{self.path}-wal"))
             self._syncer.figures = self.figures
             self._syncer.start()
         self._workers.append(
@@ -605,9 +315,7 @@ class SqliteDatabase:
         """A write like any other: the writer thread serialises it, and group
         commit already spares it a transaction of its own; with the other
         appends of its commit group it is one statement."""
-        result: int | None = await self._submit(
-            self._writes, _GroupedAppend((record,), single=True)
-        )
+        result: int | None = await self._submit(self._writes, GroupedAppend((record,), single=True))
         return result
 
     async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
@@ -631,7 +339,7 @@ class SqliteDatabase:
     async def append_records_if_writable(self, batch: Sequence[RecordDraft]) -> list[int] | None:
         """A write like ``append_if_writable``."""
         result: list[int] | None = await self._submit(
-            self._writes, _GroupedAppend(batch, single=False)
+            self._writes, GroupedAppend(batch, single=False)
         )
         return result
 
@@ -650,7 +358,7 @@ class SqliteDatabase:
         bound.remaining(until, timeout)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        jobs.put((fn, future, loop, call_namespace.current()))
+        jobs.put((fn, future, loop, call_scope.scope()))
         # The bound passing or the call being cancelled settles the future:
         # the worker drops the job if it has not started it; a running SQLite
         # transaction cannot be interrupted and finishes (or not) unobserved.
@@ -677,10 +385,10 @@ class SqliteDatabase:
         until = loop.time() + within
 
         async def probe(tx: Transaction) -> None:
-            await tx.session("")
+            await tx.namespace_tombstoned("")
 
         if not self._workers:
             raise UnavailableError("database is not open")
         future: asyncio.Future[None] = loop.create_future()
-        self._writes.put((probe, future, loop, call_namespace.DEFAULT))
+        self._writes.put((probe, future, loop, ALL_NAMESPACES))
         await asyncio.wait_for(future, max(0.0, until - loop.time()))

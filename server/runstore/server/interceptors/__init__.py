@@ -43,11 +43,11 @@ def concerns(
     metrics: Metrics | None = None,
     namespaces: NamespaceDirectory | None = None,
     quotas: Quotas | None = None,
-) -> list[Concern]:
+) -> list[Concern | ReadLag]:
     """The concerns of the chain, outermost first (without ``namespaces``,
     only the namespace ``default`` is served)."""
     security = security or Security()
-    chain: list[Concern] = []
+    chain: list[Concern | ReadLag] = []  # ReadLag wraps (``Chain.compose``)
     # 1. Request ids: taken from x-request-id or generated, first, so that every
     #    later concern (and its log lines) knows the call's id.
     chain.append(RequestIds())

@@ -6,25 +6,24 @@ is refused (INVALID_ARGUMENT, ``NAMESPACE_REQUIRED``); with authentication
 off, the header or ``default``. A principal not bound to the namespace is
 PERMISSION_DENIED, before anything says whether the namespace exists; then an
 unknown (or being deleted) namespace is NOT_FOUND, ``NAMESPACE_NOT_FOUND``.
-The namespace is set (``call_namespace``) for the rest of the call. A
+The namespace is named (``call_scope``) for the rest of the call; the header
+is read from the call's own context, in the call's own task. A
 response stream ends with ``NAMESPACE_NOT_FOUND`` once its namespace is
 deleted (``core.namespace_streams``), quotas or not.
 
 Which methods act in a namespace is declared on each method
 (``method_rules``, ``namespace_scope``). ``runstore.v1.NamespaceAdmin`` acts
 on namespaces, not in one: it needs a principal bound to every namespace
-(``"*"``) and ignores the header. Health, reflection and any other service are
-left alone.
+(``"*"``), ignores the header and acts on ``ALL_NAMESPACES``. Health,
+reflection and any other service are left alone (and name no namespace: their
+database work would fail, not act on one).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Sequence
-from contextvars import ContextVar
+from collections.abc import AsyncIterator, Iterable
 from typing import Any, Final
-
-import grpc
 
 from runstore.contract.auth_file import Principal
 from runstore.contract.errors import (
@@ -36,10 +35,11 @@ from runstore.contract.errors import (
 )
 from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.contract.namespaces import DEFAULT, EVERY, NAME_RULE, is_valid_name
-from runstore.server import call_namespace, call_principal
+from runstore.server import call_principal, call_scope
+from runstore.server.call_scope import ALL_NAMESPACES
 from runstore.server.core.namespace_streams import NamespaceStreams
 from runstore.server.core.namespaces import NamespaceDirectory, namespace_not_found
-from runstore.server.interceptors.handlers import Context, Handler, Steps
+from runstore.server.interceptors.handlers import Context, Handler, Refused, Steps, admits_nothing
 from runstore.server.method_rules import DECLARED, IN_ONE, ON_ALL
 from runstore.server.stream_ending import until_ended
 
@@ -58,20 +58,13 @@ class _Malformed(Exception):
     pass
 
 
-_REQUESTED: ContextVar[str | RunstoreError | None] = ContextVar(
-    "runstore_requested_namespace", default=None
-)
-
-
-_RESOLVED: ContextVar[str | None] = ContextVar("runstore_resolved_namespace", default=None)
-
-
 def resolved() -> str | None:
-    """The namespace the call acts in, once decided (None before, or when refused)."""
-    return _RESOLVED.get()
+    """The namespace the call acts in, once decided (None before, when
+    refused, or for a call on no one namespace): for labels, never for data."""
+    return call_scope.named()
 
 
-def requested_namespace(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
+def requested_namespace(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
     """The value of ``x-runstore-namespace``; None without one."""
     values = [value for key, value in metadata or () if key == NAMESPACE_KEY]
     if not values:
@@ -98,31 +91,24 @@ class NamespaceResolution:
         self.streams = None if directory is None else NamespaceStreams(directory)
         """The streams open per namespace, ended when it is deleted."""
 
-    def admit(self, details: grpc.HandlerCallDetails) -> None:
-        try:
-            requested = requested_namespace(details.invocation_metadata)
-        except _Malformed as exc:
-            _REQUESTED.set(ValidationError(str(exc), field=NAMESPACE_KEY))
-            return
-        _REQUESTED.set(requested)
+    admit = admits_nothing  # the header is read inside the call (``_resolve``)
 
     def steps(self, method: str, handler: Handler) -> Steps | None:
         if method in ADMINISTRATION:
-            return Steps(check=functools.partial(self._administrator, method))
+            return Steps(enter=_deciding(functools.partial(self._administrator, method)))
         if method not in NAMESPACED:
             return None
+        enter = _deciding(functools.partial(self._resolve, method))
         if handler.response_streaming and self.streams is not None:
-            return Steps(
-                check=functools.partial(self._resolve, method), responses=self._until_deleted
-            )
-        return Steps(check=functools.partial(self._resolve, method))
+            return Steps(enter=enter, responses=self._until_deleted)
+        return Steps(enter=enter)
 
     async def _until_deleted(
         self, state: None, responses: AsyncIterator[Any], context: Context
     ) -> AsyncIterator[Any]:
         """A stream's responses until its namespace is deleted; then the call
         ends with ``NAMESPACE_NOT_FOUND``."""
-        namespace, streams = _RESOLVED.get(), self.streams
+        namespace, streams = call_scope.named(), self.streams
         assert namespace is not None and streams is not None  # _resolve ran first
         stream = streams.open(namespace)
         try:
@@ -139,7 +125,7 @@ class NamespaceResolution:
             return UnauthenticatedError("authentication required", details={"method": method})
         return bound
 
-    async def _administrator(self, method: str) -> RunstoreError | None:
+    async def _administrator(self, method: str, context: Context) -> RunstoreError | None:
         bound = self._bindings(method)
         if isinstance(bound, RunstoreError):
             return bound
@@ -149,12 +135,14 @@ class NamespaceResolution:
                 '("*"), which NamespaceAdmin needs',
                 details={"method": method},
             )
+        call_scope.enter_call(ALL_NAMESPACES)
         return None
 
-    async def _resolve(self, method: str) -> RunstoreError | None:
-        requested = _REQUESTED.get()
-        if isinstance(requested, RunstoreError):
-            return requested
+    async def _resolve(self, method: str, context: Context) -> RunstoreError | None:
+        try:
+            requested = requested_namespace(context.invocation_metadata())
+        except _Malformed as exc:
+            return ValidationError(str(exc), field=NAMESPACE_KEY)
         bound = self._bindings(method)
         if isinstance(bound, RunstoreError):
             return bound
@@ -184,6 +172,20 @@ class NamespaceResolution:
             return exc
         if not known:
             return namespace_not_found(requested)
-        call_namespace.set_current(requested)
-        _RESOLVED.set(requested)
+        call_scope.enter_call(requested)
         return None
+
+
+def _deciding(
+    decide: functools.partial[Any],
+) -> functools.partial[Any]:
+    """The ``enter`` step of ``decide`` (``_resolve`` or ``_administrator``)."""
+    return functools.partial(_entered, decide)
+
+
+async def _entered(decide: functools.partial[Any], request: Any, context: Context) -> None:
+    """``decide``'s refusal ends the call; else it named the call's scope
+    (``call_scope``) for the rest of the call."""
+    refusal: RunstoreError | None = await decide(context)
+    if refusal is not None:
+        raise Refused(refusal)

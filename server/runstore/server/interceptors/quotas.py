@@ -13,11 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from runstore.contract.errors import RunstoreError
-from runstore.contract.namespaces import DEFAULT
+from runstore.server import call_scope
 from runstore.server.core.quota_rules import Rule, rule
 from runstore.server.core.quotas import Quotas, StreamLease
 from runstore.server.interceptors.handlers import Context, Handler, Refused, Steps, admits_nothing
-from runstore.server.interceptors.namespaces import resolved
 
 
 class QuotaEnforcement:
@@ -40,7 +39,7 @@ class QuotaEnforcement:
         quotas = self._quotas
 
         def enter(request: Any, context: Context) -> tuple[str, int]:
-            namespace = resolved() or DEFAULT
+            namespace = call_scope.namespace()
             size = len(request) if isinstance(request, bytes) else _size(request)
             refusal = quotas.admit(rule, namespace, size)
             if refusal is not None:
@@ -60,7 +59,7 @@ class QuotaEnforcement:
         quotas = self._quotas
 
         def enter(request: Any, context: Context) -> StreamLease:
-            lease = quotas.open_stream(resolved() or DEFAULT)
+            lease = quotas.open_stream(call_scope.namespace())
             if isinstance(lease, RunstoreError):
                 raise Refused(lease)
             return lease

@@ -1,5 +1,6 @@
 """The calls whose reads the standby of ``--read-database-url`` may serve
-(``db.lagging``; docs/failover.md): the one home of that decision for gRPC.
+(``call_scope.lagging_reads``; docs/failover.md): the one home of that
+decision for gRPC.
 
 Each method declares it (``method_rules``, ``standby_reads``): the operator's
 listings always may (``ALWAYS``); the listings of records may when the call
@@ -11,12 +12,11 @@ changes (the concern is not in the chain).
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
 from typing import Any, Final
 
 from runstore.contract.metadata import READ_LAG_KEY, READ_LAG_TOLERATED
-from runstore.server.db.lagging import lagging_reads
-from runstore.server.interceptors.handlers import Context, Handler, Steps, admits_nothing
+from runstore.server.call_scope import lagging_reads
+from runstore.server.interceptors.handlers import Context, Handler, Unary, admits_nothing, wrapped
 from runstore.server.method_rules import ALWAYS, DECLARED, WHEN_TOLERATED
 
 OPTING_IN: Final = frozenset(
@@ -37,49 +37,40 @@ def _tolerates_lag(context: Context) -> bool:
     )
 
 
-def _entered(request: Any, context: Context) -> AbstractContextManager[None] | None:
-    """The call's ``lagging_reads`` block, entered, when the caller tolerates lag."""
-    if not _tolerates_lag(context):
-        return None
-    block = lagging_reads()
-    block.__enter__()
-    return block
+def _when_tolerated(behaviour: Unary) -> Unary:
+    """``behaviour`` inside a ``lagging_reads`` block when the caller tolerates lag."""
+
+    async def call(request: Any, context: Context) -> Any:
+        if not _tolerates_lag(context):
+            return await behaviour(request, context)
+        with lagging_reads():
+            return await behaviour(request, context)
+
+    return call
 
 
-def _always(request: Any, context: Context) -> AbstractContextManager[None]:
-    """The call's ``lagging_reads`` block, entered."""
-    block = lagging_reads()
-    block.__enter__()
-    return block
+def _always(behaviour: Unary) -> Unary:
+    """``behaviour`` inside a ``lagging_reads`` block."""
 
+    async def call(request: Any, context: Context) -> Any:
+        with lagging_reads():
+            return await behaviour(request, context)
 
-def _left(block: AbstractContextManager[None] | None, response: Any, context: Context) -> Any:
-    if block is not None:
-        block.__exit__(None, None, None)
-    return response
-
-
-def _failed(
-    block: AbstractContextManager[None] | None, exc: BaseException, context: Context
-) -> None:
-    _left(block, None, context)
-
-
-_WHEN_TOLERATED = Steps(enter=_entered, after=_left, fail=_failed)
-_ALWAYS = Steps(enter=_always, after=_left, fail=_failed)
+    return call
 
 
 class ReadLag:
-    """Steps for the unary methods of ``OPTING_IN`` and ``ALWAYS_LAGGING``;
+    """A wrapper around the unary methods of ``OPTING_IN`` and
+    ``ALWAYS_LAGGING`` (innermost, so it costs the rest of the chain nothing);
     every other method is left alone."""
 
     admit = admits_nothing
 
-    def steps(self, method: str, handler: Handler) -> Steps | None:
+    def wrap(self, method: str, handler: Handler) -> Handler:
         if handler.unary_unary is None:
-            return None
+            return handler
         if method in ALWAYS_LAGGING:
-            return _ALWAYS
+            return wrapped(handler, unary=_always)
         if method in OPTING_IN:
-            return _WHEN_TOLERATED
-        return None
+            return wrapped(handler, unary=_when_tolerated)
+        return handler
