@@ -11,8 +11,10 @@ one of them (``roles.METHOD_ROLES``: admin, host and reader; not worker). With
 authentication off (loopback development) the console is open, as the gRPC
 API is.
 
-Namespaces do not exist yet; ``may_view`` is the one place that decides, so a
-namespace check slots in there once they do.
+``may_view`` decides whether a principal may open the console at all, by role;
+which namespaces it may see is its binding (``may_view_namespace``), and the
+namespace a screen shows when its URL names none is ``home_namespace``
+(docs/namespaces.md).
 """
 
 from __future__ import annotations
