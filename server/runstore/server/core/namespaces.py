@@ -26,6 +26,7 @@ from runstore.contract.errors import (
 )
 from runstore.contract.namespaces import DEFAULT, NAME_RULE, is_valid_name
 from runstore.server import call_namespace
+from runstore.server.backoff import Backoff
 from runstore.server.core.listing import page_size
 from runstore.server.core.model import Nanos
 from runstore.server.core.namespace_model import ACTIVE, DELETING, Namespace
@@ -46,6 +47,11 @@ PURGE_DELAY_SECONDS: Final = REFRESH_SECONDS + 1.0
 """How long after a deletion its purge starts: by then every replica has seen
 the namespace gone and ended its Watch streams with NAMESPACE_NOT_FOUND, so
 none of them ends instead because a poll found its run or session purged."""
+
+PURGE_BACKOFF: Final = Backoff(0.25, 30.0)
+"""Pauses between a purge's failed batches: from 0.25 to 0.5 s, doubling up to
+30 s, half of each random, so replicas purging one namespace do not retry in
+lockstep."""
 
 MAX_DESCRIPTION_CHARS: Final = 1024
 
@@ -263,12 +269,14 @@ class NamespaceStore:
         *,
         purge_batch_rows: int = PURGE_BATCH_ROWS,
         purge_delay: float = PURGE_DELAY_SECONDS,
+        purge_backoff: Backoff = PURGE_BACKOFF,
         clock: Callable[[], Nanos] = time.time_ns,
     ) -> None:
         self._db = db
         self.directory = directory
         self._purge_batch_rows = purge_batch_rows
         self._purge_delay = purge_delay
+        self._purge_backoff = purge_backoff
         self._clock = clock
         self._purges: dict[str, asyncio.Task[None]] = {}
         self.purged: Callable[[str], None] | None = None
@@ -400,7 +408,7 @@ class NamespaceStore:
                 await tx.drop_namespace(name, self._clock())
 
         deleted = 0
-        pause = 0.5
+        failures = 0
         while True:
             try:
                 count = await self._db.write(batch)
@@ -408,13 +416,13 @@ class NamespaceStore:
                     await self._db.write(drop)
                     break
                 deleted += count
-                pause = 0.5
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("purge of namespace %r: a batch failed; retrying", name)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 30.0)
+                failures += 1
+                await asyncio.sleep(self._purge_backoff.pause(failures))
         log.info("namespace %r deleted: %d rows purged", name, deleted)
         if self.purged is not None:
             self.purged(name)
