@@ -6,8 +6,6 @@ namespace's data (docs/namespaces.md)."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import dataclasses
 import logging
@@ -27,6 +25,7 @@ from runstore.contract.errors import (
 from runstore.contract.namespaces import DEFAULT, NAME_RULE, is_valid_name
 from runstore.server import call_namespace
 from runstore.server.backoff import Backoff
+from runstore.server.core import page_tokens
 from runstore.server.core.listing import page_size
 from runstore.server.core.model import Nanos
 from runstore.server.core.namespace_model import ACTIVE, DELETING, Namespace
@@ -237,19 +236,23 @@ def namespace_deleted(name: str) -> NamespaceNotFoundError:
     return NamespaceNotFoundError(f"namespace {name!r} was deleted", details={"namespace": name})
 
 
+LISTING_DIGEST: Final = page_tokens.filter_digest("namespaces", [])
+"""ListNamespaces has no filters: its tokens are bound to the listing alone."""
+
+
 def encode_page_token(last_name: str) -> str:
-    return base64.urlsafe_b64encode(last_name.encode()).decode().rstrip("=")
+    """The token of the page after namespace ``last_name``."""
+    return page_tokens.encode(LISTING_DIGEST, {"name": last_name})
 
 
 def decode_page_token(token: str) -> str:
-    if not token:
+    """The name after which the page starts; "" for the first page."""
+    position = page_tokens.decode(LISTING_DIGEST, token, {"name": str})
+    if position is None:
         return ""
-    try:
-        name = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        name = ""
+    name: str = position["name"]
     if not is_valid_name(name):
-        raise ReadArgumentError("invalid page_token", field="page_token")
+        raise ReadArgumentError("invalid page_token", field=page_tokens.FIELD)
     return name
 
 
