@@ -105,14 +105,14 @@ async def test_a_purge_retries_its_failed_batches_after_jittered_pauses() -> Non
 
     backoff = Backoff(0.0005, 0.01, uniform=uniform)
     db = _FailingDatabase(failures=3)
+    finished: list[str] = []
     store = NamespaceStore(
         db,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         purge_delay=0.0,
         purge_backoff=backoff,
+        purged=finished.append,
     )
-    finished: list[str] = []
-    store.purged = finished.append
     await store._purge("gone")
     assert finished == ["gone"]
     assert db.writes == 3 + 2  # three failed batches, the empty one, the drop

@@ -86,7 +86,7 @@ async def _serve(url: str) -> AsyncIterator[Admin]:
         stores = create_stores(config, db)
         assert stores.namespaces is not None
         namespaces = NamespaceStore(
-            db, stores.namespaces.directory, purge_batch_rows=PURGE_BATCH_ROWS
+            db.calls, stores.namespaces.directory, purge_batch_rows=PURGE_BATCH_ROWS
         )
         running = await build_server(config, dataclasses.replace(stores, namespaces=namespaces))
         stack.push_async_callback(running.server.stop, None)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from runstore.cli.plugins import SERVER_COMMANDS, Command
-from runstore.server import app, config, logs, startup_failures, tracing, workers
+from runstore.server import config, listening, logs, serving, startup_failures, tracing, workers
 from runstore.server.auth import SecurityError
 from runstore.server.auth.secrets import DatabaseURLError, resolve_database_url
 from runstore.server.db import backup, migrate
@@ -25,7 +25,7 @@ _FAILURES: Final = (
     SecurityError,
     DatabaseURLError,
     tracing.TracingUnavailable,
-    app.ListenError,
+    listening.ListenError,
     workers.WorkersError,
 )
 """Start-up failures reported as one line and exit code 2."""
@@ -88,7 +88,7 @@ def _serve(
 ) -> int:
     if settings.workers > 1:
         return workers.supervise(settings, args.command_line)
-    app.run(settings, reuse_port=workers.is_worker())
+    serving.run(settings, reuse_port=workers.is_worker())
     return 0
 
 

@@ -273,6 +273,7 @@ class NamespaceStore:
         purge_batch_rows: int = PURGE_BATCH_ROWS,
         purge_delay: float = PURGE_DELAY_SECONDS,
         purge_backoff: Backoff = PURGE_BACKOFF,
+        purged: Callable[[str], None] | None = None,
         clock: Callable[[], Nanos] = time.time_ns,
     ) -> None:
         self._db = db
@@ -282,7 +283,7 @@ class NamespaceStore:
         self._purge_backoff = purge_backoff
         self._clock = clock
         self._purges: dict[str, asyncio.Task[None]] = {}
-        self.purged: Callable[[str], None] | None = None
+        self._purged = purged
         """Told each namespace whose purge finished (the metrics drop its series)."""
 
     async def create(self, draft: Namespace, field_of: Mapping[str, str]) -> Namespace:
@@ -427,8 +428,8 @@ class NamespaceStore:
                 failures += 1
                 await asyncio.sleep(self._purge_backoff.pause(failures))
         log.info("namespace %r deleted: %d rows purged", name, deleted)
-        if self.purged is not None:
-            self.purged(name)
+        if self._purged is not None:
+            self._purged(name)
 
     async def close(self) -> None:
         """Stops this replica's purges (a later start resumes them)."""
