@@ -357,7 +357,7 @@ async def test_the_switch_picks_how_the_steps_run(chain_kind: str) -> None:
 
 def test_an_unknown_chain_kind_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CHAIN_ENV, "loop")
-    with pytest.raises(ValueError, match=CHAIN_ENV):
+    with pytest.raises(ValueError, match=CHAIN_ENV):  # a ChainKindError
         Chain([])
     with pytest.raises(ValueError, match="loop"):
         Chain([], kind="loop")

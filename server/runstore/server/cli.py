@@ -17,6 +17,7 @@ from runstore.server import config, listening, logs, serving, startup_failures, 
 from runstore.server.auth import SecurityError
 from runstore.server.auth.secrets import DatabaseURLError, resolve_database_url
 from runstore.server.db import backup, migrate
+from runstore.server.interceptors.handlers import ChainKindError
 
 log = logging.getLogger("runstore")
 
@@ -27,6 +28,7 @@ _FAILURES: Final = (
     tracing.TracingUnavailable,
     listening.ListenError,
     workers.WorkersError,
+    ChainKindError,
 )
 """Start-up failures reported as one line and exit code 2."""
 

@@ -17,6 +17,7 @@ from runstore.server.auth.secrets import redacted
 from runstore.server.config import ServerConfig
 from runstore.server.console.server import ConsoleServer, check_exposure
 from runstore.server.db.opening import open_database
+from runstore.server.interceptors.handlers import chain_kind
 from runstore.server.listening import ListenError, check_listen_addresses
 from runstore.server.metrics import MetricsEndpoint
 from runstore.server.telemetry import Telemetry
@@ -84,6 +85,7 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    chain_kind()  # a mistaken RUNSTORE_INTERCEPTOR_CHAIN refuses before the database too
     security = Security.from_config(config)  # refuses before touching the database
     check_exposure(config, security)
     loop.add_signal_handler(signal.SIGHUP, security.reload)

@@ -64,12 +64,19 @@ CHAIN_KINDS = ("flat", "nested")
 ``nested``: the reference, one plain wrapper per concern."""
 
 
+class ChainKindError(ValueError):
+    """``CHAIN_ENV`` names no kind of chain: the server does not start."""
+
+
 def chain_kind(environ: Mapping[str, str] = os.environ) -> str:
     """The kind ``CHAIN_ENV`` names (``flat`` when unset); any other value is a
     mistake the server refuses to start with."""
     kind = environ.get(CHAIN_ENV, "") or "flat"
     if kind not in CHAIN_KINDS:
-        raise ValueError(f"{CHAIN_ENV}={kind!r}: expected one of {', '.join(CHAIN_KINDS)}")
+        raise ChainKindError(
+            f"{CHAIN_ENV}={kind!r} is not a kind of interceptor chain "
+            f"(expected {' or '.join(CHAIN_KINDS)})"
+        )
     return kind
 
 
@@ -421,7 +428,7 @@ class Chain(grpc.aio.ServerInterceptor):
         if kind is None:
             kind = chain_kind()
         elif kind not in CHAIN_KINDS:
-            raise ValueError(f"chain kind {kind!r}: expected one of {', '.join(CHAIN_KINDS)}")
+            raise ChainKindError(f"chain kind {kind!r}: expected {' or '.join(CHAIN_KINDS)}")
         self.kind = kind
         self._run = flat if kind == "flat" else nested
         self._concerns = tuple(concerns)
