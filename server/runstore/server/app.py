@@ -20,7 +20,7 @@ from runstore.server.auth import Security
 from runstore.server.config import ServerConfig
 from runstore.server.console.server import ConsoleListenError, ConsoleServer, start_console
 from runstore.server.core.namespaces import NamespaceStore
-from runstore.server.core.quotas import QuotaKeeper
+from runstore.server.core.quota_keeper import QuotaKeeper
 from runstore.server.core.watch import RecordWatch
 from runstore.server.db.opening import OpenDatabase, open_database
 from runstore.server.grpc_options import server_options

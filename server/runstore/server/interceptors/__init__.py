@@ -2,7 +2,7 @@
 
 Each concern (request ids, access logs and metrics, the server's version,
 authentication and roles, the call's namespace and its quotas, the calls in
-flight, limits, request parsing, the database bound, reads the caller lets lag)
+flight, limits, request parsing, the database bound, reads on the standby)
 lives in its own module of this package and is added here, so servicers stay
 thin and never see them. The list runs outermost first: a concern that must see
 every call, including ones refused later, sits earlier. The concerns make one
@@ -96,8 +96,9 @@ def concerns(
     #    the store (docs/limits.md).
     chain.append(DatabaseBound())
 
-    # 8. Record listings the caller lets lag go to the standby of
-    #    --read-database-url, when there is one (docs/failover.md): innermost,
+    # 8. Reads a method declares may use the standby of --read-database-url
+    #    (the operator's listings always, record listings when the caller lets
+    #    them lag) go there, when there is one (docs/failover.md): innermost,
     #    it only marks the call for the database layer.
     if config.read_database_url:
         chain.append(ReadLag())
