@@ -1,7 +1,9 @@
 """The chain's one way of wrapping a behaviour, on a real grpc.aio server: both
 call shapes get the same concerns and the same codes, each method's handler is
 composed once, and OpenTelemetry's interceptor composes with the limits'
-serialised responses."""
+serialised responses. Every test runs against both ways of running the steps
+(``RUNSTORE_INTERCEPTOR_CHAIN``): the generated flat coroutine and the nested
+reference."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from runstore.server.config import ServerConfig
 from runstore.server.error_status import abort
 from runstore.server.interceptors import concerns
 from runstore.server.interceptors.handlers import (
+    CHAIN_ENV,
     Chain,
     Concern,
     Context,
@@ -33,6 +36,9 @@ from runstore.server.interceptors.handlers import (
 )
 from runstore.server.interceptors.limits import SMALL_RESPONSE_BYTES, Limits
 from runstore.server.metrics import Metrics
+from tests.chain_kinds import chain_kind
+
+__all__ = ["chain_kind"]  # autouse: every test runs on both kinds of chain
 
 SERVICE = "test.Chain"
 
@@ -332,3 +338,26 @@ async def test_a_streamed_response_passes_each_concern_and_ends_with_their_after
         assert await _outcome(stream(b"ok")) == (grpc.StatusCode.OK, [b"stream:ok", b"end"])
     passing = ["b.each", "a.each"]
     assert journal == ["a.enter", "b.enter", *passing, *passing, "b.after", "a.after"]
+
+
+async def test_the_switch_picks_how_the_steps_run(chain_kind: str) -> None:
+    """The environment variable decides: the flat chain's coroutine is compiled
+    from generated source, the nested reference's frames are lines of
+    handlers.py (what a traceback shows)."""
+    journal: list[str] = []
+    chain = Chain([_Recorder("a", journal)])
+    assert chain.kind == chain_kind
+    composed = chain.compose(f"/{SERVICE}/Unary", _HANDLERS["Unary"])
+    source = composed.unary_unary.__code__.co_filename
+    if chain_kind == "flat":
+        assert source == "<string>"
+    else:
+        assert source.endswith("handlers.py")
+
+
+def test_an_unknown_chain_kind_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CHAIN_ENV, "loop")
+    with pytest.raises(ValueError, match=CHAIN_ENV):  # a ChainKindError
+        Chain([])
+    with pytest.raises(ValueError, match="loop"):
+        Chain([], kind="loop")

@@ -224,7 +224,7 @@ async def test_server_side_errors_are_logged_under_the_request_id(tmp_path: Path
         channel = await stack.enter_async_context(
             grpc.aio.insecure_channel(f"127.0.0.1:{running.port}")
         )
-        await db.close()  # the database goes away under the server
+        await db.backend.close()  # the database goes away under the server
         with captured() as records, pytest.raises(grpc.aio.AioRpcError) as failed:
             await Store(channel).runtime.LoadRun(
                 rs.LoadRunRequest(run_id="r"), metadata=(("x-request-id", "db-trouble-3"),)

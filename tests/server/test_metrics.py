@@ -27,7 +27,10 @@ from runstore.v1 import namespace_admin_pb2 as na
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from tests import postgres
+from tests.chain_kinds import chain_kind
 from tests.support import Store, outcome, run_start, ts, unique
+
+__all__ = ["chain_kind"]  # autouse: every server's chain of both kinds
 
 RUNTIME = "runstore.v1.RuntimeStore"
 ADMIN = "runstore.v1.SessionAdmin"

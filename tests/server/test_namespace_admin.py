@@ -31,8 +31,10 @@ from runstore.client import (
 )
 from runstore.client.retry import NO_RETRY
 from runstore.contract.metadata import NAMESPACE_KEY
+from runstore.contract.model import SessionFilter
 from runstore.server.app import build_server, create_stores, open_database
 from runstore.server.config import ServerConfig
+from runstore.server.core import listing
 from runstore.server.core.namespaces import NamespaceStore
 from runstore.server.db.namespace_sql import DATA_TABLES
 from runstore.v1 import context_store_pb2 as ctx
@@ -84,7 +86,7 @@ async def _serve(url: str) -> AsyncIterator[Admin]:
         stores = create_stores(config, db)
         assert stores.namespaces is not None
         namespaces = NamespaceStore(
-            db, stores.namespaces.directory, purge_batch_rows=PURGE_BATCH_ROWS
+            db.calls, stores.namespaces.directory, purge_batch_rows=PURGE_BATCH_ROWS
         )
         running = await build_server(config, dataclasses.replace(stores, namespaces=namespaces))
         stack.push_async_callback(running.server.stop, None)
@@ -159,9 +161,14 @@ async def test_list_pages_in_name_order_to_the_end(admin: Admin) -> None:
         f"{prefix}-{suffix}" for suffix in "abcde"
     ]
     assert pages == math.ceil(len(seen) / 2) or pages == math.ceil(len(seen) / 2) + 1
-    with pytest.raises(ReadArgumentError) as bad_token:
-        await admin.client.list_namespaces(page_token="not a token!")
-    assert bad_token.value.field == "page_token"
+    # A made-up token, a session listing's token and the bare name the
+    # namespace listing's tokens once were: INVALID_ARGUMENT naming page_token.
+    sessions = listing.encode_token(listing.session_filter_digest(SessionFilter()), (1, "s"))
+    for foreign in ("not a token!", sessions, "ZGVmYXVsdA"):
+        with pytest.raises(ReadArgumentError) as bad_token:
+            await admin.client.list_namespaces(page_token=foreign)
+        assert bad_token.value.field == "page_token"
+        assert bad_token.value.reason == "INVALID_ARGUMENT_READ"
     with pytest.raises(ReadArgumentError) as negative:
         await admin.client.list_namespaces(page_size=-1)
     assert negative.value.field == "page_size"

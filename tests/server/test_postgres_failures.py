@@ -12,7 +12,7 @@ import pytest
 
 from runstore.contract.errors import AbortedError, UnavailableError
 from runstore.contract.model import SessionStatus
-from runstore.server.app import build_server, create_stores
+from runstore.server.app import OpenDatabase, Telemetry, build_server, create_stores
 from runstore.server.config import ServerConfig
 from runstore.server.core.model import Session
 from runstore.server.core.ports import Transaction
@@ -157,7 +157,8 @@ async def test_server_recovers_when_its_connections_are_killed(pg_url: str) -> N
     config = ServerConfig(listen="127.0.0.1:0", database_url=pg_url, pg_pool_min=2, pg_pool_max=2)
     database = PostgresDatabase(pg_url, PostgresOptions(pool_min=2, pool_max=2))
     await database.start()
-    running = await build_server(config, create_stores(config, database))
+    opened = OpenDatabase(database, database, Telemetry())
+    running = await build_server(config, create_stores(config, opened))
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{running.port}") as channel:
             store = Store(channel)

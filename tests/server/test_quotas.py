@@ -104,18 +104,19 @@ async def _replica(stack: AsyncExitStack, url: str, *, live: bool = False) -> Re
     config = ServerConfig(
         listen="127.0.0.1:0", database_url=url, migrate=True, watch_poll_seconds=600
     )
-    db = await stack.enter_async_context(open_database(config))
+    metrics = Metrics("test")
+    db = await stack.enter_async_context(open_database(config, Telemetry(metrics=metrics)))
     stores = create_stores(config, db)
     clock = FakeClock()
-    own = getattr(db, "inner", db)
+    own = db.backend
     if live:
         assert stores.namespaces is not None and stores.quotas is not None
         namespaces, keeper = stores.namespaces, stores.quotas
     else:
         directory = NamespaceDirectory(own, clock=clock)
-        namespaces = NamespaceStore(db, directory)
-        keeper = QuotaKeeper(Quotas(directory, clock=clock), directory, own, interval=3600)
-    metrics = Metrics("test")
+        namespaces = NamespaceStore(db.calls, directory, purged=metrics.forget_namespace)
+        quotas = Quotas(directory, clock=clock, refusals=metrics.quota_refusals)
+        keeper = QuotaKeeper(quotas, directory, own, interval=3600)
     running = await build_server(
         config,
         dataclasses.replace(stores, namespaces=namespaces, quotas=keeper),

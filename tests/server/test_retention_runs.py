@@ -36,6 +36,7 @@ from runstore.server.config import ConfigError, ServerConfig, load, parse_durati
 from runstore.server.core.context import ContextStore
 from runstore.server.core.ports import Database
 from runstore.server.core.store import RuntimeStore
+from runstore.server.db.opening import Backend
 from runstore.server.db.postgres import asyncpg_dsn
 from runstore.server.metrics import Metrics
 from runstore.server.retention import RetentionSettings, RetentionTask
@@ -347,6 +348,7 @@ class Replica:
     """The store cores of one replica over the shared test database."""
 
     db: Database
+    backend: Backend
     runtime: RuntimeStore
     context: ContextStore
     metrics: Metrics
@@ -372,7 +374,9 @@ async def replica(database_url: str, clock: Clock) -> AsyncIterator[Replica]:
     metrics = Metrics("test")
     async with open_database(config, Telemetry(metrics=metrics)) as db:
         stores = create_stores(config, db)
-        yield Replica(db, stores.runtime, ContextStore(db, clock=clock), metrics)
+        yield Replica(
+            db.calls, db.backend, stores.runtime, ContextStore(db.calls, clock=clock), metrics
+        )
 
 
 def task_of(
@@ -387,7 +391,7 @@ def task_of(
     return RetentionTask(
         replica.runtime,
         replica.context,
-        lock or replica.db.retention_lock,  # type: ignore[attr-defined]
+        lock or replica.backend.retention_lock,
         RetentionSettings(
             ended_sessions=day, sessionless_runs=day, contexts=day, interval=interval
         ),
@@ -534,7 +538,7 @@ async def test_replicas_take_turns_and_purge_each_row_once(store: Store, databas
     runs = await asyncio.gather(*(finished(store, base, base + i) for i in range(12)))
     async with replica(database_url, clock) as one, replica(database_url, clock) as two:
         # While one replica holds the retention lock, the other's pass is skipped.
-        async with one.db.retention_lock() as held:  # type: ignore[attr-defined]
+        async with one.backend.retention_lock() as held:
             assert held
             same_db = make_url(database_url).get_backend_name() == "sqlite"
             other = task_of(one if same_db else two, clock)

@@ -56,8 +56,9 @@ async def test_unpublished_and_abandoned_attempts_expire_and_are_counted(
             def clock() -> int:
                 return time.time_ns() + offset
 
-            expiry = SeedExpiry(RuntimeStore(db), ttl=60, clock=clock)
-            expiry.metrics = Metrics("test")
+            expiry = SeedExpiry(
+                RuntimeStore(db.calls), ttl=60, clock=clock, metrics=Metrics("test")
+            )
             assert await expiry.run_pass() == 0  # not a minute old yet
             offset = 2 * MINUTE_NS
             assert await expiry.run_pass() == 3

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import signal
 import subprocess
 import sys
@@ -107,17 +108,19 @@ class GatedDatabase:
         return await self.inner.read(fn)
 
     def __getattr__(self, name: str) -> Any:
-        """What is not gated (retention's lock, the namespace directory's reads)
-        is the inner database's."""
+        """What is not gated is the inner database's."""
         return getattr(self.inner, name)
 
 
 async def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(tmp_path: Path) -> None:
     config = ServerConfig(listen="127.0.0.1:0", database_url=f"sqlite:///{tmp_path / 'r.db'}")
     async with open_database(config) as db:
-        gated = GatedDatabase(db)
+        gated = GatedDatabase(db.calls)
         gated.gate.set()
-        running = await build_server(config, create_stores(config, gated))  # type: ignore[arg-type]
+        running = await build_server(
+            config,
+            create_stores(config, dataclasses.replace(db, calls=gated)),  # type: ignore[arg-type]
+        )
         target = f"127.0.0.1:{running.port}"
         async with grpc.aio.insecure_channel(target) as channel:
             store = Store(channel, target=target)

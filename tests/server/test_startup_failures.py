@@ -163,6 +163,22 @@ def test_sqlite_in_a_missing_directory_is_refused_and_nothing_is_created(
     assert not missing.exists()
 
 
+def test_an_unknown_interceptor_chain_is_refused_before_the_database(tmp_path: Path) -> None:
+    database = tmp_path / "x.db"
+    code, stderr = runstore(
+        "serve",
+        "--database-url",
+        f"sqlite:///{database}",
+        env={"RUNSTORE_INTERCEPTOR_CHAIN": "loop"},
+    )
+    assert code == 2
+    assert one_line(stderr) == (
+        "runstore: RUNSTORE_INTERCEPTOR_CHAIN='loop' is not a kind of interceptor chain "
+        "(expected flat or nested)"
+    )
+    assert not database.exists()
+
+
 async def test_a_new_sqlite_file_is_logged_and_alembic_stays_quiet(tmp_path: Path) -> None:
     database = tmp_path / "runstore.db"
     for start in ("first", "second"):

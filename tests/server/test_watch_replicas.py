@@ -61,9 +61,10 @@ async def test_writers_on_two_replicas_reach_a_watcher_on_a_third() -> None:
 async def replica(url: str, **settings: Any) -> AsyncIterator[tuple[Store, PostgresDatabase]]:
     config = ServerConfig(listen="127.0.0.1:0", database_url=url, **settings)
     async with AsyncExitStack() as stack:
-        db = await stack.enter_async_context(open_database(config))
+        opened = await stack.enter_async_context(open_database(config))
+        db = opened.backend
         assert isinstance(db, PostgresDatabase)
-        running = await build_server(config, create_stores(config, db))
+        running = await build_server(config, create_stores(config, opened))
         stack.push_async_callback(running.server.stop, None)
         target = f"127.0.0.1:{running.port}"
         channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))

@@ -13,11 +13,21 @@ from pathlib import Path
 from typing import Final
 
 from runstore.cli.plugins import SERVER_COMMANDS, Command
-from runstore.server import app, call_scope, config, logs, startup_failures, tracing, workers
+from runstore.server import (
+    call_scope,
+    config,
+    listening,
+    logs,
+    serving,
+    startup_failures,
+    tracing,
+    workers,
+)
 from runstore.server.auth import SecurityError
 from runstore.server.auth.secrets import DatabaseURLError, resolve_database_url
 from runstore.server.call_scope import ALL_NAMESPACES
 from runstore.server.db import backup, migrate
+from runstore.server.interceptors.handlers import ChainKindError
 
 log = logging.getLogger("runstore")
 
@@ -26,8 +36,9 @@ _FAILURES: Final = (
     SecurityError,
     DatabaseURLError,
     tracing.TracingUnavailable,
-    app.ListenError,
+    listening.ListenError,
     workers.WorkersError,
+    ChainKindError,
 )
 """Start-up failures reported as one line and exit code 2."""
 
@@ -89,7 +100,7 @@ def _serve(
 ) -> int:
     if settings.workers > 1:
         return workers.supervise(settings, args.command_line)
-    app.run(settings, reuse_port=workers.is_worker())
+    serving.run(settings, reuse_port=workers.is_worker())
     return 0
 
 

@@ -112,6 +112,9 @@ class RetentionTask:
         clock: UTC nanoseconds "now" (each pass's cut-offs are now minus a duration).
         wait: Waits between passes; returns early when asked to stop. The
             default waits ``interval`` seconds or until ``stop``.
+        metrics: Where passes are counted and timed (metrics on).
+        overrides: Reads the namespaces' retention overrides (default: ``runtime``'s).
+        expiry: Seed attempts' expiry, a pass of it after each retention pass.
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class RetentionTask:
         wait: Callable[[float], Awaitable[None]] | None = None,
         metrics: Metrics | None = None,
         overrides: Callable[[], Awaitable[list[NamespaceRetention]]] | None = None,
+        expiry: SeedExpiry | None = None,
     ) -> None:
         self._runtime = runtime
         self._overrides = overrides or runtime.namespace_retention
@@ -138,7 +142,7 @@ class RetentionTask:
         """Set by ``stop``: the loop ends after the batch it is in."""
         self._wait = wait or self._wait_or_stop
         self.metrics = metrics
-        self.expiry: SeedExpiry | None = None
+        self.expiry = expiry
         """Seed attempts' expiry (``seed_expiry``): a pass of it follows each
         retention pass, whatever the ``--retain-*`` settings."""
         self._task: asyncio.Task[None] | None = None

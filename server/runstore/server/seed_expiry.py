@@ -36,6 +36,7 @@ class SeedExpiry:
         runtime: The store whose rules delete (``expire_seed_attempts``).
         ttl: Seconds an unpublished or abandoned attempt is kept.
         clock: UTC nanoseconds "now".
+        metrics: Counts the attempts deleted (metrics on).
     """
 
     def __init__(
@@ -45,16 +46,19 @@ class SeedExpiry:
         *,
         clock: Callable[[], Nanos] = time.time_ns,
         batch: int = BATCH,
+        metrics: Metrics | None = None,
     ) -> None:
         self._runtime = runtime
         self.ttl = ttl
         self._clock = clock
         self._batch = batch
-        self.metrics: Metrics | None = None
+        self.metrics = metrics
 
     @classmethod
-    def from_config(cls, runtime: RuntimeStore, config: ServerConfig) -> SeedExpiry:
-        return cls(runtime, parse_duration(config.seed_attempt_ttl))
+    def from_config(
+        cls, runtime: RuntimeStore, config: ServerConfig, metrics: Metrics | None = None
+    ) -> SeedExpiry:
+        return cls(runtime, parse_duration(config.seed_attempt_ttl), metrics=metrics)
 
     async def run_pass(self) -> int:
         """Every active namespace's expired attempts, in that namespace's keys;

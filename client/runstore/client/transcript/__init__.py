@@ -12,13 +12,23 @@ and ``validate``; every public name is importable from here.
 
 from __future__ import annotations
 
-from runstore.client.transcript.codec import (
+from runstore.client.transcript.replay import (
+    REPLAY_PAGE_SIZE,
+    RunLogReader,
+    build_messages_from_run_log,
+    replay_run_log_events,
+)
+from runstore.client.transcript.validate import (
+    validate_bedrock,
+    validate_planner_transcript,
+)
+from runstore.contract.transcript.codec import (
     decode_json,
     decode_messages,
     encode_json,
     encode_messages,
 )
-from runstore.client.transcript.model import (
+from runstore.contract.transcript.model import (
     DOCUMENT_FORMATS,
     IMAGE_FORMATS,
     LOCATION_KINDS,
@@ -42,16 +52,6 @@ from runstore.client.transcript.model import (
     ToolUsePart,
     TranscriptError,
     TranscriptValidationError,
-)
-from runstore.client.transcript.replay import (
-    REPLAY_PAGE_SIZE,
-    RunLogReader,
-    build_messages_from_run_log,
-    replay_run_log_events,
-)
-from runstore.client.transcript.validate import (
-    validate_bedrock,
-    validate_planner_transcript,
 )
 
 __all__ = [

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from typing import Final, Protocol
 
 from runstore.client.model import Page, RunRecord
-from runstore.client.transcript.codec import decode_messages
-from runstore.client.transcript.model import Message, TranscriptError
 from runstore.contract.lifecycle import TRANSCRIPT_TYPES
+from runstore.contract.transcript.codec import decode_messages
+from runstore.contract.transcript.model import Message, TranscriptError
 
 REPLAY_PAGE_SIZE: Final = 512
 """Records per ListRunRecords call when rebuilding a transcript (§13.3)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runstore.client.transcript.model import (
+from runstore.contract.transcript.model import (
     _PART_KINDS,
     Message,
     ThinkingPart,

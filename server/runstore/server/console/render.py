@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from runstore.client.transcript.codec import decode_messages
-from runstore.client.transcript.model import (
+from runstore.contract.lifecycle import TRANSCRIPT_TYPES
+from runstore.contract.transcript.codec import decode_messages
+from runstore.contract.transcript.model import (
     Message,
     TextPart,
     ThinkingPart,
@@ -21,7 +22,6 @@ from runstore.client.transcript.model import (
     ToolUsePart,
     TranscriptError,
 )
-from runstore.contract.lifecycle import TRANSCRIPT_TYPES
 from runstore.server.core.model import Nanos, RunRecord
 
 COLLAPSED_BYTES: Final = 2048

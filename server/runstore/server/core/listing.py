@@ -12,18 +12,14 @@ accepted with the filters that produced it (AIP-158).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
-import hashlib
-import json
 from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
 from runstore.contract.errors import ReadArgumentError
 from runstore.contract.model import ListPage, RunFilter, RunStatus, SessionFilter, SessionStatus
-from runstore.server.core import input_rules
+from runstore.server.core import input_rules, page_tokens
 from runstore.server.core.model import Nanos, PageKey, RunState, Session
 from runstore.server.core.ports import Transaction
 from runstore.server.core.section import Section
@@ -56,19 +52,16 @@ def status_filter(statuses: Collection[E] | None, every: Collection[E]) -> froze
     return None if kept >= frozenset(every) else kept
 
 
-def _digest(kind: str, filters: object) -> str:
-    text = json.dumps([kind, filters], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def session_filter_digest(query: SessionFilter[Nanos]) -> str:
     statuses = sorted(s.value for s in query.statuses) if query.statuses is not None else None
-    return _digest("sessions", [statuses, query.created_after, query.created_before])
+    return page_tokens.filter_digest(
+        "sessions", [statuses, query.created_after, query.created_before]
+    )
 
 
 def run_filter_digest(query: RunFilter[Nanos]) -> str:
     statuses = sorted(s.value for s in query.statuses) if query.statuses is not None else None
-    return _digest(
+    return page_tokens.filter_digest(
         "runs",
         [
             query.session_id,
@@ -81,30 +74,19 @@ def run_filter_digest(query: RunFilter[Nanos]) -> str:
     )
 
 
+_KEY_SHAPE: Final = {"t": int, "id": str}
+"""A listing's position: the last row's time and ID."""
+
+
 def encode_token(digest: str, key: PageKey) -> str:
     """An opaque token: the last key returned and the filters' digest."""
-    text = json.dumps({"f": digest, "t": key[0], "id": key[1]}, separators=(",", ":"))
-    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+    return page_tokens.encode(digest, {"t": key[0], "id": key[1]})
 
 
 def decode_token(digest: str, token: str) -> PageKey | None:
     """The key after which the page starts; None for the first page."""
-    if not token:
-        return None
-    invalid = ReadArgumentError("invalid page_token", field="page_token")
-    try:
-        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-        at, last_id, seen_digest = data["t"], data["id"], data["f"]
-    except (binascii.Error, ValueError, TypeError, KeyError) as exc:
-        raise invalid from exc
-    if not (isinstance(at, int) and isinstance(last_id, str) and isinstance(seen_digest, str)):
-        raise invalid
-    if seen_digest != digest:
-        raise ReadArgumentError(
-            "page_token was issued for other filters; send the same filters on every page",
-            field="page_token",
-        )
-    return (at, last_id)
+    position = page_tokens.decode(digest, token, _KEY_SHAPE)
+    return None if position is None else (position["t"], position["id"])
 
 
 def _empty_range(after: Nanos | None, before: Nanos | None) -> bool:

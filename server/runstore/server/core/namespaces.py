@@ -6,8 +6,6 @@ namespace's data (docs/namespaces.md)."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import dataclasses
 import logging
@@ -26,7 +24,9 @@ from runstore.contract.errors import (
 )
 from runstore.contract.namespaces import DEFAULT, NAME_RULE, is_valid_name
 from runstore.server import call_scope
+from runstore.server.backoff import Backoff
 from runstore.server.call_scope import ALL_NAMESPACES
+from runstore.server.core import page_tokens
 from runstore.server.core.listing import page_size
 from runstore.server.core.model import Nanos
 from runstore.server.core.namespace_model import ACTIVE, DELETING, Namespace
@@ -49,6 +49,11 @@ PURGE_DELAY_SECONDS: Final = REFRESH_SECONDS + 1.0
 """How long after a deletion its purge starts: by then every replica has seen
 the namespace gone and ended its Watch streams with NAMESPACE_NOT_FOUND, so
 none of them ends instead because a poll found its run or session purged."""
+
+PURGE_BACKOFF: Final = Backoff(0.25, 30.0)
+"""Pauses between a purge's failed batches: from 0.25 to 0.5 s, doubling up to
+30 s, half of each random, so replicas purging one namespace do not retry in
+lockstep."""
 
 MAX_DESCRIPTION_CHARS: Final = 1024
 
@@ -244,19 +249,23 @@ def namespace_deleted(name: str) -> NamespaceNotFoundError:
     return NamespaceNotFoundError(f"namespace {name!r} was deleted", details={"namespace": name})
 
 
+LISTING_DIGEST: Final = page_tokens.filter_digest("namespaces", [])
+"""ListNamespaces has no filters: its tokens are bound to the listing alone."""
+
+
 def encode_page_token(last_name: str) -> str:
-    return base64.urlsafe_b64encode(last_name.encode()).decode().rstrip("=")
+    """The token of the page after namespace ``last_name``."""
+    return page_tokens.encode(LISTING_DIGEST, {"name": last_name})
 
 
 def decode_page_token(token: str) -> str:
-    if not token:
+    """The name after which the page starts; "" for the first page."""
+    position = page_tokens.decode(LISTING_DIGEST, token, {"name": str})
+    if position is None:
         return ""
-    try:
-        name = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        name = ""
+    name: str = position["name"]
     if not is_valid_name(name):
-        raise ReadArgumentError("invalid page_token", field="page_token")
+        raise ReadArgumentError("invalid page_token", field=page_tokens.FIELD)
     return name
 
 
@@ -276,15 +285,18 @@ class NamespaceStore:
         *,
         purge_batch_rows: int = PURGE_BATCH_ROWS,
         purge_delay: float = PURGE_DELAY_SECONDS,
+        purge_backoff: Backoff = PURGE_BACKOFF,
+        purged: Callable[[str], None] | None = None,
         clock: Callable[[], Nanos] = time.time_ns,
     ) -> None:
         self._db = db
         self.directory = directory
         self._purge_batch_rows = purge_batch_rows
         self._purge_delay = purge_delay
+        self._purge_backoff = purge_backoff
         self._clock = clock
         self._purges: dict[str, asyncio.Task[None]] = {}
-        self.purged: Callable[[str], None] | None = None
+        self._purged = purged
         """Told each namespace whose purge finished (the metrics drop its series)."""
 
     async def create(self, draft: Namespace, field_of: Mapping[str, str]) -> Namespace:
@@ -416,7 +428,7 @@ class NamespaceStore:
                 await tx.drop_namespace(name, self._clock())
 
         deleted = 0
-        pause = 0.5
+        failures = 0
         while True:
             try:
                 count = await self._db.write(batch)
@@ -424,16 +436,16 @@ class NamespaceStore:
                     await self._db.write(drop)
                     break
                 deleted += count
-                pause = 0.5
+                failures = 0
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("purge of namespace %r: a batch failed; retrying", name)
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, 30.0)
+                failures += 1
+                await asyncio.sleep(self._purge_backoff.pause(failures))
         log.info("namespace %r deleted: %d rows purged", name, deleted)
-        if self.purged is not None:
-            self.purged(name)
+        if self._purged is not None:
+            self._purged(name)
 
     async def close(self) -> None:
         """Stops this replica's purges (a later start resumes them)."""

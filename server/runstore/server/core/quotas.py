@@ -31,7 +31,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from runstore.contract.errors import QuotaExceededError
 from runstore.server.core.model import Nanos
@@ -68,6 +68,14 @@ class StreamLease:
         self._owner._release(self)
 
 
+class Refusals(Protocol):
+    """The refusals counter, by namespace and quota (a labelled prometheus Counter)."""
+
+    def labels(self, namespace: str, quota: str) -> Any: ...
+
+    def remove(self, namespace: str, quota: str) -> None: ...
+
+
 class Quotas:
     """The quota state of one replica: rate buckets, open streams, stored
     bytes, and what the heartbeat says of the other replicas.
@@ -85,6 +93,7 @@ class Quotas:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], Nanos] = time.time_ns,
+        refusals: Refusals | None = None,
     ) -> None:
         self._directory = directory
         self._clock = clock
@@ -97,8 +106,8 @@ class Quotas:
         self._streams: dict[str, set[StreamLease]] = {}
         self._usage: dict[str, tuple[int, Nanos]] = {}
         self._committed: dict[str, dict[int, tuple[int, Nanos]]] = {}
-        self.refusals: Any = None
-        """``runstore_quota_refusals_total`` (a labelled Counter), when metrics are on."""
+        self._refusals = refusals
+        """``runstore_quota_refusals_total``, when metrics are on."""
         directory.on_gone(self._gone)
 
     # --- On the path of a call ---------------------------------------------------
@@ -180,8 +189,8 @@ class Quotas:
     def _refused(
         self, namespace: str, quota: str, limit: float, wait: float | None
     ) -> QuotaExceededError:
-        if self.refusals is not None:
-            self.refusals.labels(namespace, quota).inc()
+        if self._refusals is not None:
+            self._refusals.labels(namespace, quota).inc()
         after = "" if wait is None else f"; retry in {wait:.3f}s"
         return QuotaExceededError(
             f"namespace {namespace!r} is at its {quota} quota ({_number(limit)}){after}",
@@ -197,10 +206,10 @@ class Quotas:
             self._buckets.pop((namespace, quota), None)
         self._usage.pop(namespace, None)
         self._committed.pop(namespace, None)
-        if self.refusals is not None:
+        if self._refusals is not None:
             for quota in (WRITES_PER_SECOND, READS_PER_SECOND, WATCH_STREAMS, STORED_BYTES):
                 with contextlib.suppress(KeyError):
-                    self.refusals.remove(namespace, quota)
+                    self._refusals.remove(namespace, quota)
 
     # --- What the keeper learns --------------------------------------------------
 

@@ -6,10 +6,11 @@ connection budget"), and a close that never leaves one open."""
 from __future__ import annotations
 
 import asyncio
-import random
 from typing import Any
 
 import asyncpg
+
+from runstore.server.backoff import Backoff
 
 
 class ConnectPacing:
@@ -30,6 +31,7 @@ class ConnectPacing:
     def __init__(self, first_pause: float = 0.05, longest_pause: float = 2.0) -> None:
         self.first_pause = first_pause
         self.longest_pause = longest_pause
+        self._backoff = Backoff(first_pause, max(first_pause, longest_pause))
         self._failures = 0
         self._next_attempt = 0.0
         self._attempt: asyncio.Future[bool] | None = None
@@ -77,8 +79,7 @@ class ConnectPacing:
 
     def _failed(self) -> None:
         self._failures += 1
-        pause = min(self.longest_pause, self.first_pause * 2.0 ** min(self._failures, 30))
-        pause = pause / 2 + random.uniform(0, pause / 2)
+        pause = self._backoff.pause(self._failures)
         self._next_attempt = asyncio.get_running_loop().time() + pause
 
 

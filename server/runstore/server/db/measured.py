@@ -35,10 +35,6 @@ class MeasuredDatabase:
         self._figures = figures
         self._tracer = tracer
 
-    def __getattr__(self, name: str) -> Any:
-        """Everything else (start, close, health probes) is the backend's own."""
-        return getattr(self.inner, name)
-
     async def write(self, fn: Callable[[Transaction], Coroutine[Any, Any, T]]) -> T:
         counts = _Counts()
         result = await self._measured("write", lambda: self.inner.write(counts.wrap(fn)))

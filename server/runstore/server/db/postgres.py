@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -37,6 +36,7 @@ from runstore.contract.errors import (
     UnavailableError,
 )
 from runstore.server import call_scope
+from runstore.server.backoff import Backoff
 from runstore.server.call_scope import Scope
 from runstore.server.config import DEFAULTS
 from runstore.server.core.model import RecordDraft, RunEnding, RunState
@@ -70,6 +70,10 @@ from runstore.server.db.wakeups import (
 from runstore.server.metrics import DbFigures
 
 log = logging.getLogger(__name__)
+
+RETRY_BACKOFF = Backoff(0.002, 1.0, jitter=1.0)
+"""The pause before a transaction that lost a race runs again: anywhere up to
+2 ms times 2 per attempt, so the racers do not meet again."""
 
 T = TypeVar("T")
 
@@ -520,7 +524,7 @@ class PostgresDatabase:
                 log.debug("retrying a transaction (attempt %d): %s", attempt, exc)
                 if self.figures is not None:
                     self.figures.retried()
-                await asyncio.sleep(random.uniform(0, 0.002 * 2**attempt))
+                await asyncio.sleep(RETRY_BACKOFF.pause(attempt))
                 attempt += 1
 
 

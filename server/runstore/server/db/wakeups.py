@@ -13,12 +13,12 @@ import contextlib
 import json
 import logging
 import math
-import random
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
+from runstore.server.backoff import Backoff
 from runstore.server.db.connect_pacing import close_connection
 
 log = logging.getLogger(__name__)
@@ -162,6 +162,8 @@ class PostgresWakeups:
         self._connect = connect
         self._notify_connect = notify_connect
         self._reconnect_seconds = reconnect_seconds
+        self._backoff = Backoff(0.05, max(0.05, reconnect_seconds))
+        """Pauses between LISTEN reconnects, half random, doubling to ``reconnect_seconds``."""
         self._notify_interval = notify_interval
         self._listeners_seconds = listeners_seconds
         self._timeout = timeout
@@ -333,10 +335,8 @@ class PostgresWakeups:
             await asyncio.sleep(self._pause(failures))
 
     def _pause(self, failures: int) -> float:
-        """Half the doubled pause plus a random half, up to ``reconnect_seconds``:
-        replicas that lost the database together do not reconnect together."""
-        ceiling = min(self._reconnect_seconds, 0.05 * 2.0**failures)
-        return ceiling / 2 + random.uniform(0, ceiling / 2)
+        """Replicas that lost the database together do not reconnect together."""
+        return self._backoff.pause(failures)
 
     def _received(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
         try:

@@ -1,13 +1,14 @@
 """The server's interceptor chain: every cross-cutting concern, in one order.
 
 Each concern (request ids, access logs and metrics, the server's version,
-authentication and roles, the call's namespace, limits, request parsing, the
-database bound) lives in its own module of this package and is added here, so
-servicers stay thin and never see them. The list runs outermost first: a
-concern that must see every call, including ones refused later, sits earlier.
-The concerns make one grpc interceptor
-(``handlers.Chain``), which builds one flat coroutine per method running every
-concern's steps (``handlers.Steps``) and reuses it;
+authentication and roles, the call's namespace and its quotas, the calls in
+flight, limits, request parsing, the database bound, reads on the standby)
+lives in its own module of this package and is added here, so servicers stay
+thin and never see them. The list runs outermost first: a concern that must see
+every call, including ones refused later, sits earlier. The concerns make one
+grpc interceptor (``handlers.Chain``), which runs every concern's steps
+(``handlers.Steps``, the protocol in docs/development.md "The interceptor
+chain") around each method's behaviour, composed once per method and reused;
 OpenTelemetry's own interceptor, when tracing, sits just outside it, so every
 concern runs inside the call's span.
 """
@@ -90,12 +91,15 @@ def concerns(
     #    handler ever sees a message that did not parse.
     chain.append(RequestParsing())
 
-    # 7. Database operation bound: marks when each call started, innermost, so
-    #    the bound counts from the call reaching the store (docs/limits.md).
+    # 7. Database operation bound: marks when each call started, after every
+    #    concern that may refuse it, so the bound counts from the call reaching
+    #    the store (docs/limits.md).
     chain.append(DatabaseBound())
 
-    # 8. Record listings the caller lets lag go to the standby of
-    #    --read-database-url, when there is one (docs/failover.md).
+    # 8. Reads a method declares may use the standby of --read-database-url
+    #    (the operator's listings always, record listings when the caller lets
+    #    them lag) go there, when there is one (docs/failover.md): innermost,
+    #    it only marks the call for the database layer.
     if config.read_database_url:
         chain.append(ReadLag())
     return chain

@@ -16,11 +16,19 @@ A step refuses a call by raising ``Refused``: the call aborts with the error's
 status, and the concerns outside it see that abort as their failure, those
 inside it never run. A concern written as a wrapper (``Concern.wrap``, with
 ``wrapped`` or ``prepared``) still composes, nested around what is inside it.
+
+The flat coroutine is Python source written and compiled once per method
+(``_straight_line``). ``nested`` is the plain reference of the same protocol,
+one readable wrapper per concern; ``RUNSTORE_INTERCEPTOR_CHAIN=nested`` makes
+the server use it (a traceback then names real lines), and the interceptor
+tests run against both. The protocol is described once, in docs/development.md
+("The interceptor chain").
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, cast
@@ -47,6 +55,29 @@ Prepare = Callable[[Any, Context], Awaitable[Any]]
 the one the behaviour gets."""
 
 _BEHAVIOURS = ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
+
+CHAIN_ENV = "RUNSTORE_INTERCEPTOR_CHAIN"
+"""The environment variable that picks how ``Chain`` runs the steps."""
+
+CHAIN_KINDS = ("flat", "nested")
+"""``flat``: one generated coroutine per method (the default, the faster);
+``nested``: the reference, one plain wrapper per concern."""
+
+
+class ChainKindError(ValueError):
+    """``CHAIN_ENV`` names no kind of chain: the server does not start."""
+
+
+def chain_kind(environ: Mapping[str, str] = os.environ) -> str:
+    """The kind ``CHAIN_ENV`` names (``flat`` when unset); any other value is a
+    mistake the server refuses to start with."""
+    kind = environ.get(CHAIN_ENV, "") or "flat"
+    if kind not in CHAIN_KINDS:
+        raise ChainKindError(
+            f"{CHAIN_ENV}={kind!r} is not a kind of interceptor chain "
+            f"(expected {' or '.join(CHAIN_KINDS)})"
+        )
+    return kind
 
 
 class Refused(Exception):
@@ -161,6 +192,107 @@ def flat(handler: Handler, steps: Sequence[Steps]) -> Handler:
     changed = _straight_line(behaviour, steps)
     fields: Any = handler  # a namedtuple at run time
     return cast(Handler, fields._replace(**{name: changed}, **replace))
+
+
+def nested(handler: Handler, steps: Sequence[Steps]) -> Handler:
+    """``handler`` with ``steps`` (outermost first) run around its behaviour by
+    one plain wrapper per step: the reference the generated ``flat`` must match
+    (docs/development.md, "The interceptor chain")."""
+    steps = tuple(steps)
+    if not steps:
+        return handler
+    replace: dict[str, Any] = {}
+    for step in steps:
+        replace.update(step.replace)
+    name, behaviour = behaviour_of(handler)
+    if inspect.isasyncgenfunction(behaviour):
+        changed: Callable[..., Any] = behaviour
+        for step in reversed(steps):
+            changed = _nested_stream(changed, step)
+    else:
+        changed = _refusing(_awaitable(behaviour))
+        for step in reversed(steps):
+            changed = _nested_unary(changed, step)
+    fields: Any = handler  # a namedtuple at run time
+    return cast(Handler, fields._replace(**{name: changed}, **replace))
+
+
+async def _entered(step: Steps, request: Any, context: Context) -> tuple[Any, Any, Context]:
+    """Runs ``step``'s steps before the behaviour: its state, the request and
+    the context the rest of the call gets; a refusal aborts the call here."""
+    try:
+        state = None
+        if inspect.iscoroutinefunction(step.enter):
+            state = await step.enter(request, context)
+        elif step.enter is not None:
+            state = step.enter(request, context)
+        if step.request is not None:
+            request = step.request(request, context, state)
+        given = context if step.context is None else step.context(context, state)
+        if step.check is not None:
+            refusal = await step.check()
+            if refusal is not None:
+                raise Refused(refusal)
+    except Refused as refused:
+        await abort(context, refused.error)
+    return state, request, given
+
+
+def _refusing(behaviour: Unary) -> Unary:
+    """``behaviour`` whose ``Refused`` aborts the call, as a step's does."""
+
+    async def call(request: Any, context: Context) -> Any:
+        try:
+            return await behaviour(request, context)
+        except Refused as refused:
+            await abort(context, refused.error)
+
+    return call
+
+
+def _nested_unary(inner: Unary, step: Steps) -> Unary:
+    """``inner`` (awaited) with ``step`` around it."""
+
+    async def call(request: Any, context: Context) -> Any:
+        state, request, given = await _entered(step, request, context)
+        try:
+            response = await inner(request, given)
+        except BaseException as exc:
+            if step.fail is not None:
+                step.fail(state, exc, context)
+            raise
+        if step.after is None:
+            return response
+        try:
+            return step.after(state, response, context)
+        except Refused as refused:
+            response = None  # a refused response is freed at once (Limits)
+            await abort(context, refused.error)
+
+    return call
+
+
+def _nested_stream(inner: Streaming, step: Steps) -> Streaming:
+    """``inner`` (an async generator function) with ``step`` around it."""
+
+    async def call(request: Any, context: Context) -> AsyncIterator[Any]:
+        state, request, given = await _entered(step, request, context)
+        try:
+            responses = inner(request, given)
+            if step.responses is not None:
+                responses = step.responses(state, responses, context)
+            async for response in responses:
+                if step.each is not None:
+                    step.each(state)
+                yield response
+        except BaseException as exc:
+            if step.fail is not None:
+                step.fail(state, exc, context)
+            raise
+        if step.after is not None:
+            step.after(state, None, context)
+
+    return call
 
 
 def _straight_line(behaviour: Callable[..., Any], steps: tuple[Steps, ...]) -> Callable[..., Any]:
@@ -291,7 +423,14 @@ class Chain(grpc.aio.ServerInterceptor):
     them).
     """
 
-    def __init__(self, concerns: Sequence[Any]) -> None:
+    def __init__(self, concerns: Sequence[Any], *, kind: str | None = None) -> None:
+        """``kind``: ``flat`` or ``nested`` (``CHAIN_KINDS``); None reads ``CHAIN_ENV``."""
+        if kind is None:
+            kind = chain_kind()
+        elif kind not in CHAIN_KINDS:
+            raise ChainKindError(f"chain kind {kind!r}: expected {' or '.join(CHAIN_KINDS)}")
+        self.kind = kind
+        self._run = flat if kind == "flat" else nested
         self._concerns = tuple(concerns)
         # A concern that takes nothing from the metadata costs no call.
         self._admit = tuple(
@@ -307,7 +446,7 @@ class Chain(grpc.aio.ServerInterceptor):
         for concern in reversed(self._concerns):
             steps_of = getattr(concern, "steps", None)
             if steps_of is None:  # a wrapper: what is inside it first
-                handler = concern.wrap(method, flat(handler, pending[::-1]))
+                handler = concern.wrap(method, self._run(handler, pending[::-1]))
                 pending = []
                 continue
             steps = steps_of(method, handler)
@@ -316,7 +455,7 @@ class Chain(grpc.aio.ServerInterceptor):
                 if steps.replace:  # what the concerns outside it see
                     fields: Any = handler
                     handler = cast(Handler, fields._replace(**steps.replace))
-        return flat(handler, pending[::-1])
+        return self._run(handler, pending[::-1])
 
     async def intercept_service(
         self,

@@ -11,7 +11,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Final
 
-from runstore.client.transcript.model import (
+from runstore.contract._gofmt import json_string
+from runstore.contract._json import decoder, json_kind
+from runstore.contract.transcript.model import (
     _CITATION_KEYS,
     _MESSAGE_KEYS,
     _PART_KINDS,
@@ -37,8 +39,6 @@ from runstore.client.transcript.model import (
     ToolUsePart,
     TranscriptError,
 )
-from runstore.contract._gofmt import json_string
-from runstore.contract._json import decoder, json_kind
 
 _INT64_MIN: Final = -(2**63)
 _INT64_MAX: Final = 2**63 - 1
