@@ -5,14 +5,10 @@ with the sign-in cookie that ``/login`` sets (people). The cookie holds only a
 random ID into an in-memory table of sign-ins; the table keeps the token's
 SHA-256, never the token, and every request looks the principal up again in
 the auth file's current principals, so removing a principal (SIGHUP) signs it
-out at once. The console reads through the same methods a gRPC caller would
-(``CONSOLE_METHODS``): a principal may open it only if its role may call every
-one of them (``roles.METHOD_ROLES``: admin, host and reader; not worker). With
+out at once. Which roles a page needs, and the namespace it shows, are the
+shared concerns' (``app.ROUTES``, ``runstore.server.concerns``). With
 authentication off (loopback development) the console is open, as the gRPC
 API is.
-
-Namespaces do not exist yet; ``may_view`` is the one place that decides, so a
-namespace check slots in there once they do.
 """
 
 from __future__ import annotations
@@ -25,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from runstore.contract.namespaces import DEFAULT, EVERY
-from runstore.server.auth import roles
+from runstore.contract.namespaces import DEFAULT
 from runstore.server.auth.principals import ANONYMOUS, Principal, PrincipalsFile
+from runstore.server.concerns import bound_to
 
 COOKIE: Final = "runstore_console"
 """The sign-in cookie's name: a random ID, HttpOnly, SameSite=Strict (Secure under TLS)."""
@@ -38,45 +34,6 @@ SIGN_IN_SECONDS: Final = 12 * 3600
 MAX_SIGN_INS: Final = 10_000
 """Sign-ins kept at once; the oldest is dropped first (memory stays bounded)."""
 
-_RUNTIME: Final = "/runstore.v1.RuntimeStore/"
-_SESSIONS: Final = "/runstore.v1.SessionAdmin/"
-
-CONSOLE_METHODS: Final = frozenset(
-    {
-        _SESSIONS + "ListSessions",
-        _SESSIONS + "LoadSession",
-        _SESSIONS + "ListRunsBySession",
-        _SESSIONS + "ListRuns",
-        _RUNTIME + "LoadRun",
-        _RUNTIME + "ListRunRecords",
-        _RUNTIME + "ListSessionRunRecords",
-        _RUNTIME + "WatchRunRecords",
-        _RUNTIME + "WatchSessionRunRecords",
-    }
-)
-"""The read methods behind the console's screens."""
-
-
-def may_view(principal: Principal) -> bool:
-    """Whether ``principal``'s role may make every one of the console's reads."""
-    return all(roles.allowed(method, principal.role) for method in CONSOLE_METHODS)
-
-
-def may_view_namespace(principal: Principal, namespace: str) -> bool:
-    """Whether ``principal`` is bound to ``namespace`` (or to every namespace)."""
-    return EVERY in principal.namespaces or namespace in principal.namespaces
-
-
-def home_namespace(principal: Principal, active: frozenset[str]) -> str:
-    """The namespace a screen shows when its URL names none: ``default`` when
-    the principal may view it, else the first active namespace it is bound to
-    (its only one, as for a gRPC call without the header), else its first."""
-    viewable = viewable_namespaces(principal, active)
-    if viewable:
-        return viewable[0]
-    first = principal.namespaces[0] if principal.namespaces else DEFAULT
-    return DEFAULT if first == EVERY else first
-
 
 def viewable_namespaces(
     principal: Principal, active: frozenset[str], *, open_console: bool = False
@@ -84,8 +41,11 @@ def viewable_namespaces(
     """The namespaces the picker offers ``principal``: the active ones it is
     bound to (every active one for ``*``, or on a console with authentication
     off), ``default`` first."""
-    every = open_console or EVERY in principal.namespaces
-    names = active if every else active & set(principal.namespaces)
+    names = (
+        active
+        if open_console
+        else {name for name in active if bound_to(principal.namespaces, name)}
+    )
     return sorted(names, key=lambda name: (name != DEFAULT, name))
 
 

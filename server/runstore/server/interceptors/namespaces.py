@@ -6,7 +6,9 @@ is refused (INVALID_ARGUMENT, ``NAMESPACE_REQUIRED``); with authentication
 off, the header or ``default``. A principal not bound to the namespace is
 PERMISSION_DENIED, before anything says whether the namespace exists; then an
 unknown (or being deleted) namespace is NOT_FOUND, ``NAMESPACE_NOT_FOUND``.
-The namespace is set (``call_namespace``) for the rest of the call.
+The namespace is set (``call_namespace``) for the rest of the call. The rule
+is ``concerns.decide_namespace``, the one the console's pages pass too, with
+the gRPC choice when none is named.
 
 ``runstore.v1.NamespaceAdmin`` acts on namespaces, not in one: it needs a
 principal bound to every namespace (``"*"``) and ignores the header. Health,
@@ -23,16 +25,15 @@ from typing import Final
 import grpc
 
 from runstore.contract.errors import (
-    NamespaceRequiredError,
     PermissionDeniedError,
     RunstoreError,
     UnauthenticatedError,
     ValidationError,
 )
 from runstore.contract.metadata import NAMESPACE_KEY
-from runstore.contract.namespaces import DEFAULT, EVERY, NAME_RULE, is_valid_name
-from runstore.server import call_namespace, call_principal
-from runstore.server.core.namespaces import NamespaceDirectory, namespace_not_found
+from runstore.contract.namespaces import EVERY, NAME_RULE, is_valid_name
+from runstore.server import call_principal, concerns
+from runstore.server.core.namespaces import NamespaceDirectory
 from runstore.server.interceptors.handlers import Handler, Steps
 
 NAMESPACED_SERVICES: Final = (
@@ -132,32 +133,10 @@ class NamespaceResolution:
         bound = self._bindings(method)
         if isinstance(bound, RunstoreError):
             return bound
-        if requested is None:
-            if bound is None:
-                requested = DEFAULT
-            elif len(bound) == 1 and bound[0] != EVERY:
-                requested = bound[0]
-            else:
-                return NamespaceRequiredError(
-                    f"principal {call_principal.current()!r} is bound to several namespaces: "
-                    f"send {NAMESPACE_KEY}",
-                    details={"metadata": NAMESPACE_KEY},
-                )
-        elif bound is not None and EVERY not in bound and requested not in bound:
-            return PermissionDeniedError(
-                f"principal {call_principal.current()!r} is not bound to namespace {requested!r}",
-                details={"method": method, "namespace": requested},
-            )
-        try:
-            known = (
-                requested == DEFAULT
-                if self._directory is None
-                else await self._directory.is_active(requested)
-            )
-        except RunstoreError as exc:  # the database cannot say (UNAVAILABLE, ...)
-            return exc
-        if not known:
-            return namespace_not_found(requested)
-        call_namespace.set_current(requested)
-        _RESOLVED.set(requested)
+        decided = await concerns.decide_namespace(
+            self._directory, requested, bound, method=method, unnamed=concerns.Unnamed.SOLE_BINDING
+        )
+        if isinstance(decided, RunstoreError):
+            return decided
+        _RESOLVED.set(decided)
         return None
