@@ -285,8 +285,9 @@ class FrontDoor:
         self.watch = watch
 
     def begin(self, method: str, door: Door, *, peer: str | None, request_id: str | None) -> Call:
-        """A call of ``method`` starts: its request id (the caller's, when one
-        the server takes, else a new one), and its started count."""
+        """A call of ``method`` (``door:entry``, e.g. ``console:run``) starts:
+        its request id (the caller's, when one the server takes, else a new
+        one), and its started count."""
         call_request_id.set_current(
             call_request_id.from_metadata(
                 [(call_request_id.METADATA_KEY, request_id)] if request_id else ()
@@ -295,7 +296,12 @@ class FrontDoor:
         call_principal.set_current("")
         figures = None
         if self.metrics is not None:
-            figures = self.metrics.method(method, "server_stream" if door.streams else "unary")
+            # ``console:run`` is method ``run`` of service ``console`` in the
+            # call metrics' labels (docs/observability.md).
+            service, _, name = method.partition(":")
+            figures = self.metrics.method(
+                f"/{service}/{name}", "server_stream" if door.streams else "unary"
+            )
             figures.started.inc()
             figures.received.inc()
         return Call(self, method, figures, peer)

@@ -215,6 +215,8 @@ class Screen:
         )
         scope["runstore_call"] = call
         response = await self._respond(request, call)
+        # As a gRPC call's trailing metadata does: the id its log lines carry.
+        response.headers[call_request_id.METADATA_KEY] = call_request_id.current()
         try:
             await response(scope, receive, send)
         except asyncio.CancelledError:
