@@ -273,7 +273,7 @@ async def test_console_requests_are_counted_and_logged_as_console_calls(
     assert page["method"] == "console:sessions"
     assert page["code"] == "OK" and page["reason"] is None
     assert page["principal"] == "operator" and page["namespace"] == "default"
-    assert page["peer"] == "127.0.0.1"
+    assert page["peer"].startswith("ipv4:127.0.0.1:")
     missing = [line for line in lines if line["reason"] == "NAMESPACE_NOT_FOUND"]
     assert missing and missing[-1]["method"] == "console:sessions"
     assert missing[-1]["code"] == "NotFound" and missing[-1]["namespace"] is None

@@ -210,7 +210,7 @@ class Screen:
         call = front.begin(
             f"console:{self.name}",
             self.door,
-            peer=_client(request),
+            peer=_peer(request),
             request_id=request.headers.get(call_request_id.METADATA_KEY),
         )
         scope["runstore_call"] = call
@@ -351,6 +351,16 @@ def login_endpoints(console: Console) -> list[Route]:
 
 def _client(request: Request) -> str:
     return request.client.host if request.client is not None else "?"
+
+
+def _peer(request: Request) -> str | None:
+    """The browser's address as gRPC spells a peer (``ipv4:HOST:PORT``)."""
+    client = request.client
+    if client is None:
+        return None
+    if ":" in client.host:
+        return f"ipv6:[{client.host}]:{client.port}"
+    return f"ipv4:{client.host}:{client.port}"
 
 
 # --- The application ------------------------------------------------------------------
