@@ -16,8 +16,8 @@ import httpx
 import pytest
 from starlette.routing import Mount, Route
 
-from runstore.server.app import Telemetry
 from runstore.contract.metadata import NAMESPACE_KEY
+from runstore.server.app import Telemetry
 from runstore.server.auth import roles
 from runstore.server.concerns import FrontDoor
 from runstore.server.console import app as console_app
