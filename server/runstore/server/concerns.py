@@ -186,12 +186,7 @@ def record_call(
 
 def status_code(error: RunstoreError | None) -> grpc.StatusCode:
     """The gRPC code a call refused with ``error`` ends with (OK for None)."""
-    if error is None:
-        return _OK
-    return grpc.StatusCode[error.code] if error.code in grpc.StatusCode.__members__ else _UNKNOWN
-
-
-_UNKNOWN: Final = grpc.StatusCode.UNKNOWN
+    return _OK if error is None else grpc.StatusCode[error.code]
 
 
 # --- A door that is not a grpc interceptor ---------------------------------------------------

@@ -44,6 +44,7 @@ from runstore.server.concerns import Call, Door
 from runstore.server.console import access, live, views
 from runstore.server.console.pages import Console, url
 from runstore.server.core.quotas import READ, WATCH, Rule
+from runstore.server.error_status import public_message
 
 log = logging.getLogger(__name__)
 
@@ -255,9 +256,12 @@ class Screen:
             if wants_page and "authorization" not in request.headers:
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 return RedirectResponse(url("/login", next=target), 303)
+        # What a gRPC caller would read: a contract error's or a quota's own
+        # text, only a generic one for the server's own trouble.
+        text = public_message(exc)
         if status in (401, 403):
-            return console.page(request, "refused.html", status, reason=str(exc), title="Refused")
-        response = console.page(request, "error.html", status, message=str(exc), title="Error")
+            return console.page(request, "refused.html", status, reason=text, title="Refused")
+        response = console.page(request, "error.html", status, message=text, title="Error")
         if isinstance(exc, QuotaExceededError):
             # Whole seconds (RFC 9110), at least one: a watch_streams refusal
             # names no time, a stream may close at any moment.
