@@ -29,7 +29,8 @@ from runstore.server.app import (
     shutdown,
 )
 from runstore.server.config import ServerConfig
-from runstore.server.core.quotas import QuotaKeeper, Quotas
+from runstore.server.core.quota_keeper import QuotaKeeper
+from runstore.server.core.quotas import Quotas
 from runstore.v1 import runtime_store_pb2 as rs
 from tests.certs import Authority
 from tests.secured import ROLES, Entry, channel_with_token, write_auth_file

@@ -21,7 +21,10 @@ from runstore.server.app import Telemetry
 from runstore.server.auth import roles
 from runstore.server.concerns import FrontDoor
 from runstore.server.console import app as console_app
-from runstore.server.core.quotas import METHODS, QuotaKeeper, Quotas
+from runstore.server.console.access import CONSOLE_METHODS
+from runstore.server.core.quota_keeper import QuotaKeeper
+from runstore.server.core.quota_rules import METHODS
+from runstore.server.core.quotas import Quotas
 from runstore.server.logs import ACCESS_LOGGER
 from runstore.server.metrics import Metrics
 from runstore.v1 import namespace_admin_pb2 as na
@@ -302,6 +305,10 @@ def test_every_route_declares_what_it_passes() -> None:
         assert route.name in console_app.ROUTES, f"route {route.name!r} declares nothing"
         assert isinstance(route.endpoint, console_app.Screen), route.name
     assert served == set(console_app.ROUTES) | console_app.OPEN_ROUTES
+    # The screens read through exactly the methods declared console_reads
+    # (whose roles admit a principal to the console).
+    reads = {method for declared in console_app.ROUTES.values() for method in declared.reads}
+    assert reads == CONSOLE_METHODS
     for name, declared in console_app.ROUTES.items():
         assert declared.reads, name
         for method in declared.reads:

@@ -5,14 +5,14 @@ and the web console (``console``). Both ask this module, so a rule has one
 home and the doors stay equal (docs/console.md, "One front door"):
 
 * the namespace a call acts in (``decide_namespace``): a principal not bound to
-  it is refused before anything says whether it exists; when none is named the
-  door's ``Unnamed`` rule picks one;
+  it (``Principal.bound_to``) is refused before anything says whether it
+  exists; when none is named the door's ``Unnamed`` rule picks one;
 * the call's record (``record_call``): the call metrics and the access-log line;
 * the quotas (``core.quotas.Quotas``: a unary call takes a rate token, a stream
-  holds a ``watch_streams`` lease that ends when its namespace is deleted),
-  the watcher limit (``RecordWatch.refusal``) and the standby reads
-  (``db.lagging``), called through ``FrontDoor`` by the console and by their
-  slots of the chain by gRPC.
+  holds a ``watch_streams`` lease), the end of a deleted namespace's streams
+  (``core.namespace_streams``), the watcher limit (``RecordWatch.refusal``)
+  and the standby reads (``db.lagging``), called through ``FrontDoor`` by the
+  console and by their slots of the chain by gRPC.
 
 ``FrontDoor`` bundles them for a door that is not a grpc interceptor (the
 console): one object per server, sharing the chain's ``Quotas``, ``Metrics``
@@ -24,13 +24,13 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Final
 
 import grpc
 
+from runstore.contract.auth_file import Principal
 from runstore.contract.errors import (
     NamespaceRequiredError,
     PermissionDeniedError,
@@ -39,12 +39,15 @@ from runstore.contract.errors import (
 from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.contract.namespaces import DEFAULT, EVERY
 from runstore.server import call_namespace, call_principal, call_request_id
+from runstore.server.core.namespace_streams import NamespaceStreams
 from runstore.server.core.namespaces import NamespaceDirectory, namespace_not_found
-from runstore.server.core.quotas import WATCH, Quotas, Rule, StreamLease
+from runstore.server.core.quota_rules import WATCH, Rule
+from runstore.server.core.quotas import Quotas, StreamLease
 from runstore.server.core.watch import RecordWatch
 from runstore.server.db.lagging import lagging_reads
 from runstore.server.logs import ACCESS_LOGGER
 from runstore.server.metrics import GO_CODE_NAMES, MethodFigures, Metrics
+from runstore.server.stream_ending import EndableStream
 
 access_log = logging.getLogger(ACCESS_LOGGER)
 
@@ -66,16 +69,12 @@ class Unnamed(enum.Enum):
     ``/sessions`` sees something rather than an error."""
 
 
-def bound_to(bound: Sequence[str], namespace: str) -> bool:
-    """Whether bindings ``bound`` admit ``namespace`` (listed, or ``"*"``)."""
-    return EVERY in bound or namespace in bound
-
-
 def _unnamed(
-    bound: Sequence[str] | None, rule: Unnamed, active: frozenset[str]
+    principal: Principal | None, rule: Unnamed, active: frozenset[str]
 ) -> str | RunstoreError:
-    if bound is None:  # authentication off
+    if principal is None:  # authentication off
         return DEFAULT
+    bound = principal.namespaces
     if rule is Unnamed.SOLE_BINDING:
         if len(bound) == 1 and bound[0] != EVERY:
             return bound[0]
@@ -84,10 +83,10 @@ def _unnamed(
             f"send {NAMESPACE_KEY}",
             details={"metadata": NAMESPACE_KEY},
         )
-    if bound_to(bound, DEFAULT):
+    if principal.bound_to(DEFAULT):
         return DEFAULT
     for name in sorted(active):
-        if name in bound:
+        if name in bound:  # by name: "*" was bound to default above
             return name
     first = bound[0] if bound else DEFAULT
     return DEFAULT if first == EVERY else first
@@ -96,7 +95,7 @@ def _unnamed(
 async def decide_namespace(
     directory: NamespaceDirectory | None,
     requested: str | None,
-    bound: Sequence[str] | None,
+    principal: Principal | None,
     *,
     method: str,
     unnamed: Unnamed,
@@ -104,19 +103,19 @@ async def decide_namespace(
     """The namespace a call of ``method`` acts in, or its refusal; set for the
     rest of the call (``call_namespace``) when admitted.
 
-    ``requested`` is the name the call sends (None: none), ``bound`` the
-    principal's bindings (None: authentication is off, every namespace is
-    open). Refused in this order: not bound (PERMISSION_DENIED, before
-    anything says whether the namespace exists), then not active (NOT_FOUND).
+    ``requested`` is the name the call sends (None: none), ``principal``
+    the caller (None: authentication is off, every namespace is open).
+    Refused in this order: not bound (PERMISSION_DENIED, before anything says
+    whether the namespace exists), then not active (NOT_FOUND).
     Without a ``directory`` only ``default`` exists.
     """
     if requested is None:
         active = directory.active() if directory is not None else frozenset({DEFAULT})
-        chosen = _unnamed(bound, unnamed, active)
+        chosen = _unnamed(principal, unnamed, active)
         if isinstance(chosen, RunstoreError):
             return chosen
         requested = chosen
-    if bound is not None and not bound_to(bound, requested):
+    if principal is not None and not principal.bound_to(requested):
         return PermissionDeniedError(
             f"principal {call_principal.current()!r} is not bound to namespace {requested!r}",
             details={"method": method, "namespace": requested},
@@ -221,6 +220,8 @@ class Call:
     started: float = field(default_factory=time.perf_counter)
     namespace: str | None = None
     lease: StreamLease | None = None
+    stream: EndableStream | None = None
+    """A live stream's handle, ended when its namespace is deleted."""
     error: RunstoreError | None = None
     """What refused or ended the call, once known (a live page's failure event)."""
     ended: bool = False
@@ -232,6 +233,9 @@ class Call:
         self.ended = True
         if self.lease is not None:
             self.lease.close()
+        streams = self.door.streams
+        if self.stream is not None and streams is not None and self.namespace is not None:
+            streams.close(self.namespace, self.stream)
         in_flight = self.door.metrics.calls_in_flight if self.door.metrics is not None else None
         if in_flight is not None and self.namespace is not None:
             in_flight[self.namespace] = in_flight.get(self.namespace, 1) - 1
@@ -258,6 +262,8 @@ class FrontDoor:
         authenticated: Whether principals carry namespace bindings.
         quotas: The server's quota state, shared with the gRPC chain (None: off).
         metrics: The server's metrics (None: off).
+        streams: The streams open per namespace, ended when it is deleted
+            (None: only ``default`` exists, which is never deleted).
         access_log: Whether each call is logged (``--access-log``).
         watch: The server's watchers, for the watcher limit.
     """
@@ -271,8 +277,10 @@ class FrontDoor:
         metrics: Metrics | None,
         access_log: bool,
         watch: RecordWatch,
+        streams: NamespaceStreams | None = None,
     ) -> None:
         self.directory = directory
+        self.streams = streams
         self.authenticated = authenticated
         self.quotas = quotas
         self.metrics = metrics
@@ -302,14 +310,15 @@ class FrontDoor:
         return Call(self, method, figures, peer)
 
     async def admit(
-        self, call: Call, door: Door, requested: str | None, bound: Sequence[str] | None
+        self, call: Call, door: Door, requested: str | None, principal: Principal
     ) -> str:
-        """The call's namespace, and its place in the namespace's quotas;
-        raises the refusal (the call is not yet ended)."""
+        """The call's namespace, and its place in the namespace's quotas (a
+        stream's also among the namespace's open streams); raises the refusal
+        (the call is not yet ended)."""
         namespace = await decide_namespace(
             self.directory,
             requested,
-            bound if self.authenticated else None,
+            principal if self.authenticated else None,
             method=call.method,
             unnamed=Unnamed.HOME,
         )
@@ -318,6 +327,8 @@ class FrontDoor:
         call.namespace = namespace
         if self.metrics is not None:
             self.metrics.calls_in_flight[namespace] += 1
+        if door.streams and self.streams is not None:
+            call.stream = self.streams.open(namespace)
         if self.quotas is None:
             return namespace
         if door.streams:

@@ -5,10 +5,12 @@ with the sign-in cookie that ``/login`` sets (people). The cookie holds only a
 random ID into an in-memory table of sign-ins; the table keeps the token's
 SHA-256, never the token, and every request looks the principal up again in
 the auth file's current principals, so removing a principal (SIGHUP) signs it
-out at once. Which roles a page needs, and the namespace it shows, are the
-shared concerns' (``app.ROUTES``, ``runstore.server.concerns``). With
-authentication off (loopback development) the console is open, as the gRPC
-API is.
+out at once. The console reads through the same methods a gRPC caller would
+(``CONSOLE_METHODS``, those declared ``console_reads``): a principal may open
+it only if its role may call every one of them (``roles.METHOD_ROLES``: admin,
+host and reader; not worker). With authentication off (loopback development)
+the console is open, as the gRPC API is. The namespace a page shows is the
+shared concerns' (``runstore.server.concerns``), as for a gRPC call.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from runstore.contract.namespaces import DEFAULT
+from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, PrincipalsFile
-from runstore.server.concerns import bound_to
+from runstore.server.method_rules import DECLARED
 
 COOKIE: Final = "runstore_console"
 """The sign-in cookie's name: a random ID, HttpOnly, SameSite=Strict (Secure under TLS)."""
@@ -34,6 +37,17 @@ SIGN_IN_SECONDS: Final = 12 * 3600
 MAX_SIGN_INS: Final = 10_000
 """Sign-ins kept at once; the oldest is dropped first (memory stays bounded)."""
 
+CONSOLE_METHODS: Final = frozenset(
+    method for method, declared in DECLARED.items() if declared.console_reads
+)
+"""The read methods behind the console's screens (declared ``console_reads``;
+each screen's share is ``app.ROUTES``)."""
+
+
+def may_view(principal: Principal) -> bool:
+    """Whether ``principal``'s role may make every one of the console's reads."""
+    return all(roles.allowed(method, principal.role) for method in CONSOLE_METHODS)
+
 
 def viewable_namespaces(
     principal: Principal, active: frozenset[str], *, open_console: bool = False
@@ -41,11 +55,7 @@ def viewable_namespaces(
     """The namespaces the picker offers ``principal``: the active ones it is
     bound to (every active one for ``*``, or on a console with authentication
     off), ``default`` first."""
-    names = (
-        active
-        if open_console
-        else {name for name in active if bound_to(principal.namespaces, name)}
-    )
+    names = {name for name in active if open_console or principal.bound_to(name)}
     return sorted(names, key=lambda name: (name != DEFAULT, name))
 
 

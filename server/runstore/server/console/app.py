@@ -38,12 +38,11 @@ from runstore.contract.errors import (
 )
 from runstore.contract.namespaces import NAME_RULE, is_valid_name
 from runstore.server import call_principal, call_request_id
-from runstore.server.auth import roles
 from runstore.server.auth.principals import Principal
 from runstore.server.concerns import Call, Door
 from runstore.server.console import access, live, views
 from runstore.server.console.pages import Console, url
-from runstore.server.core.quotas import READ, WATCH, Rule
+from runstore.server.core.quota_rules import READ, WATCH, Rule
 from runstore.server.error_status import public_message
 
 log = logging.getLogger(__name__)
@@ -115,18 +114,13 @@ ROUTES: Final[Mapping[str, Door]] = {
     "run_events": Door((_RUNTIME + "LoadRun", _RUNTIME + "WatchRunRecords"), _LIVE, may_lag=False),
 }
 """Every screen, by route name, and what it passes (``concerns.Door``): the
-gRPC methods it reads through (their roles, ``CONSOLE_READS``), one ``reads_per_second`` token per
+gRPC methods it reads through (declared ``console_reads``: their roles
+admit a principal, ``access.may_view``), one ``reads_per_second`` token per
 page or a ``watch_streams`` lease per live page, and whether its reads may go
 to the standby of ``--read-database-url`` (a page is a look, not a worker's
 read; a live stream may not: a wake-up for a commit the standby has not
 replayed would find nothing). Its calls are ``console:<name>`` in the call
 metrics and the access log (docs/observability.md)."""
-
-CONSOLE_READS: Final = frozenset(method for door in ROUTES.values() for method in door.reads)
-"""Every gRPC method behind the console's screens: a principal may use the
-console when its role may call each of them (``roles.METHOD_ROLES``: admin,
-host and reader; a worker, which may not read ``SessionAdmin``, is refused
-every screen, its live pages too)."""
 
 OPEN_ROUTES: Final = frozenset({"healthz", "home", "login", "sign_in", "sign_out", "static"})
 """The routes that pass no concern: health, the sign-in form and its posts,
@@ -154,7 +148,7 @@ def _status(exc: RunstoreError) -> int:
 def principal_of(console: Console, request: Request) -> Principal:
     """The request's principal: the bearer token when one is sent, else the
     sign-in cookie; refused when there is none or its role may not call every
-    method the console reads through (``CONSOLE_READS``)."""
+    method the console reads through (``access.CONSOLE_METHODS``)."""
     header = request.headers.get("authorization")
     if header is not None:
         scheme, _, token = header.partition(" ")
@@ -169,7 +163,7 @@ def principal_of(console: Console, request: Request) -> Principal:
             raise UnauthenticatedError("sign in first")
     if console.access.required:
         call_principal.set_current(principal.name)  # for the access log and refusals
-        if not all(roles.allowed(method, principal.role) for method in CONSOLE_READS):
+        if not access.may_view(principal):
             raise PermissionDeniedError(
                 f"principal {principal.name!r} (role {principal.role}) may not read the console"
             )
@@ -234,8 +228,7 @@ class Screen:
         try:
             principal = request.scope["runstore_principal"] = principal_of(console, request)
             requested = _requested(request)
-            bound = principal.namespaces if console.access.required else None
-            namespace = await console.door.admit(call, door, requested, bound)
+            namespace = await console.door.admit(call, door, requested, principal)
             request.scope["runstore_namespace"] = namespace
             request.scope["runstore_namespaces"] = access.viewable_namespaces(
                 principal,

@@ -69,10 +69,10 @@ def _failure(exc: RunstoreError) -> ServerSentEvent:
 async def _events(
     call: Call, batches: AsyncIterator[WatchBatch], by_id: bool
 ) -> AsyncIterator[ServerSentEvent]:
-    # The page's watch_streams lease, taken before the response began, is the
-    # stream the namespace's deletion ends (the quotas' registry of open
-    # streams, as for a gRPC Watch); without quotas only ``default`` exists.
-    stream = call.lease if call.lease is not None else EndableStream()
+    # Opened among the namespace's streams when the page was admitted: the
+    # namespace's deletion ends it, as it ends a gRPC Watch (without a
+    # directory only ``default`` exists, and it is never deleted).
+    stream = call.stream if call.stream is not None else EndableStream()
     try:
         while True:
             try:

@@ -26,6 +26,7 @@ from runstore.server.config import ServerConfig
 from runstore.server.console.access import Access
 from runstore.server.console.app import create_app
 from runstore.server.console.pages import Console
+from runstore.server.core.namespace_streams import NamespaceStreams
 from runstore.server.core.namespaces import NamespaceDirectory
 from runstore.server.core.quotas import Quotas
 from runstore.server.core.store import RuntimeStore
@@ -138,9 +139,6 @@ async def start_console(
     (the server's, shared with the chain) and its access log."""
     sock = _bind(config.console_listen)
     files = security.tls.files if security.tls is not None else None
-    if quotas is None and directory is not None:
-        # A deleted namespace's live pages end through the quotas' leases.
-        quotas = Quotas(directory)
     console = Console(
         store=store,
         watch=watch,
@@ -152,6 +150,7 @@ async def start_console(
             metrics=metrics,
             access_log=config.access_log_on,
             watch=watch,
+            streams=None if directory is None else NamespaceStreams(directory),
         ),
         secure=files is not None,
         tls_files=files,
