@@ -22,6 +22,7 @@ from runstore.server.auth import roles
 from runstore.server.concerns import FrontDoor
 from runstore.server.console import app as console_app
 from runstore.server.console.access import CONSOLE_METHODS
+from runstore.server.core.namespace_streams import NamespaceStreams
 from runstore.server.core.quota_keeper import QuotaKeeper
 from runstore.server.core.quota_rules import METHODS
 from runstore.server.core.quotas import Quotas
@@ -58,6 +59,13 @@ class Door:
         keeper = self.under.running.quota_keeper
         assert isinstance(keeper, QuotaKeeper)
         return keeper.quotas
+
+    @property
+    def front(self) -> FrontDoor:
+        """The console's concerns."""
+        console = self.under.running.console
+        assert console is not None
+        return console.console.door
 
     def store(self, namespace: str) -> Store:
         return Store(
@@ -201,11 +209,12 @@ async def _events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, str]]:
             event[key] = value.lstrip()
 
 
-async def test_deleting_a_namespace_ends_its_live_page_through_the_shared_leases(
+async def test_deleting_a_namespace_ends_its_live_page_through_the_namespace_streams(
     door: Door,
 ) -> None:
-    """The live page's stream is the quotas' lease (the registry a gRPC Watch
-    is in): deleting the namespace ends it with a failure event at once."""
+    """The live page is open among its namespace's streams (the namespace
+    code's registry, the one that ends a gRPC Watch) and holds a quota lease:
+    deleting the namespace ends it with a failure event at once, and both go."""
     name = await door.namespace()
     store = door.store(name)
     try:
@@ -221,11 +230,14 @@ async def test_deleting_a_namespace_ends_its_live_page_through_the_shared_leases
         ):
             assert stream.status_code == 200
             assert door.quotas.open_streams(name) == 1
+            assert isinstance(door.front.streams, NamespaceStreams)
+            assert door.front.streams.count(name) == 1
             events = _events(stream.aiter_lines())
             await door.operator.namespaces.DeleteNamespace(na.DeleteNamespaceRequest(name=name))
             ended = await asyncio.wait_for(anext(events), 20)
             assert ended["event"] == "failure" and "was deleted" in ended["data"]
         await _until(lambda: door.quotas.open_streams(name) == 0, "the lease is released")
+        assert door.front.streams.count(name) == 0
     finally:
         await store.channel.close()
 
