@@ -193,6 +193,20 @@ async def test_a_live_page_holds_a_watch_streams_lease_until_it_disconnects(
             ) as again:
                 assert again.status_code == 200
         await _until(lambda: door.quotas.open_streams(name) == 0, "the second lease too")
+        # Each live page is one server_stream call: the refused one
+        # ResourceExhausted, the two the browser left Canceled (as a gRPC
+        # Watch its client cancels).
+        live_labels = {
+            "grpc_service": "console",
+            "grpc_method": "session_events",
+            "grpc_type": "server_stream",
+        }
+        handled = "grpc_server_handled_total"
+        assert _sample(door.metrics, handled, grpc_code="ResourceExhausted", **live_labels) == 1
+        await _until(
+            lambda: _sample(door.metrics, handled, grpc_code="Canceled", **live_labels) == 2,
+            "both live pages counted once their browser left",
+        )
     finally:
         await store.channel.close()
 

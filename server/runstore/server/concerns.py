@@ -217,6 +217,7 @@ class Call:
     method: str
     figures: MethodFigures | None
     peer: str | None
+    streamed: bool
     started: float = field(default_factory=time.perf_counter)
     namespace: str | None = None
     lease: StreamLease | None = None
@@ -225,6 +226,11 @@ class Call:
     error: RunstoreError | None = None
     """What refused or ended the call, once known (a live page's failure event)."""
     ended: bool = False
+
+    def sent(self) -> None:
+        """One message of a streamed response went out (a live page's event)."""
+        if self.figures is not None:
+            self.figures.sent.inc()
 
     def end(self, error: RunstoreError | None) -> None:
         """Counts and logs the call with ``error``'s code (OK for None), once."""
@@ -240,8 +246,8 @@ class Call:
         if in_flight is not None and self.namespace is not None:
             in_flight[self.namespace] = in_flight.get(self.namespace, 1) - 1
         code = status_code(error)
-        if self.figures is not None and code is _OK:
-            self.figures.sent.inc()
+        if self.figures is not None and code is _OK and not self.streamed:
+            self.figures.sent.inc()  # a page: one response (a stream counts each, ``sent``)
         record_call(
             self.method,
             self.figures,
@@ -307,7 +313,7 @@ class FrontDoor:
             )
             figures.started.inc()
             figures.received.inc()
-        return Call(self, method, figures, peer)
+        return Call(self, method, figures, peer, door.streams)
 
     async def admit(
         self, call: Call, door: Door, requested: str | None, principal: Principal

@@ -212,8 +212,20 @@ class Screen:
         response = await self._respond(request, call)
         # As a gRPC call's trailing metadata does: the id its log lines carry.
         response.headers[call_request_id.METADATA_KEY] = call_request_id.current()
+        left = False
+
+        async def listening() -> Message:
+            nonlocal left
+            message = await receive()
+            left = left or message["type"] == "http.disconnect"
+            return message
+
         try:
-            await response(scope, receive, send)
+            await response(scope, listening, send)
+            if left and call.error is None:
+                # The browser went away before the response ended (a live page
+                # closed): CANCELLED, as a gRPC stream its client cancels.
+                call.error = CallCancelledError()
         except asyncio.CancelledError:
             call.end(CallCancelledError())
             raise

@@ -81,6 +81,7 @@ async def _events(
                 break
             for position, record in zip(_positions(batch, by_id), batch.events, strict=True):
                 yield _record_event(position, record)
+                call.sent()
         if stream.refusal is not None:
             call.error = stream.refusal
             yield _failure(stream.refusal)
