@@ -330,6 +330,7 @@ def test_every_route_declares_what_it_passes() -> None:
             continue
         assert route.name in console_app.ROUTES, f"route {route.name!r} declares nothing"
         assert isinstance(route.endpoint, console_app.Screen), route.name
+        assert route.methods == {"GET", "HEAD"}, route.name  # a screen only reads
     assert served == set(console_app.ROUTES) | console_app.OPEN_ROUTES
     # The screens read through exactly the methods declared console_reads
     # (whose roles admit a principal to the console).

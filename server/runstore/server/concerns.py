@@ -110,7 +110,14 @@ async def decide_namespace(
     Without a ``directory`` only ``default`` exists.
     """
     if requested is None:
-        active = directory.active() if directory is not None else frozenset({DEFAULT})
+        active = frozenset({DEFAULT})
+        if directory is not None and unnamed is Unnamed.HOME and principal is not None:
+            try:
+                if directory.stale():
+                    await directory.refresh()
+            except RunstoreError as exc:
+                return exc
+            active = directory.active()
         chosen = _unnamed(principal, unnamed, active)
         if isinstance(chosen, RunstoreError):
             return chosen

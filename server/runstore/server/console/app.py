@@ -209,9 +209,6 @@ class Screen:
             request_id=request.headers.get(call_request_id.METADATA_KEY),
         )
         scope["runstore_call"] = call
-        response = await self._respond(request, call)
-        # As a gRPC call's trailing metadata does: the id its log lines carry.
-        response.headers[call_request_id.METADATA_KEY] = call_request_id.current()
         left = False
 
         async def listening() -> Message:
@@ -221,6 +218,9 @@ class Screen:
             return message
 
         try:
+            response = await self._respond(request, call)
+            # As a gRPC call's trailing metadata does: the id its log lines carry.
+            response.headers[call_request_id.METADATA_KEY] = call_request_id.current()
             await response(scope, listening, send)
             if left and call.error is None:
                 # The browser went away before the response ended (a live page
@@ -383,7 +383,7 @@ def create_app(console: Console) -> Starlette:
         return RedirectResponse("/sessions", 303)
 
     def screen(name: str, path: str, handler: Handler) -> Route:
-        return Route(path, Screen(console, name, handler), name=name)
+        return Route(path, Screen(console, name, handler), methods=["GET"], name=name)
 
     routes = [
         Route("/healthz", health, name="healthz"),
