@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import grpc
 
@@ -84,13 +84,14 @@ async def console_server(
     telemetry: Telemetry | None = None,
     quota_clock: Callable[[], float] | None = None,
     access_log: bool | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[ConsoleUnderTest]:
     """The server with its console; with ``tls``, both listen with a certificate
     for localhost that ``tls`` issued (and its CA is ``directory / "ca.crt"``);
     ``extra`` principals beside one of each role (bound to ``default``);
     ``telemetry`` as ``build_server`` takes it; the quotas' rate buckets on
     ``quota_clock`` (a test moves it; the keeper never ticks); ``access_log``
-    as ``--access-log`` sets it."""
+    as ``--access-log`` sets it; ``settings``: more ``ServerConfig`` fields."""
     entries = {role: Entry(role) for role in ROLES}
     # A reader of another namespace: the console must refuse it ``default``'s pages.
     entries[ELSEWHERE] = Entry("reader", namespaces=["team-b"])
@@ -112,6 +113,7 @@ async def console_server(
         tls_cert=cert,
         tls_key=key,
         access_log=access_log,
+        **(settings or {}),
     )
     async with AsyncExitStack() as stack:
         db = await stack.enter_async_context(open_database(config))

@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import httpx
@@ -254,6 +255,31 @@ async def test_deleting_a_namespace_ends_its_live_page_through_the_namespace_str
         assert door.front.streams.count(name) == 0
     finally:
         await store.channel.close()
+
+
+async def test_a_live_page_meets_the_watcher_limit_a_grpc_watch_meets(tmp_path: Path) -> None:
+    """With --max-watchers 1 and a gRPC Watch open, a live page is refused
+    (503) with the server's own refusal, the one a second Watch gets."""
+    async with console_server(tmp_path, auth=False, settings={"max_watchers": 1}) as under:
+        session_id = await under.store.session(unique("door-watchers"))
+        watch = under.store.runtime.WatchSessionRunRecords(
+            rs.WatchSessionRunRecordsRequest(session_id=session_id)
+        )
+        try:
+            await _until(lambda: under.running.watch.open_streams == 1, "the Watch is open")
+            async with httpx.AsyncClient(base_url=under.base, timeout=30) as http:
+                page = await http.get("/session/events", params={"id": session_id, "after": "0"})
+            second = under.store.runtime.WatchSessionRunRecords(
+                rs.WatchSessionRunRecordsRequest(session_id=session_id)
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await asyncio.wait_for(second.read(), 10)
+            assert failure_of(caught.value).metadata["max_watchers"] == "1"
+            # The same refusal, worded as the gRPC caller reads it.
+            assert page.status_code == 503
+            assert f'<p class="error">{caught.value.details()}</p>' in page.text
+        finally:
+            watch.cancel()
 
 
 def _sample(metrics: Metrics, name: str, **labels: str) -> float:
