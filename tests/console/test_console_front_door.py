@@ -48,7 +48,7 @@ class FakeClock:
 
 
 @dataclass
-class Door:
+class Served:
     under: ConsoleUnderTest
     clock: FakeClock
     metrics: Metrics
@@ -87,7 +87,7 @@ class Door:
 
 
 @pytest.fixture(scope="module")
-async def door(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Door]:
+async def door(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served]:
     clock = FakeClock()
     metrics = Metrics("test")
     async with console_server(
@@ -99,7 +99,7 @@ async def door(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Door]:
     ) as under:
         operator = Store(channel_with_token(under.store.target, under.tokens["operator"]))
         try:
-            yield Door(under, clock, metrics, operator)
+            yield Served(under, clock, metrics, operator)
         finally:
             await operator.channel.close()
 
@@ -120,7 +120,7 @@ def _at_quota(response: httpx.Response, quota: str) -> None:
 
 
 async def test_a_page_takes_one_read_of_its_namespace_and_is_refused_at_the_quota(
-    door: Door,
+    door: Served,
 ) -> None:
     """At reads_per_second=1 (a burst of one): a session page (three reads of
     the store) is admitted, so it counts once; the next page, and a gRPC read of
@@ -157,7 +157,7 @@ async def test_a_page_takes_one_read_of_its_namespace_and_is_refused_at_the_quot
 
 
 async def test_a_live_page_holds_a_watch_streams_lease_until_it_disconnects(
-    door: Door,
+    door: Served,
 ) -> None:
     """At watch_streams=1: while one live page is open a second one, and a gRPC
     Watch of the namespace, are refused; once the page's connection closes its
@@ -225,7 +225,7 @@ async def _events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, str]]:
 
 
 async def test_deleting_a_namespace_ends_its_live_page_through_the_namespace_streams(
-    door: Door,
+    door: Served,
 ) -> None:
     """The live page is open among its namespace's streams (the namespace
     code's registry, the one that ends a gRPC Watch) and holds a quota lease:
@@ -291,7 +291,7 @@ def _sample(metrics: Metrics, name: str, **labels: str) -> float:
 
 
 async def test_console_requests_are_counted_and_logged_as_console_calls(
-    door: Door, caplog: pytest.LogCaptureFixture
+    door: Served, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Each page is one call of ``console:<route>``: in the call metrics
     (service ``console``, the route its method) and one access-log line with its
