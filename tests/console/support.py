@@ -8,19 +8,29 @@ buffer a live stream whole).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import grpc
 
 from runstore.contract import lifecycle
-from runstore.server.app import RunningServer, build_server, create_stores, open_database, shutdown
+from runstore.server.app import (
+    RunningServer,
+    Telemetry,
+    build_server,
+    create_stores,
+    open_database,
+    shutdown,
+)
 from runstore.server.config import ServerConfig
+from runstore.server.core.quota_keeper import QuotaKeeper
+from runstore.server.core.quotas import Quotas
 from runstore.v1 import runtime_store_pb2 as rs
 from tests.certs import Authority
 from tests.secured import ROLES, Entry, channel_with_token, write_auth_file
@@ -71,10 +81,17 @@ async def console_server(
     auth: bool = True,
     tls: Authority | None = None,
     extra: Mapping[str, Entry] | None = None,
+    telemetry: Telemetry | None = None,
+    quota_clock: Callable[[], float] | None = None,
+    access_log: bool | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[ConsoleUnderTest]:
     """The server with its console; with ``tls``, both listen with a certificate
     for localhost that ``tls`` issued (and its CA is ``directory / "ca.crt"``);
-    ``extra`` principals beside one of each role (bound to ``default``)."""
+    ``extra`` principals beside one of each role (bound to ``default``);
+    ``telemetry`` as ``build_server`` takes it; the quotas' rate buckets on
+    ``quota_clock`` (a test moves it; the keeper never ticks); ``access_log``
+    as ``--access-log`` sets it; ``settings``: more ``ServerConfig`` fields."""
     entries = {role: Entry(role) for role in ROLES}
     # A reader of another namespace: the console must refuse it ``default``'s pages.
     entries[ELSEWHERE] = Entry("reader", namespaces=["team-b"])
@@ -95,10 +112,25 @@ async def console_server(
         watch_poll_seconds=0.5,
         tls_cert=cert,
         tls_key=key,
+        access_log=access_log,
+        **(settings or {}),
     )
     async with AsyncExitStack() as stack:
         db = await stack.enter_async_context(open_database(config))
-        running = await build_server(config, create_stores(config, db))
+        stores = create_stores(config, db)
+        if quota_clock is not None:
+            assert stores.namespaces is not None
+            directory = stores.namespaces.directory
+            stores = dataclasses.replace(
+                stores,
+                quotas=QuotaKeeper(
+                    Quotas(directory, clock=quota_clock),
+                    directory,
+                    getattr(db, "inner", db),
+                    interval=3600,
+                ),
+            )
+        running = await build_server(config, stores, telemetry=telemetry)
         stack.push_async_callback(shutdown, running, 0)
         assert running.console is not None
         target = f"127.0.0.1:{running.port}"

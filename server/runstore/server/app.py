@@ -213,6 +213,8 @@ async def build_server(
                 stores.watch,
                 security,
                 stores.namespaces.directory if stores.namespaces is not None else None,
+                quotas=stores.quotas.quotas if stores.quotas is not None else None,
+                metrics=telemetry.metrics,
             )
         except BaseException as exc:
             await shutdown(running, 0)

@@ -23,8 +23,10 @@ from runstore.server.error_status import abort
 
 
 class EndableStream:
-    """One open stream that another task may end with ``refusal``. Built in
-    the stream's own task (it is the task ``end`` wakes)."""
+    """One open stream that another task may end with ``refusal``: the task
+    waiting in ``next_of`` is the one ``end`` wakes, so it may be built before
+    the stream starts (the console admits a live page before its response
+    body runs in a task of its own)."""
 
     __slots__ = ("_task", "_waiting", "_woken", "refusal")
 
@@ -48,6 +50,7 @@ class EndableStream:
         it is ended, even while waiting for one."""
         if self.refusal is not None:
             raise StopAsyncIteration
+        self._task = asyncio.current_task()
         self._waiting = True
         try:
             return await anext(responses)

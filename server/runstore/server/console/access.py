@@ -9,8 +9,8 @@ out at once. The console reads through the same methods a gRPC caller would
 (``CONSOLE_METHODS``, those declared ``console_reads``): a principal may open
 it only if its role may call every one of them (``roles.METHOD_ROLES``: admin,
 host and reader; not worker). With authentication off (loopback development)
-the console is open, as the gRPC API is. Which namespaces a principal may view
-is ``Principal.bound_to``, as for a gRPC call.
+the console is open, as the gRPC API is. The namespace a page shows is the
+shared concerns' (``runstore.server.concerns``), as for a gRPC call.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from runstore.contract.namespaces import DEFAULT, EVERY
+from runstore.contract.namespaces import DEFAULT
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, PrincipalsFile
 from runstore.server.method_rules import DECLARED
@@ -40,23 +40,13 @@ MAX_SIGN_INS: Final = 10_000
 CONSOLE_METHODS: Final = frozenset(
     method for method, declared in DECLARED.items() if declared.console_reads
 )
-"""The read methods behind the console's screens (declared ``console_reads``)."""
+"""The read methods behind the console's screens (declared ``console_reads``;
+each screen's share is ``app.ROUTES``)."""
 
 
 def may_view(principal: Principal) -> bool:
     """Whether ``principal``'s role may make every one of the console's reads."""
     return all(roles.allowed(method, principal.role) for method in CONSOLE_METHODS)
-
-
-def home_namespace(principal: Principal, active: frozenset[str]) -> str:
-    """The namespace a screen shows when its URL names none: ``default`` when
-    the principal may view it, else the first active namespace it is bound to
-    (its only one, as for a gRPC call without the header), else its first."""
-    viewable = viewable_namespaces(principal, active)
-    if viewable:
-        return viewable[0]
-    first = principal.namespaces[0] if principal.namespaces else DEFAULT
-    return DEFAULT if first == EVERY else first
 
 
 def viewable_namespaces(

@@ -1,16 +1,19 @@
 """The console's Starlette application: routes, security headers, sign-in, errors.
 
-Every screen reads through the store core the gRPC servicers call and needs a
-principal that ``access.may_view`` admits; ``/healthz`` and ``/static`` are
-open. Pages are rendered by one Jinja2 environment that escapes everything,
-and each response carries ``CONTENT_SECURITY_POLICY``, which allows only the
-console's own script and style files: the pages have no inline script or style.
+Every screen reads through the store core the gRPC servicers call, behind the
+concerns a gRPC call passes (``ROUTES``, ``Screen``); ``OPEN_ROUTES`` (health,
+sign-in, static files) pass none. Pages are rendered by one Jinja2
+environment that escapes everything, and each response carries
+``CONTENT_SECURITY_POLICY``, which allows only the console's own script and
+style files: the pages have no inline script or style.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import math
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
@@ -23,18 +26,24 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runstore.contract.errors import (
+    CallCancelledError,
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     PreconditionError,
+    QuotaExceededError,
     ReadArgumentError,
     RunstoreError,
+    UnauthenticatedError,
 )
-from runstore.contract.namespaces import DEFAULT, NAME_RULE, is_valid_name
-from runstore.server import call_scope
+from runstore.contract.namespaces import NAME_RULE, is_valid_name
+from runstore.server import call_principal, call_request_id
 from runstore.server.auth.principals import Principal
+from runstore.server.concerns import Call, Door
 from runstore.server.console import access, live, views
 from runstore.server.console.pages import Console, url
-from runstore.server.core.namespaces import namespace_not_found
+from runstore.server.core.quota_rules import READ, WATCH, Rule
+from runstore.server.error_status import public_message
 
 log = logging.getLogger(__name__)
 
@@ -74,118 +83,197 @@ class SecurityHeaders:
         await self.app(scope, receive, with_headers)
 
 
-# --- Who is asking --------------------------------------------------------------------
+# --- The routes and what each passes ---------------------------------------------------
+
+_RUNTIME: Final = "/runstore.v1.RuntimeStore/"
+_SESSIONS: Final = "/runstore.v1.SessionAdmin/"
+
+_PAGE: Final = Rule(READ)
+_LIVE: Final = Rule(WATCH)
+
+ROUTES: Final[Mapping[str, Door]] = {
+    "sessions": Door((_SESSIONS + "ListSessions", _SESSIONS + "LoadSession"), _PAGE, may_lag=True),
+    "session": Door(
+        (
+            _SESSIONS + "LoadSession",
+            _SESSIONS + "ListRunsBySession",
+            _RUNTIME + "ListSessionRunRecords",
+        ),
+        _PAGE,
+        may_lag=True,
+    ),
+    "session_events": Door(
+        (_SESSIONS + "LoadSession", _RUNTIME + "WatchSessionRunRecords"), _LIVE, may_lag=False
+    ),
+    "runs": Door((_SESSIONS + "ListRuns",), _PAGE, may_lag=True),
+    "run": Door(
+        (_RUNTIME + "LoadRun", _RUNTIME + "ListRunRecords", _SESSIONS + "ListRunsBySession"),
+        _PAGE,
+        may_lag=True,
+    ),
+    "run_events": Door((_RUNTIME + "LoadRun", _RUNTIME + "WatchRunRecords"), _LIVE, may_lag=False),
+}
+"""Every screen, by route name, and what it passes (``concerns.Door``): the
+gRPC methods it reads through (declared ``console_reads``: their roles
+admit a principal, ``access.may_view``), one ``reads_per_second`` token per
+page or a ``watch_streams`` lease per live page, and whether its reads may go
+to the standby of ``--read-database-url`` (a page is a look, not a worker's
+read; a live stream may not: a wake-up for a commit the standby has not
+replayed would find nothing). Its calls are ``console:<name>`` in the call
+metrics and the access log (docs/observability.md)."""
+
+OPEN_ROUTES: Final = frozenset({"healthz", "home", "login", "sign_in", "sign_out", "static"})
+"""The routes that pass no concern: health, the sign-in form and its posts,
+the redirect to ``/sessions``, the static files (they show no data)."""
+
+QUOTA_HEADER: Final = "x-runstore-quota"
+"""A 429's header naming the quota the page is at (``reads_per_second``, ...)."""
 
 
-class Refused(Exception):
-    """No principal, or one the console does not admit."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
+def _status(exc: RunstoreError) -> int:
+    """The HTTP status of a page refused or failed with ``exc``."""
+    for kind, status in (
+        (UnauthenticatedError, 401),
+        (PermissionDeniedError, 403),
+        (QuotaExceededError, 429),
+        (NotFoundError, 404),
+        (InvalidArgumentError, 400),
+        (PreconditionError, 410),
+    ):
+        if isinstance(exc, kind):
+            return status
+    return 503  # the database cannot say (UNAVAILABLE, ...), or the server is busy
 
 
 def principal_of(console: Console, request: Request) -> Principal:
     """The request's principal: the bearer token when one is sent, else the
-    sign-in cookie; ``Refused`` when there is none or it may not view."""
+    sign-in cookie; refused when there is none or its role may not call every
+    method the console reads through (``access.CONSOLE_METHODS``)."""
     header = request.headers.get("authorization")
     if header is not None:
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise Refused(401, "authorization must be 'Bearer <token>'")
+            raise UnauthenticatedError("authorization must be 'Bearer <token>'")
         principal = console.access.by_token(token.strip())
         if principal is None:
-            raise Refused(401, "invalid bearer token")
+            raise UnauthenticatedError("invalid bearer token")
     else:
         principal = console.access.by_sign_in(request.cookies.get(access.COOKIE, ""))
         if principal is None:
-            raise Refused(401, "sign in first")
-    if console.access.required and not access.may_view(principal):
-        raise Refused(
-            403,
-            f"principal {principal.name!r} (role {principal.role}) may not read the console",
-        )
+            raise UnauthenticatedError("sign in first")
+    if console.access.required:
+        call_principal.set_current(principal.name)  # for the access log and refusals
+        if not access.may_view(principal):
+            raise PermissionDeniedError(
+                f"principal {principal.name!r} (role {principal.role}) may not read the console"
+            )
     return principal
 
 
-async def namespace_of(
-    console: Console, request: Request, principal: Principal
-) -> tuple[str, list[str]]:
-    """The namespace the request's screen shows (``access``) and those its
-    picker offers: refused when the principal is not bound to it, then when it
-    is not an active namespace."""
-    active = await console.active_namespaces()
-    offered = access.viewable_namespaces(
-        principal, active, open_console=not console.access.required
-    )
+def _requested(request: Request) -> str | None:
+    """The namespace the URL names (None: none)."""
     requested = request.query_params.get("namespace", "")
     if not requested:
-        requested = access.home_namespace(principal, active) if console.access.required else DEFAULT
-    elif not is_valid_name(requested):
+        return None
+    if not is_valid_name(requested):
         raise ReadArgumentError(f"namespace must match {NAME_RULE}", field="namespace")
-    if console.access.required and not principal.bound_to(requested):
-        raise Refused(403, f"principal {principal.name!r} is not bound to namespace {requested!r}")
-    if requested not in active:
-        raise namespace_not_found(requested)
-    return requested, offered
+    return requested
 
 
 Handler = Callable[[Console, Request], Awaitable[Response]]
 
 
-def screen(
-    console: Console, handler: Handler, *, may_lag: bool = True
-) -> Callable[[Request], Awaitable[Response]]:
-    """``handler`` behind the access check and the store's errors as pages.
+class Screen:
+    """One route behind the concerns a gRPC call passes (``concerns.FrontDoor``):
+    the principal and its roles, the namespace, the quota, the standby reads,
+    then the handler; the call is counted and logged once its response has
+    been sent, and a live page's ``watch_streams`` lease is held until then.
 
-    A page's reads ``may_lag``: with ``--read-database-url`` the standby serves
-    them (a page is a look, not a worker's read). The live streams do not: a
-    wake-up for a commit the standby has not replayed would find nothing.
+    A plain ASGI app, not a request-to-response function, so the call ends
+    (and its lease goes) only when the response, a live stream included, is over.
     """
 
-    async def endpoint(request: Request) -> Response:
+    def __init__(self, console: Console, name: str, handler: Handler) -> None:
+        self.console = console
+        self.name = name
+        self.door = ROUTES[name]
+        self.handler = handler
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        front = self.console.door
+        call = front.begin(
+            f"console:{self.name}",
+            self.door,
+            peer=_peer(request),
+            request_id=request.headers.get(call_request_id.METADATA_KEY),
+        )
+        scope["runstore_call"] = call
+        left = False
+
+        async def listening() -> Message:
+            nonlocal left
+            message = await receive()
+            left = left or message["type"] == "http.disconnect"
+            return message
+
+        try:
+            response = await self._respond(request, call)
+            # As a gRPC call's trailing metadata does: the id its log lines carry.
+            response.headers[call_request_id.METADATA_KEY] = call_request_id.current()
+            await response(scope, listening, send)
+            if left and call.error is None:
+                # The browser went away before the response ended (a live page
+                # closed): CANCELLED, as a gRPC stream its client cancels.
+                call.error = CallCancelledError()
+        except asyncio.CancelledError:
+            call.end(CallCancelledError())
+            raise
+        except BaseException:
+            call.end(RunstoreError())  # UNKNOWN, as grpc answers a behaviour that raised
+            raise
+        finally:
+            call.end(call.error)
+
+    async def _respond(self, request: Request, call: Call) -> Response:
+        console, door = self.console, self.door
         try:
             principal = request.scope["runstore_principal"] = principal_of(console, request)
-            namespace, offered = await namespace_of(console, request, principal)
-        except Refused as refused:
+            requested = _requested(request)
+            namespace = await console.door.admit(call, door, requested, principal)
+            request.scope["runstore_namespace"] = namespace
+            request.scope["runstore_namespaces"] = access.viewable_namespaces(
+                principal,
+                await console.active_namespaces(),
+                open_console=not console.access.required,
+            )
+            with console.door.reads(door):
+                return await self.handler(console, request)
+        except RunstoreError as exc:
+            call.error = exc
+            return self._refusal(request, exc)
+
+    def _refusal(self, request: Request, exc: RunstoreError) -> Response:
+        console = self.console
+        status = _status(exc)
+        if status == 401:
             wants_page = "text/html" in request.headers.get("accept", "")
-            if refused.status == 401 and wants_page and "authorization" not in request.headers:
+            if wants_page and "authorization" not in request.headers:
                 target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
                 return RedirectResponse(url("/login", next=target), 303)
-            return console.page(
-                request, "refused.html", refused.status, reason=refused.reason, title="Refused"
-            )
-        except NotFoundError as exc:
-            return _error(console, request, 404, exc)
-        except InvalidArgumentError as exc:
-            return _error(console, request, 400, exc)
-        except RunstoreError as exc:  # the database cannot say (UNAVAILABLE, ...)
-            return _error(console, request, 503, exc)
-        # Every read of this request (and of its live stream's task) is keyed
-        # by it: named for the rest of the request's task.
-        call_scope.enter_call(namespace)
-        request.scope["runstore_namespace"] = namespace
-        request.scope["runstore_namespaces"] = offered
-        try:
-            if not may_lag:
-                return await handler(console, request)
-            with call_scope.lagging_reads():
-                return await handler(console, request)
-        except NotFoundError as exc:
-            return _error(console, request, 404, exc)
-        except InvalidArgumentError as exc:
-            return _error(console, request, 400, exc)
-        except PreconditionError as exc:
-            return _error(console, request, 410, exc)
-        except RunstoreError as exc:
-            return _error(console, request, 503, exc)
-
-    return endpoint
-
-
-def _error(console: Console, request: Request, status: int, exc: RunstoreError) -> Response:
-    return console.page(request, "error.html", status, message=str(exc), title="Error")
+        # What a gRPC caller would read: a contract error's or a quota's own
+        # text, only a generic one for the server's own trouble.
+        text = public_message(exc)
+        if status in (401, 403):
+            return console.page(request, "refused.html", status, reason=text, title="Refused")
+        response = console.page(request, "error.html", status, message=text, title="Error")
+        if isinstance(exc, QuotaExceededError):
+            # Whole seconds (RFC 9110), at least one: a watch_streams refusal
+            # names no time, a stream may close at any moment.
+            wait = exc.retry_delay if exc.retry_delay is not None else 1.0
+            response.headers["retry-after"] = str(max(1, math.ceil(wait)))
+            response.headers[QUOTA_HEADER] = exc.details.get("quota", "")
+        return response
 
 
 # --- Sign-in --------------------------------------------------------------------------
@@ -264,14 +352,24 @@ def login_endpoints(console: Console) -> list[Route]:
         return response
 
     return [
-        Route("/login", form, methods=["GET"]),
-        Route("/login", sign_in, methods=["POST"]),
-        Route("/logout", sign_out, methods=["POST"]),
+        Route("/login", form, methods=["GET"], name="login"),
+        Route("/login", sign_in, methods=["POST"], name="sign_in"),
+        Route("/logout", sign_out, methods=["POST"], name="sign_out"),
     ]
 
 
 def _client(request: Request) -> str:
     return request.client.host if request.client is not None else "?"
+
+
+def _peer(request: Request) -> str | None:
+    """The browser's address as gRPC spells a peer (``ipv4:HOST:PORT``)."""
+    client = request.client
+    if client is None:
+        return None
+    if ":" in client.host:
+        return f"ipv6:[{client.host}]:{client.port}"
+    return f"ipv4:{client.host}:{client.port}"
 
 
 # --- The application ------------------------------------------------------------------
@@ -284,19 +382,19 @@ def create_app(console: Console) -> Starlette:
     async def home(request: Request) -> Response:
         return RedirectResponse("/sessions", 303)
 
-    def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        return screen(console, handler)
+    def screen(name: str, path: str, handler: Handler) -> Route:
+        return Route(path, Screen(console, name, handler), methods=["GET"], name=name)
 
     routes = [
-        Route("/healthz", health),
-        Route("/", home),
+        Route("/healthz", health, name="healthz"),
+        Route("/", home, name="home"),
         *login_endpoints(console),
-        Route("/sessions", guarded(views.sessions)),
-        Route("/session", guarded(views.session)),
-        Route("/session/events", screen(console, live.session_events, may_lag=False)),
-        Route("/runs", guarded(views.runs)),
-        Route("/run", guarded(views.run)),
-        Route("/run/events", screen(console, live.run_events, may_lag=False)),
+        screen("sessions", "/sessions", views.sessions),
+        screen("session", "/session", views.session),
+        screen("session_events", "/session/events", live.session_events),
+        screen("runs", "/runs", views.runs),
+        screen("run", "/run", views.run),
+        screen("run_events", "/run/events", live.run_events),
         Mount(
             "/static",
             StaticFiles(packages=[("runstore.server.console", "static")]),

@@ -5,7 +5,10 @@ position), so a browser that reconnects sends it back as ``Last-Event-ID`` and
 the stream resumes right after it: nothing is sent twice or skipped. A run's
 stream ends with an ``end`` event once the run has ended (Watch stops there);
 server shutdown ends every stream (Watch's UNAVAILABLE, and the shutdown event);
-deleting the stream's namespace ends it with a ``failure`` event at once.
+deleting the stream's namespace ends it with a ``failure`` event at once. A
+stream holds its namespace's ``watch_streams`` lease while it is open and
+meets the server's watcher limit, both the ones a gRPC Watch passes
+(``concerns``, ``app.Screen``).
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from runstore.contract.errors import OverloadedError, RunstoreError, UnavailableError
-from runstore.server import call_scope
+from runstore.contract.errors import RunstoreError, UnavailableError
+from runstore.server.concerns import Call
 from runstore.server.console import render
 from runstore.server.console.pages import Console
 from runstore.server.core.model import RunRecord
@@ -64,13 +67,12 @@ def _failure(exc: RunstoreError) -> ServerSentEvent:
 
 
 async def _events(
-    console: Console, batches: AsyncIterator[WatchBatch], by_id: bool
+    call: Call, batches: AsyncIterator[WatchBatch], by_id: bool
 ) -> AsyncIterator[ServerSentEvent]:
-    # Built on the first step, in the task that writes the response: the task
-    # ``end`` wakes when the namespace is deleted.
-    stream = EndableStream()
-    namespace = call_scope.namespace()
-    console.live.setdefault(namespace, set()).add(stream)
+    # Opened among the namespace's streams when the page was admitted: the
+    # namespace's deletion ends it, as it ends a gRPC Watch (without a
+    # directory only ``default`` exists, and it is never deleted).
+    stream = call.stream if call.stream is not None else EndableStream()
     try:
         while True:
             try:
@@ -79,20 +81,18 @@ async def _events(
                 break
             for position, record in zip(_positions(batch, by_id), batch.events, strict=True):
                 yield _record_event(position, record)
+                call.sent()
         if stream.refusal is not None:
+            call.error = stream.refusal
             yield _failure(stream.refusal)
             return
         yield ServerSentEvent(data="{}", event="end")
     except UnavailableError:
         return  # shutting down: the browser reconnects to whichever server answers
     except RunstoreError as exc:
+        call.error = exc
         yield _failure(exc)
     finally:
-        open_here = console.live.get(namespace)
-        if open_here is not None:
-            open_here.discard(stream)
-            if not open_here:
-                del console.live[namespace]
         close = getattr(batches, "aclose", None)
         if close is not None:
             await close()
@@ -108,6 +108,15 @@ def _stream(console: Console, events: AsyncIterator[ServerSentEvent]) -> Respons
     )
 
 
+def _admitted(console: Console) -> None:
+    """Refused (503) at the server's watcher limit, the one a gRPC Watch meets,
+    before the response starts: a stream refused later could only say so in
+    an event."""
+    refusal = console.door.watcher_refusal()
+    if refusal is not None:
+        raise refusal
+
+
 def _refusal(text: str, status: int = 400) -> Response:
     return PlainTextResponse(text, status)
 
@@ -118,10 +127,9 @@ async def run_events(console: Console, request: Request) -> Response:
     if not run_id or after is None:
         return _refusal("id and a numeric after (or Last-Event-ID) are required")
     await console.store.load_run(run_id)  # 404 before the stream starts
-    if console.watch.open_streams >= console.watch.settings.max_watchers:
-        raise OverloadedError("too many live streams", details={"limit": "max_watchers"})
+    _admitted(console)
     batches = console.watch.run(run_id, str(after) if after else "")
-    return _stream(console, _events(console, batches, by_id=True))
+    return _stream(console, _events(request.scope["runstore_call"], batches, by_id=True))
 
 
 async def session_events(console: Console, request: Request) -> Response:
@@ -130,7 +138,6 @@ async def session_events(console: Console, request: Request) -> Response:
     if not session_id or after is None:
         return _refusal("id and a numeric after (or Last-Event-ID) are required")
     await console.store.load_session(session_id)
-    if console.watch.open_streams >= console.watch.settings.max_watchers:
-        raise OverloadedError("too many live streams", details={"limit": "max_watchers"})
+    _admitted(console)
     batches = console.watch.session(session_id, str(after) if after else "")
-    return _stream(console, _events(console, batches, by_id=False))
+    return _stream(console, _events(request.scope["runstore_call"], batches, by_id=False))

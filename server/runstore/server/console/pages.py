@@ -16,13 +16,12 @@ from starlette.responses import HTMLResponse
 from runstore.contract.namespaces import DEFAULT
 from runstore.server import call_scope
 from runstore.server.auth.tls import TLSFiles
+from runstore.server.concerns import FrontDoor
 from runstore.server.console import render
 from runstore.server.console.access import Access
 from runstore.server.console.reads import run_kind
-from runstore.server.core.namespaces import NamespaceDirectory, namespace_deleted
 from runstore.server.core.store import RuntimeStore
 from runstore.server.core.watch import RecordWatch
-from runstore.server.stream_ending import EndableStream
 
 
 @dataclass
@@ -32,6 +31,10 @@ class Console:
     store: RuntimeStore
     watch: RecordWatch
     access: Access
+    door: FrontDoor
+    """The concerns every call passes (``runstore.server.concerns``): the
+    namespace, the quotas, the call metrics and the access log, shared with the
+    gRPC chain."""
     secure: bool
     """Served over TLS: the sign-in cookie is Secure."""
     tls_files: TLSFiles | None = None
@@ -43,27 +46,15 @@ class Console:
     templates: jinja2.Environment = field(default_factory=lambda: _environment())
     shutdown: anyio.Event | None = None
     """Set when the server stops: live streams end (created in the serving loop)."""
-    directory: NamespaceDirectory | None = None
-    """The active namespaces (None: only ``default`` exists, as in tests of one store)."""
-    live: dict[str, set[EndableStream]] = field(default_factory=dict)
-    """The live streams open per namespace: they end when it is deleted."""
-
-    def __post_init__(self) -> None:
-        if self.directory is not None:
-            self.directory.on_gone(self._namespace_gone)
 
     async def active_namespaces(self) -> frozenset[str]:
         """The active namespaces, read again once the directory's copy is stale."""
-        if self.directory is None:
+        directory = self.door.directory
+        if directory is None:
             return frozenset({DEFAULT})
-        if self.directory.stale():
-            await self.directory.refresh()
-        return self.directory.active()
-
-    def _namespace_gone(self, namespace: str) -> None:
-        refusal = namespace_deleted(namespace)
-        for stream in list(self.live.pop(namespace, ())):
-            stream.end(refusal)
+        if directory.stale():
+            await directory.refresh()
+        return directory.active()
 
     def page(
         self, request: Request, name: str, http_status: int = 200, **context: Any
@@ -71,7 +62,7 @@ class Console:
         html = self.templates.get_template(name).render(
             principal=request.scope.get("runstore_principal"),
             auth_required=self.access.required,
-            # Set once the request's namespace is decided (``app.namespace_of``).
+            # Set once the request's namespace is decided (``app.Screen``).
             namespace=request.scope.get("runstore_namespace"),
             namespaces=request.scope.get("runstore_namespaces", []),
             **context,

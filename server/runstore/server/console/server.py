@@ -21,13 +21,17 @@ import anyio
 import uvicorn
 
 from runstore.server.auth import Security, SecurityError, is_loopback
+from runstore.server.concerns import FrontDoor
 from runstore.server.config import ServerConfig
 from runstore.server.console.access import Access
 from runstore.server.console.app import create_app
 from runstore.server.console.pages import Console
+from runstore.server.core.namespace_streams import NamespaceStreams
 from runstore.server.core.namespaces import NamespaceDirectory
+from runstore.server.core.quotas import Quotas
 from runstore.server.core.store import RuntimeStore
 from runstore.server.core.watch import RecordWatch
+from runstore.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -126,14 +130,28 @@ async def start_console(
     watch: RecordWatch,
     security: Security,
     directory: NamespaceDirectory | None = None,
+    *,
+    quotas: Quotas | None = None,
+    metrics: Metrics | None = None,
 ) -> ConsoleServer:
-    """Serves the console on ``config.console_listen`` in the running loop."""
+    """Serves the console on ``config.console_listen`` in the running loop,
+    behind the concerns the gRPC chain applies: its ``quotas`` and ``metrics``
+    (the server's, shared with the chain) and its access log."""
     sock = _bind(config.console_listen)
     files = security.tls.files if security.tls is not None else None
     console = Console(
         store=store,
         watch=watch,
         access=Access(security.principals),
+        door=FrontDoor(
+            directory=directory,
+            authenticated=security.principals is not None,
+            quotas=quotas,
+            metrics=metrics,
+            access_log=config.access_log_on,
+            watch=watch,
+            streams=None if directory is None else NamespaceStreams(directory),
+        ),
         secure=files is not None,
         tls_files=files,
         allowed_hosts=(
@@ -142,7 +160,6 @@ async def start_console(
             else None
         ),
         shutdown=anyio.Event(),
-        directory=directory,
     )
     settings = uvicorn.Config(
         create_app(console),

@@ -10,6 +10,7 @@ namespace code's own rule: it holds whether or not quotas are configured.
 from __future__ import annotations
 
 from runstore.server.core.namespaces import NamespaceDirectory, namespace_deleted
+from runstore.server.open_per_key import OpenPerKey
 from runstore.server.stream_ending import EndableStream
 
 
@@ -17,25 +18,25 @@ class NamespaceStreams:
     """The streams open per namespace; ``directory`` says when one is gone."""
 
     def __init__(self, directory: NamespaceDirectory) -> None:
-        self._open: dict[str, set[EndableStream]] = {}
+        self._open: OpenPerKey[EndableStream] = OpenPerKey()
         directory.on_gone(self._gone)
 
     def open(self, namespace: str) -> EndableStream:
         """A new stream in ``namespace``, ended if the namespace goes; built
         in the stream's own task (the task ``end`` wakes)."""
         stream = EndableStream()
-        self._open.setdefault(namespace, set()).add(stream)
+        self._open.add(namespace, stream)
         return stream
 
     def close(self, namespace: str, stream: EndableStream) -> None:
         """``stream`` ended (however): it is no longer counted."""
-        streams = self._open.get(namespace)
-        if streams is not None:
-            streams.discard(stream)
-            if not streams:
-                del self._open[namespace]
+        self._open.discard(namespace, stream)
+
+    def count(self, namespace: str) -> int:
+        """The streams open in ``namespace`` on this replica."""
+        return self._open.count(namespace)
 
     def _gone(self, namespace: str) -> None:
         refusal = namespace_deleted(namespace)
-        for stream in list(self._open.pop(namespace, ())):
+        for stream in self._open.pop(namespace):
             stream.end(refusal)

@@ -46,6 +46,7 @@ from runstore.server.core.quota_rules import (
     WRITES_PER_SECOND,
     Rule,
 )
+from runstore.server.open_per_key import OpenPerKey
 
 SLICE_NS: Final = 10_000_000
 """This replica's own commits of data are summed per 10 ms (``Quotas.committed``)."""
@@ -103,7 +104,7 @@ class Quotas:
         self.others_streams: dict[str, int] = {}
         """Watch streams the other replicas alive last published, per namespace."""
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
-        self._streams: dict[str, set[StreamLease]] = {}
+        self._streams: OpenPerKey[StreamLease] = OpenPerKey()
         self._usage: dict[str, tuple[int, Nanos]] = {}
         self._committed: dict[str, dict[int, tuple[int, Nanos]]] = {}
         self._refusals = refusals
@@ -171,20 +172,18 @@ class Quotas:
         """A lease for a new Watch stream in ``namespace``, or the refusal."""
         row = self._directory.settings(namespace)
         limit = None if row is None else row.quota_watch_streams
-        own = self._streams.setdefault(namespace, set())
-        if limit is not None and len(own) + self.others_streams.get(namespace, 0) >= limit:
+        own = self._streams.count(namespace)
+        if limit is not None and own + self.others_streams.get(namespace, 0) >= limit:
             return self._refused(namespace, WATCH_STREAMS, limit, None)
         lease = StreamLease(self, namespace)
-        own.add(lease)
+        self._streams.add(namespace, lease)
         return lease
 
     def open_streams(self, namespace: str) -> int:
-        return len(self._streams.get(namespace, ()))
+        return self._streams.count(namespace)
 
     def _release(self, lease: StreamLease) -> None:
-        own = self._streams.get(lease.namespace)
-        if own is not None:
-            own.discard(lease)
+        self._streams.discard(lease.namespace, lease)
 
     def _refused(
         self, namespace: str, quota: str, limit: float, wait: float | None
@@ -201,7 +200,7 @@ class Quotas:
     def _gone(self, namespace: str) -> None:
         """The namespace was deleted: its state (and metric series) go (its
         open streams are ended by ``core.namespace_streams``)."""
-        self._streams.pop(namespace, None)
+        self._streams.pop(namespace)
         for quota in (WRITES_PER_SECOND, READS_PER_SECOND):
             self._buckets.pop((namespace, quota), None)
         self._usage.pop(namespace, None)
@@ -214,7 +213,7 @@ class Quotas:
     # --- What the keeper learns --------------------------------------------------
 
     def own_streams(self) -> dict[str, int]:
-        return {name: len(leases) for name, leases in self._streams.items() if leases}
+        return self._streams.counts()
 
     def set_usage(self, usage: Mapping[str, tuple[int, Nanos]]) -> None:
         """A new read of ``namespace_usage``; the slices of what this replica

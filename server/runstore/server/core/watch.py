@@ -98,6 +98,18 @@ class RecordWatch:
         ):
             yield batch
 
+    def refusal(self) -> OverloadedError | None:
+        """The refusal of one more stream at the watcher limit
+        (``--max-watchers``), or None: the one rule every live stream, a gRPC
+        Watch's or a console page's, is admitted by."""
+        if self.open_streams < self.settings.max_watchers:
+            return None
+        return OverloadedError(
+            f"runstore is serving its maximum of {self.settings.max_watchers} watch "
+            "streams; retry after a backoff or on another replica",
+            details={"limit": "max_watchers", "max_watchers": str(self.settings.max_watchers)},
+        )
+
     async def run(self, run_id: str, cursor: str) -> AsyncIterator[WatchBatch]:
         """WatchRunRecords: the run's records after ``cursor``, until its
         terminal or suspension record (at once when the cursor is past it).
@@ -127,12 +139,9 @@ class RecordWatch:
         after: int,
         read: Read,
     ) -> AsyncIterator[WatchBatch]:
-        if self.open_streams >= self.settings.max_watchers:
-            raise OverloadedError(
-                f"runstore is serving its maximum of {self.settings.max_watchers} watch "
-                "streams; retry after a backoff or on another replica",
-                details={"limit": "max_watchers", "max_watchers": str(self.settings.max_watchers)},
-            )
+        refusal = self.refusal()
+        if refusal is not None:
+            raise refusal
         self.open_streams += 1
         try:
             with self._wakeups.subscribe(key) as woken:

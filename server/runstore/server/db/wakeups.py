@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from runstore.server.backoff import Backoff
 from runstore.server.db.connect_pacing import close_connection
+from runstore.server.open_per_key import OpenPerKey
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class LocalWakeups:
 
     def __init__(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._loop = loop or asyncio.get_running_loop()
-        self._events: dict[str, set[asyncio.Event]] = {}
+        self._events: OpenPerKey[asyncio.Event] = OpenPerKey()
         self._lock = threading.Lock()
         self._begun = 0
         """Commit batches the SQLite writer has started (set before they are visible)."""
@@ -67,25 +68,20 @@ class LocalWakeups:
     @contextlib.contextmanager
     def subscribe(self, key: str) -> Iterator[asyncio.Event]:
         event = asyncio.Event()
-        self._events.setdefault(key, set()).add(event)
+        self._events.add(key, event)
         try:
             yield event
         finally:
-            events = self._events.get(key)
-            if events is not None:
-                events.discard(event)
-                if not events:
-                    del self._events[key]
+            self._events.discard(key, event)
 
     def wake(self, keys: Iterable[str]) -> None:
         for key in keys:
-            for event in self._events.get(key, ()):
+            for event in self._events.live(key):
                 event.set()
 
     def wake_all(self) -> None:
-        for events in self._events.values():
-            for event in events:
-                event.set()
+        for event in self._events.every():
+            event.set()
 
     def wake_threadsafe(self, keys: Iterable[str]) -> None:
         keys = list(keys)

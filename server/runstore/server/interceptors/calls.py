@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -32,7 +31,7 @@ from typing import Any, cast
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
-from runstore.server import call_principal, call_request_id
+from runstore.server import concerns
 from runstore.server.interceptors.handlers import (
     Context,
     Handler,
@@ -41,10 +40,7 @@ from runstore.server.interceptors.handlers import (
     behaviour_of,
 )
 from runstore.server.interceptors.namespaces import resolved as resolved_namespace
-from runstore.server.logs import ACCESS_LOGGER
-from runstore.server.metrics import GO_CODE_NAMES, MethodFigures, Metrics, grpc_type
-
-access_log = logging.getLogger(ACCESS_LOGGER)
+from runstore.server.metrics import MethodFigures, Metrics, grpc_type
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 _OK = grpc.StatusCode.OK
@@ -178,44 +174,17 @@ class CallObserver:
         code: grpc.StatusCode,
         context: Context,
     ) -> None:
-        seconds = time.perf_counter() - started
         failed = code is not _OK
-        reason = error_reason(context) if failed else ""
-        namespace = resolved_namespace()
-        if figures is not None:
-            # Refused before a namespace was decided, or of a service acting in none: "".
-            in_namespace = namespace or ""
-            figures.handled(code).inc()
-            figures.calls(code, in_namespace).inc()
-            figures.handling.observe(seconds)
-            if failed:
-                figures.errors_in(in_namespace, reason or "NONE").inc()
-        if self._access_log and access_log.isEnabledFor(logging.INFO):
-            go_code = GO_CODE_NAMES.get(code, "Unknown")
-            fields = {
-                "method": method,
-                "code": go_code,
-                "reason": reason or None,
-                "duration_ms": round(seconds * 1000, 3),
-                "principal": call_principal.current() or None,
-                "namespace": namespace,
-                "peer": peer,
-                "request_id": call_request_id.current() or None,
-            }
-            # Logger.info without its search of the stack for the caller's
-            # file and line, which no access-log format shows.
-            access_log.handle(
-                access_log.makeRecord(
-                    ACCESS_LOGGER,
-                    logging.INFO,
-                    __file__,
-                    0,
-                    "%s %s",
-                    (method, go_code),
-                    None,
-                    extra={"access": fields},
-                )
-            )
+        concerns.record_call(
+            method,
+            figures,
+            time.perf_counter() - started,
+            code,
+            error_reason(context) if failed else "",
+            resolved_namespace(),
+            peer,
+            log_access=self._access_log,
+        )
 
 
 class CallsInFlight:

@@ -7,9 +7,11 @@ off, the header or ``default``. A principal not bound to the namespace is
 PERMISSION_DENIED, before anything says whether the namespace exists; then an
 unknown (or being deleted) namespace is NOT_FOUND, ``NAMESPACE_NOT_FOUND``.
 The namespace is named (``call_scope``) for the rest of the call; the header
-is read from the call's own context, in the call's own task. A
-response stream ends with ``NAMESPACE_NOT_FOUND`` once its namespace is
-deleted (``core.namespace_streams``), quotas or not.
+is read from the call's own context, in the call's own task. The rule is
+``concerns.decide_namespace``, the one the console's pages pass too, with
+the gRPC choice when none is named. A response stream ends with
+``NAMESPACE_NOT_FOUND`` once its namespace is deleted
+(``core.namespace_streams``), quotas or not.
 
 Which methods act in a namespace is declared on each method
 (``method_rules``, ``namespace_scope``). ``runstore.v1.NamespaceAdmin`` acts
@@ -27,18 +29,17 @@ from typing import Any, Final
 
 from runstore.contract.auth_file import Principal
 from runstore.contract.errors import (
-    NamespaceRequiredError,
     PermissionDeniedError,
     RunstoreError,
     UnauthenticatedError,
     ValidationError,
 )
 from runstore.contract.metadata import NAMESPACE_KEY
-from runstore.contract.namespaces import DEFAULT, EVERY, NAME_RULE, is_valid_name
-from runstore.server import call_principal, call_scope
+from runstore.contract.namespaces import EVERY, NAME_RULE, is_valid_name
+from runstore.server import call_principal, call_scope, concerns
 from runstore.server.call_scope import ALL_NAMESPACES
 from runstore.server.core.namespace_streams import NamespaceStreams
-from runstore.server.core.namespaces import NamespaceDirectory, namespace_not_found
+from runstore.server.core.namespaces import NamespaceDirectory
 from runstore.server.interceptors.handlers import Context, Handler, Refused, Steps, admits_nothing
 from runstore.server.method_rules import DECLARED, IN_ONE, ON_ALL
 from runstore.server.stream_ending import until_ended
@@ -146,33 +147,11 @@ class NamespaceResolution:
         bound = self._bindings(method)
         if isinstance(bound, RunstoreError):
             return bound
-        if requested is None:
-            if bound is None:
-                requested = DEFAULT
-            elif len(bound.namespaces) == 1 and bound.namespaces[0] != EVERY:
-                requested = bound.namespaces[0]
-            else:
-                return NamespaceRequiredError(
-                    f"principal {call_principal.current()!r} is bound to several namespaces: "
-                    f"send {NAMESPACE_KEY}",
-                    details={"metadata": NAMESPACE_KEY},
-                )
-        elif bound is not None and not bound.bound_to(requested):
-            return PermissionDeniedError(
-                f"principal {call_principal.current()!r} is not bound to namespace {requested!r}",
-                details={"method": method, "namespace": requested},
-            )
-        try:
-            known = (
-                requested == DEFAULT
-                if self._directory is None
-                else await self._directory.is_active(requested)
-            )
-        except RunstoreError as exc:  # the database cannot say (UNAVAILABLE, ...)
-            return exc
-        if not known:
-            return namespace_not_found(requested)
-        call_scope.enter_call(requested)
+        decided = await concerns.decide_namespace(
+            self._directory, requested, bound, method=method, unnamed=concerns.Unnamed.SOLE_BINDING
+        )
+        if isinstance(decided, RunstoreError):
+            return decided
         return None
 
 
