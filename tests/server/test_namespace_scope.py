@@ -49,13 +49,13 @@ async def db(
         path: Path = tmp_path_factory.mktemp("scope") / "scope.db"
         config = ServerConfig(database_url=f"sqlite:///{path}", migrate=True)
         async with open_database(config) as opened:
-            yield opened
+            yield opened.calls
         return
     async with (
         postgres.fresh_database("runstore_scope") as url,
         open_database(ServerConfig(database_url=url, migrate=True)) as opened,
     ):
-        yield opened
+        yield opened.calls
 
 
 async def unscoped(work: Callable[[], Awaitable[T]]) -> T:
