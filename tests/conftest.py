@@ -13,20 +13,15 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from tests import postgres
+from tests.backends import BACKENDS, SQLITE
 from tests.support import Store, serving
-
-BACKENDS = [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-]
-
 
 @pytest.fixture(scope="session", params=BACKENDS)
 async def database_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[str]:
     """An empty database of each backend for the whole test session."""
-    if request.param == "sqlite":
+    if request.param == SQLITE:
         yield f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'runstore.db'}"
         return
     async with postgres.fresh_database() as url:
@@ -49,10 +44,14 @@ _RANK = {"passed": 0, "skipped": 1, "failed": 2}
 
 
 def _backend(item: pytest.Item) -> str:
+    """PostgreSQL's tests are marked; SQLite's take the parameter "sqlite" in
+    any fixture (``database_url``, or a module fixture with ``params=BACKENDS``)."""
     if item.get_closest_marker("postgres") is not None:
         return "postgres"
     callspec = getattr(item, "callspec", None)
-    if callspec is not None and callspec.params.get("database_url") == "sqlite":
+    if callspec is not None and any(
+        isinstance(value, str) and value == SQLITE for value in callspec.params.values()
+    ):
         return "sqlite"
     return "other"
 
