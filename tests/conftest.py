@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from tests import postgres
+from tests import needs, postgres
 from tests.backends import BACKENDS, SQLITE
 from tests.support import Store, serving
+
 
 @pytest.fixture(scope="session", params=BACKENDS)
 async def database_url(
@@ -61,7 +62,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         _outcomes[item.nodeid] = (_backend(item), "")
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    needs.check(item)
+
+
+_forced: dict[str, str] = {}
+"""nodeid -> why the machine made it skip (listed before the closing line)."""
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and _skip_reason(report).startswith(needs.FORCED):
+        _forced[report.nodeid] = _skip_reason(report)
     backend, outcome = _outcomes.get(report.nodeid, ("other", ""))
     if report.when != "call" and report.passed:
         return
@@ -99,9 +117,14 @@ def _where_postgres_ran() -> str:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Iterator[None]:
-    """After every other summary, one line: how many tests ran on each backend
-    (and where PostgreSQL came from); PostgreSQL skips in yellow."""
+    """After every other summary: the tests the machine made skip (no
+    /dev/fuse), then one line: how many tests ran on each backend (and where
+    PostgreSQL came from); PostgreSQL skips in yellow."""
     yield
+    if _forced:
+        terminalreporter.write_sep("=", "skipped because the machine cannot run them", yellow=True)
+        for nodeid, reason in sorted(_forced.items()):
+            terminalreporter.write_line(f"{nodeid}: {reason}", yellow=True)
     if not any(outcome for _, outcome in _outcomes.values()):
         return
     skipped = len(_skipped_postgres())

@@ -23,6 +23,7 @@ import pytest
 
 from runstore.v1 import namespace_admin_pb2 as na
 from runstore.v1 import runtime_store_pb2 as rs
+from tests import needs
 from tests.console.support import (
     ELSEWHERE,
     SCRIPT_PAYLOAD,
@@ -42,9 +43,9 @@ OPERATOR = "operator"
 WAIT_MS = 30_000
 """Generous: the machine may be busy; waits end as soon as their condition holds."""
 
-pytestmark = pytest.mark.skipif(
-    not os.access(CHROMIUM, os.X_OK),
-    reason=f"no Chromium at {CHROMIUM} (make install installs Debian's chromium)",
+pytestmark = needs.unless(
+    "chromium",
+    None if os.access(CHROMIUM, os.X_OK) else f"no Chromium at {CHROMIUM} (make install)",
 )
 
 
