@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-TINY = '''
+TINY = """
 from tests import needs
 
 
@@ -35,7 +35,7 @@ def test_present() -> None:
 
 def test_fixable_inside() -> None:
     needs.module("no_such_module_anywhere", "the gizmo group")
-'''
+"""
 
 
 def _run(tmp_path: Path, *, required: bool) -> tuple[int, str]:
@@ -44,8 +44,11 @@ def _run(tmp_path: Path, *, required: bool) -> tuple[int, str]:
     env = {**os.environ, "RUNSTORE_REQUIRE_TOOLS": "1" if required else ""}
     env.pop("RUNSTORE_REQUIRE_POSTGRES", None)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT)]
-        + ["-p", "tests.conftest", "-p", "no:cacheprovider", "-q", str(test_file)],
+        [
+            *(sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml")),
+            *("--rootdir", str(ROOT), "-p", "tests.conftest", "-p", "no:cacheprovider"),
+            *("-q", str(test_file)),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
