@@ -4,9 +4,7 @@ mTLS that loads each change on SIGHUP (docs/security.md#managing-principals)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 import stat
 from pathlib import Path
 
@@ -15,23 +13,12 @@ import pytest
 from runstore.contract.auth_file import add_certificates, add_token, hash_token, read_auth_file
 from tests.certs import Authority
 from tests.cli.test_operator_cli import Finished, shell
-from tests.processes import ServerProcess, server_process
+from tests.processes import server_process
 
 
 def _auth(*argv: str, auth_file: Path) -> list[str]:
     action, *rest = argv
     return ["auth", action, "--auth-file", str(auth_file), *rest]
-
-
-async def _sighup(server: ServerProcess, principals: int) -> None:
-    """Signals the server and waits (bounded) for the reload's log line."""
-    mark = len(server.log)
-    server.process.send_signal(signal.SIGHUP)
-    expected = f"reloaded: {principals} principals".encode()
-    async with asyncio.timeout(30):
-        while expected not in server.log[mark:]:
-            assert server.process.returncode is None, server.log.decode()
-            await asyncio.sleep(0.02)
 
 
 def _mode(path: Path) -> int:
@@ -97,7 +84,7 @@ async def test_the_auth_commands_manage_a_running_servers_principals(tmp_path: P
             )
         )
         assert mapped.code == 0, mapped.err
-        await _sighup(server, 2)
+        await server.reload(2)
         assert (await sessions(as_client(reader))).code == 0
 
         # rotate: the old token stops, the new one works.
@@ -109,7 +96,7 @@ async def test_the_auth_commands_manage_a_running_servers_principals(tmp_path: P
             str(new_token_file),
         )
         assert rotated.code == 0, rotated.err
-        await _sighup(server, 2)
+        await server.reload(2)
         refused = await sessions(as_client(anyone), "--token-file", str(ops_token))
         assert refused.code == 1 and "UNAUTHENTICATED" in refused.err
         assert (await sessions(as_client(anyone), "--token-file", str(new_token_file))).code == 0
@@ -130,7 +117,7 @@ async def test_the_auth_commands_manage_a_running_servers_principals(tmp_path: P
         # remove: the certificate is refused again.
         removed = await shell(*_auth("remove", "--name", "dashboards", auth_file=auth_file))
         assert removed.code == 0, removed.err
-        await _sighup(server, 1)
+        await server.reload(1)
         gone = await sessions(as_client(reader))
         assert gone.code == 1 and "UNAUTHENTICATED" in gone.err
 
