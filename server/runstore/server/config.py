@@ -309,7 +309,9 @@ class ServerConfig:
     )
     retention_interval: str = _setting(
         "10m",
-        "how often the retention task runs (a DURATION), when any --retain-* is set",
+        "how often the retention task wakes (a DURATION): it purges when any --retain-* is "
+        "set or a namespace has a retention override, and expires stale seed attempts "
+        "(--seed-attempt-ttl) on every wake",
         duration,
     )
     seed_attempt_ttl: str = _setting(
