@@ -46,9 +46,7 @@ def test_the_steps_the_console_drives_exist_with_its_arguments() -> None:
     for step in ("startup", "shutdown"):
         assert "sockets" in inspect.signature(getattr(uvicorn.Server, step)).parameters, step
     assert not inspect.signature(uvicorn.Server.main_loop).parameters.keys() - {"self"}
-    assert hasattr(uvicorn.Server, "should_exit") or "should_exit" in vars(
-        uvicorn.Server(config)
-    )
+    assert hasattr(uvicorn.Server, "should_exit") or "should_exit" in vars(uvicorn.Server(config))
 
 
 async def test_the_console_leaves_the_servers_signal_handlers_alone(tmp_path: Path) -> None:
