@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 from runstore.server.core.ports import Database
-from runstore.server.db import migrate
+from runstore.server.db import migrate as schema
 from tests import postgres
 from tests.support import Store
 
@@ -72,7 +72,7 @@ async def opened(
     from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
 
     async with database(backend, directory, name) as url:
-        await migrate.upgrade(url)
+        await schema.upgrade(url)
         db: SqliteDatabase | PostgresDatabase
         if backend == SQLITE:
             db = SqliteDatabase(directory / f"{name}.db", SqliteOptions())
@@ -105,17 +105,21 @@ async def served(
     *,
     stores: Callable[[Any, Database], Any] | None = None,
     telemetry: Any = None,
+    migrate: bool = True,
     **settings: Any,
 ) -> AsyncIterator[Served]:
     """A server built as ``runstore serve`` builds it, in this process, on an
-    ephemeral port over ``database_url`` (migrated): ``settings`` are further
+    ephemeral port over ``database_url`` (migrated first unless ``migrate`` is
+    false, as ``runstore serve --migrate`` does): ``settings`` are further
     ``ServerConfig`` fields; ``stores(stores, db)`` replaces some of its store
     cores (a fake clock, a small purge batch) before it is built. Stops it, its
     namespace purges and its quota keeper afterwards."""
     from runstore.server.app import build_server, create_stores, open_database
     from runstore.server.config import ServerConfig
 
-    config = ServerConfig(listen="127.0.0.1:0", database_url=database_url, migrate=True, **settings)
+    config = ServerConfig(
+        listen="127.0.0.1:0", database_url=database_url, migrate=migrate, **settings
+    )
     async with AsyncExitStack() as stack:
         # Its database unmeasured, as the tests built it before: ``telemetry``
         # measures the calls.
