@@ -93,7 +93,7 @@ chromium:
 			echo "make install: installing Debian's chromium for the console's browser tests"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 		else \
-			echo "make install: no $(CHROMIUM) (apt-get install chromium): the browser tests will skip"; \
+			echo "make install: no $(CHROMIUM) (apt-get install chromium): the browser tests will skip (under .ci/run they fail)"; \
 		fi; \
 	fi
 

@@ -14,13 +14,9 @@ import pytest
 
 from runstore.contract.namespaces import DEFAULT
 from runstore.server import call_scope
-from tests import postgres
+from tests import needs, postgres
+from tests.backends import BACKENDS, SQLITE
 from tests.support import Store, serving
-
-BACKENDS = [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-]
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
@@ -28,7 +24,7 @@ async def database_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[str]:
     """An empty database of each backend for the whole test session."""
-    if request.param == "sqlite":
+    if request.param == SQLITE:
         yield f"sqlite:///{tmp_path_factory.mktemp('sqlite') / 'runstore.db'}"
         return
     async with postgres.fresh_database() as url:
@@ -60,10 +56,14 @@ _RANK = {"passed": 0, "skipped": 1, "failed": 2}
 
 
 def _backend(item: pytest.Item) -> str:
+    """PostgreSQL's tests are marked; SQLite's take the parameter "sqlite" in
+    any fixture (``database_url``, or a module fixture with ``params=BACKENDS``)."""
     if item.get_closest_marker("postgres") is not None:
         return "postgres"
     callspec = getattr(item, "callspec", None)
-    if callspec is not None and callspec.params.get("database_url") == "sqlite":
+    if callspec is not None and any(
+        isinstance(value, str) and value == SQLITE for value in callspec.params.values()
+    ):
         return "sqlite"
     return "other"
 
@@ -73,7 +73,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         _outcomes[item.nodeid] = (_backend(item), "")
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    needs.check(item)
+
+
+_forced: dict[str, str] = {}
+"""nodeid -> why the machine made it skip (listed before the closing line)."""
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and _skip_reason(report).startswith(needs.FORCED):
+        _forced[report.nodeid] = _skip_reason(report)
     backend, outcome = _outcomes.get(report.nodeid, ("other", ""))
     if report.when != "call" and report.passed:
         return
@@ -111,9 +128,14 @@ def _where_postgres_ran() -> str:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Iterator[None]:
-    """After every other summary, one line: how many tests ran on each backend
-    (and where PostgreSQL came from); PostgreSQL skips in yellow."""
+    """After every other summary: the tests the machine made skip (no
+    /dev/fuse), then one line: how many tests ran on each backend (and where
+    PostgreSQL came from); PostgreSQL skips in yellow."""
     yield
+    if _forced:
+        terminalreporter.write_sep("=", "skipped because the machine cannot run them", yellow=True)
+        for nodeid, reason in sorted(_forced.items()):
+            terminalreporter.write_line(f"{nodeid}: {reason}", yellow=True)
     if not any(outcome for _, outcome in _outcomes.values()):
         return
     skipped = len(_skipped_postgres())

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import re
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -19,6 +20,16 @@ class ServerProcess:
     process: asyncio.subprocess.Process
     target: str
     log: bytearray = field(default_factory=bytearray)
+
+    async def reload(self, principals: int) -> None:
+        """SIGHUP, then waits (bounded) for the reload's log line naming ``principals``."""
+        mark = len(self.log)
+        self.process.send_signal(signal.SIGHUP)
+        expected = f"reloaded: {principals} principals".encode()
+        async with asyncio.timeout(30):
+            while expected not in self.log[mark:]:
+                assert self.process.returncode is None, self.log.decode()
+                await asyncio.sleep(0.02)
 
 
 async def _drain(stream: asyncio.StreamReader, log: bytearray) -> None:

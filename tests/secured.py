@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import tomli_w
+import tomlkit
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
@@ -53,7 +53,7 @@ def write_auth_file(path: Path, principals: Mapping[str, Entry]) -> Path:
         if entry.namespaces is not None:
             table["namespaces"] = list(entry.namespaces)
         tables.append(table)
-    path.write_text(tomli_w.dumps({"principal": tables}))
+    path.write_text(tomlkit.dumps({"principal": tables}))
     return path
 
 

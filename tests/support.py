@@ -12,7 +12,6 @@ import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Mapping
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -475,17 +474,9 @@ async def fails_with(
 
 @contextlib.asynccontextmanager
 async def serving(database_url: str, *, migrate: bool = True) -> AsyncIterator[Store]:
-    """A real server on an ephemeral port over ``database_url``, in this process."""
-    from runstore.server.app import build_server, create_stores, open_database
-    from runstore.server.config import ServerConfig
+    """A real server on an ephemeral port over ``database_url``, in this process
+    (tests/backends.py's ``served``)."""
+    from tests import backends
 
-    config = ServerConfig(listen="127.0.0.1:0", database_url=database_url, migrate=migrate)
-    async with AsyncExitStack() as stack:
-        db = await stack.enter_async_context(open_database(config))
-        running = await build_server(config, create_stores(config, db))
-        stack.push_async_callback(running.server.stop, None)
-        if running.namespaces is not None:
-            stack.push_async_callback(running.namespaces.close)
-        target = f"127.0.0.1:{running.port}"
-        channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
-        yield Store(channel, target=target)
+    async with backends.served(database_url, migrate=migrate) as server:
+        yield server.store

@@ -420,6 +420,104 @@ def test_every_setting_of_serve_has_a_row_in_the_configuration_page() -> None:
     assert rows - settings - {"--no-access-log"} == set(), "rows that are no setting"
 
 
+def tables(path: Path) -> Iterator[tuple[int, list[list[str]]]]:
+    """Each Markdown table of ``path``: (the line it starts on, its body rows as
+    cells), the header and the ``|---|`` line left out."""
+    rows: list[list[str]] = []
+    start = 0
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate([*lines, ""], start=1):
+        if line.lstrip().startswith("|"):
+            if not rows:
+                start = number
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+            continue
+        if len(rows) > 2 and set(rows[1][0]) <= set("-: "):
+            yield start, rows[2:]
+        rows = []
+
+
+def test_tables_reads_each_tables_body_rows(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text("text\n\n| a | b |\n|---|:-:|\n| `x` | 1 |\n| y | 2 |\n\nmore\n| z |\n")
+    assert list(tables(page)) == [(3, [["`x`", "1"], ["y", "2"]])]
+
+
+def test_no_table_of_the_docs_has_a_row_twice() -> None:
+    """The same row twice in one table is a copy that will drift; and in a table
+    of flags, options or variables (its first column ``--flag`` or
+    ``RUNSTORE_*``) each may have one row only."""
+    repeated = []
+    for path in [*pages(), README]:
+        for start, rows in tables(path):
+            where = f"{path.relative_to(ROOT)}:{start}"
+            lines = ["|".join(row) for row in rows]
+            repeated += [f"{where}: {line}" for line in sorted(set(lines)) if lines.count(line) > 1]
+            firsts = [row[0] for row in rows]
+            if all(first.startswith(("`--", "`RUNSTORE_")) for first in firsts):
+                repeated += [
+                    f"{where}: {first}" for first in sorted(set(firsts)) if firsts.count(first) > 1
+                ]
+    assert not repeated, "rows twice in one table:\n" + "\n".join(repeated)
+
+
+def test_every_flag_has_one_row_in_the_configuration_page() -> None:
+    flags = [
+        flag
+        for _, rows in tables(DOCS / "configuration.md")
+        for row in rows
+        for flag in re.findall(r"^`(--[a-z0-9-]+)`", row[0])
+    ]
+    assert sorted(f for f in set(flags) if flags.count(f) > 1) == []
+
+
+def test_the_help_and_the_page_say_the_same_default() -> None:
+    """Each setting's default, as ``runstore serve --help`` shows it, is its row's."""
+    import dataclasses
+
+    from runstore.server import config
+
+    defaults: dict[str, str] = {}
+    for _, rows in tables(DOCS / "configuration.md"):
+        for row in rows:
+            for flag in re.findall(r"^`(--[a-z0-9-]+)`", row[0]):
+                defaults[flag] = row[1].strip("`")
+    for spec in dataclasses.fields(config.ServerConfig):
+        default = spec.default
+        if isinstance(default, bool) or default in ("", None) or spec.repr is False:
+            continue
+        flag = config.flag_name(spec.name)
+        if isinstance(default, str) and flag in defaults:
+            assert defaults[flag] == default, (flag, defaults[flag], default)
+
+
+def test_the_readme_names_every_service_the_server_serves() -> None:
+    from runstore.server.app import SERVICE_NAMES
+
+    numbers = {"four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8}
+    text = README.read_text(encoding="utf-8")
+    claim = re.search(r"It serves (\w+) services,(.*?)plus gRPC", text, re.DOTALL)
+    assert claim is not None, "README.md no longer says which services it serves"
+    assert numbers.get(claim.group(1), -1) == len(SERVICE_NAMES), claim.group(1)
+    assert sorted(re.findall(r"`(runstore\.v1\.\w+)`", claim.group(2))) == sorted(SERVICE_NAMES)
+
+
+def test_the_development_page_names_the_clients_dependencies() -> None:
+    """Every runtime dependency of runstore-client (extras aside) is named on
+    docs/development.md's line about the two distributions."""
+    from packaging.requirements import Requirement
+
+    required = [
+        Requirement(line).name
+        for line in importlib.metadata.requires("runstore-client") or []
+        if "extra ==" not in line
+    ]
+    text = (DOCS / "development.md").read_text(encoding="utf-8")
+    (line,) = [p for p in text.split("\n\n") if p.startswith("Two distributions:")]
+    named = {name.lower() for name in re.findall(r"`([A-Za-z0-9_.-]+)`", line)}
+    assert {name.lower() for name in required} - named == set(), line
+
+
 def test_the_sqlite_synchronous_help_names_every_level() -> None:
     import dataclasses
 

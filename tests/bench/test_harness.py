@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bench import readme
-from tests import postgres
+from tests import needs, postgres
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -241,8 +241,8 @@ def _check_peers(report: dict, backend: str, expected: tuple[str, ...]) -> None:
 
 
 def test_bench_measures_the_sqlite_peers_side_by_side(tmp_path: Path) -> None:
-    pytest.importorskip("agents")
-    pytest.importorskip("langgraph.checkpoint.sqlite")
+    needs.module("agents", "the bench peers (pip install --group peers)")
+    needs.module("langgraph.checkpoint.sqlite", "the bench peers (pip install --group peers)")
     report = _run_bench(tmp_path, "--backend", "sqlite", "--workloads", "append", "--peers")
     _check_peers(
         report,
@@ -265,7 +265,7 @@ def test_bench_measures_the_postgres_peer_side_by_side(tmp_path: Path) -> None:
     # Not marked `postgres`: the peers are an optional group (`make bench ARGS=--peers`),
     # and a skip for their absence must not count as a skipped PostgreSQL test where CI
     # makes PostgreSQL mandatory; require_postgres() still fails there without a URL.
-    pytest.importorskip("langgraph.checkpoint.postgres")
+    needs.module("langgraph.checkpoint.postgres", "the bench peers (pip install --group peers)")
     url = postgres.require_postgres()
     report = _run_bench(
         tmp_path,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import harness, peers, stats, watch
+from tests import needs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -223,8 +224,8 @@ def test_the_default_workloads_include_the_watch_workloads() -> None:
 @pytest.mark.parametrize("peer", peers.PEERS["sqlite"])
 def test_each_sqlite_peer_process_writes_one_row_per_measurement(tmp_path: Path, peer: str) -> None:
     """The peer process end to end (needs the `peers` group; not a timing test)."""
-    pytest.importorskip("agents")
-    pytest.importorskip("langgraph.checkpoint.sqlite")
+    needs.module("agents", "the bench peers (pip install --group peers)")
+    needs.module("langgraph.checkpoint.sqlite", "the bench peers (pip install --group peers)")
     specs = [
         {"workload": peers.workload_name(peer), "concurrency": c, "duration": 0.05, "warmup": 0}
         for c in (1, 3)

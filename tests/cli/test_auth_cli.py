@@ -4,34 +4,29 @@ mTLS that loads each change on SIGHUP (docs/security.md#managing-principals)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 import stat
 from pathlib import Path
 
 import pytest
 
-from runstore.contract.auth_file import add_certificates, add_token, hash_token, read_auth_file
+from runstore.contract.auth_file import (
+    AuthFileError,
+    add_certificates,
+    add_token,
+    hash_token,
+    read_auth_file,
+    remove_principal,
+    rotate_token,
+)
 from tests.certs import Authority
 from tests.cli.test_operator_cli import Finished, shell
-from tests.processes import ServerProcess, server_process
+from tests.processes import server_process
 
 
 def _auth(*argv: str, auth_file: Path) -> list[str]:
     action, *rest = argv
     return ["auth", action, "--auth-file", str(auth_file), *rest]
-
-
-async def _sighup(server: ServerProcess, principals: int) -> None:
-    """Signals the server and waits (bounded) for the reload's log line."""
-    mark = len(server.log)
-    server.process.send_signal(signal.SIGHUP)
-    expected = f"reloaded: {principals} principals".encode()
-    async with asyncio.timeout(30):
-        while expected not in server.log[mark:]:
-            assert server.process.returncode is None, server.log.decode()
-            await asyncio.sleep(0.02)
 
 
 def _mode(path: Path) -> int:
@@ -97,7 +92,7 @@ async def test_the_auth_commands_manage_a_running_servers_principals(tmp_path: P
             )
         )
         assert mapped.code == 0, mapped.err
-        await _sighup(server, 2)
+        await server.reload(2)
         assert (await sessions(as_client(reader))).code == 0
 
         # rotate: the old token stops, the new one works.
@@ -109,7 +104,7 @@ async def test_the_auth_commands_manage_a_running_servers_principals(tmp_path: P
             str(new_token_file),
         )
         assert rotated.code == 0, rotated.err
-        await _sighup(server, 2)
+        await server.reload(2)
         refused = await sessions(as_client(anyone), "--token-file", str(ops_token))
         assert refused.code == 1 and "UNAUTHENTICATED" in refused.err
         assert (await sessions(as_client(anyone), "--token-file", str(new_token_file))).code == 0
@@ -130,7 +125,7 @@ async def test_the_auth_commands_manage_a_running_servers_principals(tmp_path: P
         # remove: the certificate is refused again.
         removed = await shell(*_auth("remove", "--name", "dashboards", auth_file=auth_file))
         assert removed.code == 0, removed.err
-        await _sighup(server, 1)
+        await server.reload(1)
         gone = await sessions(as_client(reader))
         assert gone.code == 1 and "UNAUTHENTICATED" in gone.err
 
@@ -239,3 +234,56 @@ async def test_writes_are_atomic_keep_the_mode_and_the_comments_elsewhere(tmp_pa
         as_json.out.strip() == '{"name": "b", "role": "host", "kind": "token", '
         '"namespaces": ["default"], "certificates": []}'
     )
+
+
+def test_an_edit_keeps_the_comments_inside_the_edited_table(tmp_path: Path) -> None:
+    """The table a command rewrites keeps its own comments and untouched lines;
+    only the changed value's line changes."""
+    auth_file = tmp_path / "auth.toml"
+    header = "# managed by ops\n\n"
+    table_b = (
+        "# the chat host, rotated monthly\n"
+        "[[principal]]\n"
+        'name = "b"  # owned by the chat team\n'
+        "# host: starts and ends runs\n"
+        'role = "host"\n'
+        'token_sha256 = "{digest}"  # see the runbook\n'
+        'certificates = ["chat.internal"]\n'
+    )
+    table_a = (
+        '[[principal]]\nname = "a"\nrole = "reader"  # dashboards\ntoken_sha256 = "{digest}"\n'
+    )
+    auth_file.write_text(
+        header
+        + table_a.format(digest=hash_token("t-a"))
+        + "\n"
+        + table_b.format(digest=hash_token("t-b"))
+    )
+    rotate_token(auth_file, "b", "t-b2")
+    assert auth_file.read_text() == (
+        header
+        + table_a.format(digest=hash_token("t-a"))
+        + "\n"
+        + table_b.format(digest=hash_token("t-b2"))
+    )
+    add_certificates(auth_file, "b", None, ["chat-2.internal"])
+    text = auth_file.read_text()
+    assert "# host: starts and ends runs\n" in text and "# owned by the chat team" in text
+    assert "# see the runbook" in text
+    assert [p.certificates for p in read_auth_file(auth_file) if p.name == "b"] == [
+        ("chat.internal", "chat-2.internal")
+    ]
+    remove_principal(auth_file, "a")
+    text = auth_file.read_text()
+    assert text.startswith(header) and "# dashboards" not in text
+    assert "# host: starts and ends runs\n" in text
+    assert [p.name for p in read_auth_file(auth_file)] == ["b"]
+
+
+def test_a_principal_written_inline_is_left_for_a_human(tmp_path: Path) -> None:
+    auth_file = tmp_path / "auth.toml"
+    before = f'principal = [{{name = "a", role = "reader", token_sha256 = "{hash_token("t")}"}}]\n'
+    auth_file.write_text(before)
+    with pytest.raises(AuthFileError, match=r"\[\[principal\]\] tables; edit it by hand"):
+        rotate_token(auth_file, "a")
+    assert auth_file.read_text() == before

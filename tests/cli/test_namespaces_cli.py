@@ -4,24 +4,12 @@ real program as a process against a real ``runstore serve`` with an auth file
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 from pathlib import Path
 
 from runstore.contract.auth_file import add_token
 from tests.cli.test_operator_cli import Finished, shell
-from tests.processes import ServerProcess, server_process
-
-
-async def _sighup(server: ServerProcess, principals: int) -> None:
-    mark = len(server.log)
-    server.process.send_signal(signal.SIGHUP)
-    expected = f"reloaded: {principals} principals".encode()
-    async with asyncio.timeout(30):
-        while expected not in server.log[mark:]:
-            assert server.process.returncode is None, server.log.decode()
-            await asyncio.sleep(0.02)
+from tests.processes import server_process
 
 
 async def test_an_operator_manages_namespaces_and_teams_act_in_theirs(tmp_path: Path) -> None:
@@ -84,7 +72,7 @@ async def test_an_operator_manages_namespaces_and_teams_act_in_theirs(tmp_path: 
         # refused elsewhere; the operator (bound to "*") must say which.
         host = tmp_path / "host.token"
         host.write_text(add_token(auth_file, "team-a-host", "host", namespaces=["team-a"]))
-        await _sighup(server, 2)
+        await server.reload(2)
         as_host = {"RUNSTORE_TARGET": server.target, "RUNSTORE_TOKEN": host.read_text()}
         assert (await shell("sessions", "list", env=as_host)).code == 0
         elsewhere = await shell("sessions", "list", env={**as_host, "RUNSTORE_NAMESPACE": "team-b"})

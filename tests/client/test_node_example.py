@@ -8,17 +8,18 @@ import asyncio
 import shutil
 from pathlib import Path
 
-import pytest
-
+from tests import needs
 from tests.support import Store
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "node"
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is not on the PATH")
-@pytest.mark.skipif(
-    not (EXAMPLE / "node_modules" / ".installed").exists(),
-    reason="the example's npm packages are missing: make install puts them there",
+@needs.unless("node", None if shutil.which("node") else "node is not on the PATH")
+@needs.unless(
+    "the Node.js example's npm packages",
+    None
+    if (EXAMPLE / "node_modules" / ".installed").exists()
+    else "examples/node/node_modules is missing: make install puts them there",
 )
 async def test_node_example_worker_runs_end_to_end(store: Store) -> None:
     process = await asyncio.create_subprocess_exec(

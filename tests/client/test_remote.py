@@ -113,6 +113,27 @@ async def test_protocols_are_satisfied() -> None:
     assert accepts is not None
 
 
+async def _linked_child(remote: RemoteStore, parent: RunStart) -> RunStart:
+    """Starts a child of ``parent`` (its first record after ``parent``'s start):
+    in its session, or a one-shot child of a sessionless parent; checks both links."""
+    child = RunStart(
+        run_id=unique("child"),
+        agent_id="helper",
+        session_id=parent.session_id,
+        parent_run_id=parent.run_id,
+        started_at=ms_now(),
+    )
+    links = {"parent_agent_id": "agent", "tool_name": "tools.delegate", "tool_call_id": "call-7"}
+    if parent.session_id:
+        linked = await remote.start_child_run(records.child_run_start(child, **links))
+    else:
+        linked = await remote.start_one_shot_child_run(
+            records.one_shot_child_run_start(child, **links)
+        )
+    assert (linked.parent_record.id, linked.started.id) == ("2", "1")
+    return child
+
+
 async def test_a_whole_run_lifecycle_through_typed_values(
     clients: tuple[RemoteStore, RemoteSessionAdmin],
 ) -> None:
@@ -129,19 +150,7 @@ async def test_a_whole_run_lifecycle_through_typed_values(
     assert (started.started.id, started.started.inserted) == ("1", True)
     assert started.started.session_status is SessionStatus.ACTIVE
 
-    child = RunStart(
-        run_id=unique("child"),
-        agent_id="helper",
-        session_id=session_id,
-        parent_run_id=parent.run_id,
-        started_at=ms_now(),
-    )
-    linked = await remote.start_child_run(
-        records.child_run_start(
-            child, parent_agent_id="agent", tool_name="tools.delegate", tool_call_id="call-7"
-        )
-    )
-    assert (linked.parent_record.id, linked.started.id) == ("2", "1")
+    child = await _linked_child(remote, parent)
 
     note = RunRecord(
         event_key="note-1",
@@ -207,18 +216,7 @@ async def test_one_shot_runs(clients: tuple[RemoteStore, RemoteSessionAdmin]) ->
     parent = RunStart(run_id=unique("solo"), agent_id="agent", started_at=ms_now())
     result = await remote.start_one_shot_run(records.one_shot_run_start(parent))
     assert result.record.inserted and result.record.session_status is None
-    child = RunStart(
-        run_id=unique("solo-child"),
-        agent_id="agent",
-        parent_run_id=parent.run_id,
-        started_at=ms_now(),
-    )
-    linked = await remote.start_one_shot_child_run(
-        records.one_shot_child_run_start(
-            child, parent_agent_id="agent", tool_name="t", tool_call_id="c"
-        )
-    )
-    assert (linked.parent_record.id, linked.started.id) == ("2", "1")
+    await _linked_child(remote, parent)
 
 
 async def test_each_contract_error_arrives_as_its_class(

@@ -126,7 +126,7 @@ async def console_server(
                 quotas=QuotaKeeper(
                     Quotas(directory, clock=quota_clock),
                     directory,
-                    getattr(db, "inner", db),
+                    db.backend,
                     interval=3600,
                 ),
             )

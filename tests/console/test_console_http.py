@@ -528,28 +528,49 @@ async def test_a_session_stream_counts_session_positions(console: ConsoleUnderTe
     assert json.loads(appended["data"])["payload"]["text"] == '"<b>x</b>"'
 
 
-async def test_shutdown_ends_open_streams(tmp_path: Path) -> None:
+async def test_shutdown_ends_open_streams(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Shutdown ends an open live stream at once, without an ``end`` event (that
+    would stop the page; without it the browser reconnects to whichever server
+    answers), and the console exits: its task done, its port closed, and no
+    request left for its grace period to cut off."""
     async with console_server(tmp_path) as under:
+        console = under.running.console
+        assert console is not None
         run = await under.store.root(agent_id="stopping")
         async with (
             httpx.AsyncClient(base_url=under.base, timeout=30) as http,
             http.stream(
-                "GET", "/run/events", params={"id": run.id, "after": "1"}, headers=under.bearer()
+                "GET", "/run/events", params={"id": run.id, "after": "0"}, headers=under.bearer()
             ) as stream,
         ):
             lines = stream.aiter_lines()
+            first = await asyncio.wait_for(_next_event(lines), 20)
+            assert first["id"] == "1"  # the stream is open and live
             reader = asyncio.ensure_future(_drain(lines))
-            await asyncio.wait_for(shutdown(under.running, 1), 20)
-            await asyncio.wait_for(reader, 20)
+            with caplog.at_level(logging.INFO, logger="uvicorn.error"):
+                await asyncio.wait_for(shutdown(under.running, 1), 20)
+            rest = await asyncio.wait_for(reader, 20)
         under.running.console = None  # stopped already
+        assert console.console.shutdown is not None and console.console.shutdown.is_set()
+        events = [line.partition(":")[2].strip() for line in rest if line.startswith("event:")]
+        assert events == [], rest  # neither "end" nor "failure"
+        assert console.task.done() and console.sock.fileno() == -1
+        with pytest.raises(httpx.ConnectError):
+            async with httpx.AsyncClient(base_url=under.base, timeout=5) as http:
+                await http.get("/healthz")
+        cut_off = [r.getMessage() for r in caplog.records if "graceful shutdown" in r.getMessage()]
+        assert cut_off == []
 
 
-async def _drain(lines: AsyncIterator[str]) -> None:
+async def _drain(lines: AsyncIterator[str]) -> list[str]:
+    """Every line up to the stream's end (a cut connection ends it too)."""
+    seen: list[str] = []
     try:
-        async for _ in lines:
-            pass
+        async for line in lines:
+            seen.append(line)
     except httpx.RemoteProtocolError:
         pass
+    return seen
 
 
 # --- Start-up ----------------------------------------------------------------------------

@@ -563,17 +563,68 @@ async def test_load_run_suspension_errors(store: Store) -> None:
 # --- Repairs (§9.5) ----------------------------------------------------------------
 
 
-async def test_repair_terminal_keeps_the_workflow_result(store: Store) -> None:
-    """§14.19 / test 19: same key, timestamp +1 s -> different_terminal, no write."""
+class Ending:
+    """One of the two endings a repair may store: what the workflow records,
+    how its repair is asked, and the status either leaves."""
+
+    def __init__(
+        self,
+        request: Callable[[Run], Any],
+        repair: Callable[[Any], Any],
+        record: str,
+        status: int,
+        stored: Callable[[Store, Run], Awaitable[None]] | None = None,
+    ) -> None:
+        self.request, self.repair, self.status = request, repair, status
+        self.record_rpc, self.repair_rpc = f"Record{record}", f"Repair{record}"
+        self.stored = stored
+
+    async def record(self, store: Store, request: Any) -> Any:
+        return await getattr(store.runtime, self.record_rpc)(request)
+
+    async def repaired(self, store: Store, request: Any) -> Any:
+        return await getattr(store.runtime, self.repair_rpc)(self.repair(request))
+
+
+async def _holds_the_checkpoint(store: Store, run: Run) -> None:
+    assert await checkpoint_of(store, run.id) == pb.Checkpoint(id="checkpoint-1", data=b'{"s":1}')
+
+
+ENDINGS = [
+    pytest.param(
+        Ending(
+            lambda run: run.terminal_request(),
+            repair_terminal,
+            "RunTerminal",
+            pb.RUN_STATUS_COMPLETED,
+        ),
+        id="terminal",
+    ),
+    pytest.param(
+        Ending(
+            lambda run: run.suspension_request(),
+            repair_suspension,
+            "RunSuspension",
+            pb.RUN_STATUS_SUSPENDED,
+            stored=_holds_the_checkpoint,
+        ),
+        id="suspension",
+    ),
+]
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+async def test_a_repair_keeps_the_workflow_result(store: Store, ending: Ending) -> None:
+    """§14.19 / tests 19 and 21: same key, timestamp +1 s -> different_terminal, no write."""
     run = await store.root()
-    original = run.terminal_request()
-    await store.runtime.RecordRunTerminal(original)
+    original = ending.request(run)
+    await ending.record(store, original)
     before = await snapshot(store, run)
-    repair = repair_terminal(run.terminal_request())
-    repair.record.timestamp.seconds += 1
-    result = await store.runtime.RepairRunTerminal(repair)
+    later = ending.request(run)
+    later.record.timestamp.seconds += 1
+    result = await ending.repaired(store, later)
     assert result.outcome == pb.RUN_REPAIR_OUTCOME_DIFFERENT_TERMINAL
-    assert result.status == pb.RUN_STATUS_COMPLETED
+    assert result.status == ending.status
     assert result.record == pb.AppendResult()
     assert await snapshot(store, run) == before
     records = await store.records(run.id)
@@ -581,27 +632,28 @@ async def test_repair_terminal_keeps_the_workflow_result(store: Store) -> None:
     assert records[1].timestamp == original.record.timestamp
 
 
-async def test_repair_terminal_on_running_run_stores_then_reports_already_stored(
-    store: Store,
+@pytest.mark.parametrize("ending", ENDINGS)
+async def test_a_repair_on_a_running_run_stores_then_reports_already_stored(
+    store: Store, ending: Ending
 ) -> None:
-    """§14.19 / test 20."""
+    """§14.19 / tests 20 and 22."""
     run = await store.root()
-    first = await store.runtime.RepairRunTerminal(repair_terminal(run.terminal_request()))
-    assert first.outcome == pb.RUN_REPAIR_OUTCOME_STORED
-    assert first.status == pb.RUN_STATUS_COMPLETED
+    first = await ending.repaired(store, ending.request(run))
+    assert (first.outcome, first.status) == (pb.RUN_REPAIR_OUTCOME_STORED, ending.status)
     assert (first.record.id, first.record.inserted) == ("2", True)
     assert first.record.session_status == pb.SESSION_STATUS_ACTIVE
-    assert (await store.load(run.id)).status == pb.RUN_STATUS_COMPLETED
+    assert (await store.load(run.id)).status == ending.status
+    if ending.stored is not None:
+        await ending.stored(store, run)
 
     before = await snapshot(store, run)
-    retry = await store.runtime.RepairRunTerminal(repair_terminal(run.terminal_request()))
-    assert retry.outcome == pb.RUN_REPAIR_OUTCOME_ALREADY_STORED
-    assert retry.status == pb.RUN_STATUS_COMPLETED
+    retry = await ending.repaired(store, ending.request(run))
+    assert (retry.outcome, retry.status) == (pb.RUN_REPAIR_OUTCOME_ALREADY_STORED, ending.status)
     assert (retry.record.id, retry.record.inserted) == ("2", False)
     assert retry.record.session_status == first.record.session_status
     assert await snapshot(store, run) == before
     # The workflow's own retry of the same ending is an exact retry too.
-    again = await store.runtime.RecordRunTerminal(run.terminal_request())
+    again = await ending.record(store, ending.request(run))
     assert (again.id, again.inserted) == ("2", False)
 
 
@@ -671,49 +723,6 @@ async def test_repair_terminal_on_running_run_checks_the_record_key(store: Store
         CONFLICT,
         "EVENT_CONFLICT",
     )
-
-
-async def test_repair_suspension_keeps_the_workflow_result(store: Store) -> None:
-    """Test 21: the suspension counterpart of test 19."""
-    run = await store.root()
-    original = run.suspension_request()
-    await store.runtime.RecordRunSuspension(original)
-    before = await snapshot(store, run)
-    repair = repair_suspension(run.suspension_request())
-    repair.record.timestamp.seconds += 1
-    result = await store.runtime.RepairRunSuspension(repair)
-    assert result.outcome == pb.RUN_REPAIR_OUTCOME_DIFFERENT_TERMINAL
-    assert result.status == pb.RUN_STATUS_SUSPENDED
-    assert result.record == pb.AppendResult()
-    assert await snapshot(store, run) == before
-    records = await store.records(run.id)
-    assert len(records) == 2
-    assert records[1].timestamp == original.record.timestamp
-
-
-async def test_repair_suspension_on_running_run_stores_then_reports_already_stored(
-    store: Store,
-) -> None:
-    """Test 22: the suspension counterpart of test 20."""
-    run = await store.root()
-    first = await store.runtime.RepairRunSuspension(repair_suspension(run.suspension_request()))
-    assert (first.outcome, first.status) == (
-        pb.RUN_REPAIR_OUTCOME_STORED,
-        pb.RUN_STATUS_SUSPENDED,
-    )
-    assert (first.record.id, first.record.inserted) == ("2", True)
-    assert (await store.load(run.id)).status == pb.RUN_STATUS_SUSPENDED
-    assert await checkpoint_of(store, run.id) == pb.Checkpoint(id="checkpoint-1", data=b'{"s":1}')
-
-    before = await snapshot(store, run)
-    retry = await store.runtime.RepairRunSuspension(repair_suspension(run.suspension_request()))
-    assert (retry.outcome, retry.status) == (
-        pb.RUN_REPAIR_OUTCOME_ALREADY_STORED,
-        pb.RUN_STATUS_SUSPENDED,
-    )
-    assert (retry.record.id, retry.record.inserted) == ("2", False)
-    assert retry.record.session_status == first.record.session_status
-    assert await snapshot(store, run) == before
 
 
 async def test_repair_suspension_never_overrides_another_ending(store: Store) -> None:

@@ -18,7 +18,6 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -33,8 +32,9 @@ from runstore.server.core.store import RuntimeStore
 from runstore.server.db import migrate, sqlite_groups
 from runstore.server.db.append_groups import AppendGroups
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, asyncpg_dsn
-from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
+from runstore.server.db.sqlite import SqliteDatabase
 from tests import postgres
+from tests.backends import BACKENDS, opened
 from tests.core.test_lifecycle_fast_paths import AGENT, T0, _state
 from tests.server.test_sqlite_commit_groups import hold_the_writer
 
@@ -48,32 +48,19 @@ class Served:
     """The PostgreSQL URL, "" on SQLite."""
 
 
-@pytest.fixture(
-    scope="module",
-    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
-)
+@pytest.fixture(scope="module", params=BACKENDS)
 async def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Served]:
-    if request.param == "sqlite":
-        path: Path = tmp_path_factory.mktemp("groups") / "groups.db"
-        await migrate.upgrade(f"sqlite:///{path}")
-        sqlite = SqliteDatabase(path, SqliteOptions())
-        await sqlite.start()
-        try:
-            yield Served(sqlite, "")
-        finally:
-            await sqlite.close()
-        return
-    async with postgres.fresh_database("runstore_append_groups") as url:
-        await migrate.upgrade(url)
-        pg = PostgresDatabase(url, PostgresOptions(pool_min=1, pool_max=6))
-        pg.append_groups.lanes = 1  # the blocker's group holds the only lane
-        await pg.start()
-        try:
-            yield Served(pg, url)
-        finally:
-            await pg.close()
+    def one_lane(db: Any) -> None:
+        if isinstance(db, PostgresDatabase):
+            db.append_groups.lanes = 1  # the blocker's group holds the only lane
+
+    directory = tmp_path_factory.mktemp("groups")
+    async with opened(
+        request.param, directory, "append-groups", pool_max=6, before_start=one_lane
+    ) as it:
+        yield Served(it.db, it.postgres_url)
 
 
 def _note(run_id: str, session_id: str, key: str, payload: bytes = b'{"n":1}') -> RecordDraft:

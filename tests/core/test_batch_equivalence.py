@@ -18,7 +18,6 @@ import threading
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -32,10 +31,7 @@ from runstore.server.core.batch_rules import one_owner_distinct_keys as batch_sh
 from runstore.server.core.model import RecordDraft
 from runstore.server.core.ports import Database
 from runstore.server.core.store import RuntimeStore
-from runstore.server.db import migrate
-from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
-from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
-from tests import postgres
+from tests.backends import BACKENDS, opened
 from tests.core.test_fast_path_equivalence import CASES, KEY, State, build, stored
 
 T = TypeVar("T")
@@ -70,32 +66,17 @@ class Loop:
         self.loop.close()
 
 
-@pytest.fixture(
-    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-)
+@pytest.fixture(scope="module", params=BACKENDS)
 def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Loop, Database]]:
     loop = Loop()
-    if request.param == "sqlite":
-        path: Path = tmp_path_factory.mktemp("batch") / "batch.db"
-        loop.call(migrate.upgrade(f"sqlite:///{path}"))
-        sqlite = SqliteDatabase(path, SqliteOptions())
-        loop.call(sqlite.start())
-        yield loop, sqlite
-        loop.call(sqlite.close())
-        loop.stop()
-        return
-    fresh = postgres.fresh_database("runstore_batch")
-    url = loop.call(fresh.__aenter__())
-    loop.call(migrate.upgrade(url))
-    pg = PostgresDatabase(url, PostgresOptions(pool_min=1, pool_max=2))
-    loop.call(pg.start())
+    database = opened(request.param, tmp_path_factory.mktemp("batch"), "batch")
     try:
-        yield loop, pg
+        it = loop.call(database.__aenter__())
+        yield loop, it.db
+        loop.call(database.__aexit__(None, None, None))
     finally:
-        loop.call(pg.close())
-        loop.call(fresh.__aexit__(None, None, None))
         loop.stop()
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -33,10 +32,8 @@ from runstore.server import call_scope
 from runstore.server.core.model import RecordDraft, RunEnding, RunState, RunTerminal, Session
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.store import RuntimeStore
-from runstore.server.db import migrate
-from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, asyncpg_dsn
-from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
-from tests import postgres
+from runstore.server.db.postgres import asyncpg_dsn
+from tests.backends import BACKENDS, opened
 from tests.core.test_lifecycle_fast_paths import (
     AGENT,
     T0,
@@ -82,32 +79,14 @@ class Watched:
         return self._answer("end", await self._inner.end_if_running(ending))
 
 
-@pytest.fixture(
-    scope="module",
-    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
-)
+@pytest.fixture(scope="module", params=BACKENDS)
 async def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[tuple[Database, str]]:
     """The database and, for PostgreSQL, its URL (to watch its lock waits)."""
-    if request.param == "sqlite":
-        path: Path = tmp_path_factory.mktemp("collisions") / "collisions.db"
-        await migrate.upgrade(f"sqlite:///{path}")
-        sqlite = SqliteDatabase(path, SqliteOptions())
-        await sqlite.start()
-        try:
-            yield sqlite, ""
-        finally:
-            await sqlite.close()
-        return
-    async with postgres.fresh_database("runstore_collisions") as url:
-        await migrate.upgrade(url)
-        pg = PostgresDatabase(url, PostgresOptions(pool_min=1, pool_max=4))
-        await pg.start()
-        try:
-            yield pg, url
-        finally:
-            await pg.close()
+    directory = tmp_path_factory.mktemp("collisions")
+    async with opened(request.param, directory, "collisions", pool_max=4) as it:
+        yield it.db, it.postgres_url
 
 
 def _command(kind: str, store: RuntimeStore, run_id: str, session_id: str) -> Awaitable[Any]:

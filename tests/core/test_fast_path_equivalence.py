@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -27,10 +26,7 @@ from runstore.contract.namespaces import DEFAULT
 from runstore.server.core.model import RecordDraft, RunRecord, RunState, Session
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.store import RuntimeStore
-from runstore.server.db import migrate
-from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
-from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
-from tests import postgres
+from tests.backends import BACKENDS, opened
 from tests.core.preconditions import appendable
 
 T0 = 1_700_000_000_000 * 1_000_000
@@ -216,31 +212,12 @@ def is_common_case(outcome: tuple[Any, ...]) -> bool:
     return outcome[0] == "stored" and outcome[2] in (SessionStatus.ACTIVE, None)
 
 
-@pytest.fixture(
-    scope="module",
-    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
-)
+@pytest.fixture(scope="module", params=BACKENDS)
 async def db(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Database]:
-    if request.param == "sqlite":
-        path: Path = tmp_path_factory.mktemp("fast") / "fast.db"
-        await migrate.upgrade(f"sqlite:///{path}")
-        sqlite = SqliteDatabase(path, SqliteOptions())
-        await sqlite.start()
-        try:
-            yield sqlite
-        finally:
-            await sqlite.close()
-        return
-    async with postgres.fresh_database("runstore_fast_path") as url:
-        await migrate.upgrade(url)
-        pg = PostgresDatabase(url, PostgresOptions(pool_min=1, pool_max=2))
-        await pg.start()
-        try:
-            yield pg
-        finally:
-            await pg.close()
+    async with opened(request.param, tmp_path_factory.mktemp("fast"), "fast-path") as it:
+        yield it.db
 
 
 @pytest.mark.parametrize("state", CASES.values(), ids=CASES.keys())

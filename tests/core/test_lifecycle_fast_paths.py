@@ -17,7 +17,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -39,10 +38,7 @@ from runstore.server.core.model import (
 )
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.store import RuntimeStore
-from runstore.server.db import migrate
-from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
-from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
-from tests import postgres
+from tests.backends import BACKENDS, opened
 from tests.core.preconditions import endable, startable
 
 T0 = 1_700_000_000_000 * 1_000_000
@@ -82,31 +78,13 @@ class FastPaths:
         return record_id
 
 
-@pytest.fixture(
-    scope="module",
-    params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
-)
+@pytest.fixture(scope="module", params=BACKENDS)
 async def db(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Database]:
-    if request.param == "sqlite":
-        path: Path = tmp_path_factory.mktemp("lifecycle-fast") / "fast.db"
-        await migrate.upgrade(f"sqlite:///{path}")
-        sqlite = SqliteDatabase(path, SqliteOptions())
-        await sqlite.start()
-        try:
-            yield sqlite
-        finally:
-            await sqlite.close()
-        return
-    async with postgres.fresh_database("runstore_lifecycle_fast") as url:
-        await migrate.upgrade(url)
-        pg = PostgresDatabase(url, PostgresOptions(pool_min=1, pool_max=2))
-        await pg.start()
-        try:
-            yield pg
-        finally:
-            await pg.close()
+    directory = tmp_path_factory.mktemp("lifecycle-fast")
+    async with opened(request.param, directory, "lifecycle-fast") as it:
+        yield it.db
 
 
 async def _prepare(

@@ -33,7 +33,7 @@ from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
-from tests import postgres
+from tests import backends
 from tests.secured import (
     ROLES,
     Entry,
@@ -75,13 +75,7 @@ class Secured:
         return (*bearer(self.tokens[caller]), *in_default)
 
 
-@pytest.fixture(
-    scope="module",
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ],
-)
+@pytest.fixture(scope="module", params=backends.BACKENDS)
 async def secured(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Secured]:
@@ -90,11 +84,7 @@ async def secured(
     # are bound to "default" (no namespaces key).
     entries = {role: Entry(role, namespaces=["*"] if role == "admin" else None) for role in ROLES}
     auth_file = write_auth_file(directory / "auth.toml", entries)
-    if request.param == "sqlite":
-        async for secured in _serve(f"sqlite:///{directory / 'runstore.db'}", auth_file, entries):
-            yield secured
-        return
-    async with postgres.fresh_database() as url:
+    async with backends.database(request.param, directory) as url:
         async for secured in _serve(url, auth_file, entries):
             yield secured
 

@@ -41,6 +41,8 @@ from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
 from tests import pg_cluster
+from tests.ledger import Acked
+from tests.ledger import Ledger as Acknowledgements
 from tests.processes import server_process
 from tests.support import Run, Store, failure_of, now_ms, run_start, ts, unique
 
@@ -53,46 +55,12 @@ TRANSIENT_CODES = frozenset({grpc.StatusCode.UNAVAILABLE})
 
 
 @dataclass
-class Acked:
-    """An acknowledged command: how to send it again and what it answered."""
-
-    send: Callable[[Store], Awaitable[Any]]
-    result_id: Callable[[Any], str]
-    inserted: Callable[[Any], bool]
-    record_id: str
-
-
-@dataclass
-class Ledger:
+class Ledger(Acknowledgements):
     """Everything the store acknowledged, and what the faults cost."""
 
-    records: dict[tuple[str, str], tuple[str, bytes]] = field(default_factory=dict)
     endings: dict[str, int] = field(default_factory=dict)
     runs: set[str] = field(default_factory=set)
-    commands: list[Acked] = field(default_factory=list)
-    codes: collections.Counter[str] = field(default_factory=collections.Counter)
     in_flight_retried: int = 0
-    acked: int = 0
-    progress: asyncio.Condition = field(default_factory=asyncio.Condition)
-
-    async def ack(self) -> None:
-        async with self.progress:
-            self.acked += 1
-            self.progress.notify_all()
-
-    async def reach(self, count: int, writers: list[asyncio.Future[None]]) -> None:
-        """Waits for ``count`` acknowledgements; a writer that failed fails this."""
-
-        async def counted() -> None:
-            async with self.progress:
-                await self.progress.wait_for(lambda: self.acked >= count)
-
-        waiter = asyncio.ensure_future(counted())
-        await asyncio.wait([waiter, *writers], return_when=asyncio.FIRST_COMPLETED)
-        for writer in writers:
-            if writer.done():
-                writer.result()  # raises the writer's failure
-        await waiter
 
 
 class Harness:
@@ -166,7 +134,7 @@ class Harness:
             self.ledger.codes["OK"] += 1
             if failed:
                 self.ledger.in_flight_retried += 1
-            self.ledger.commands.append(Acked(send, result_id, inserted, result_id(response)))
+            self.ledger.commands.append(Acked(send, result_id, result_id(response), inserted))
             await self.ledger.ack()
             return response
         raise AssertionError("a command never succeeded")
@@ -292,7 +260,7 @@ async def _replay_everything(store: Store, ledger: Ledger) -> int:
     async def replay(command: Acked) -> None:
         response = await command.send(store)
         assert command.result_id(response) == command.record_id
-        assert not command.inserted(response)
+        assert command.inserted is not None and not command.inserted(response)
 
     for offset in range(0, len(commands), 64):
         await asyncio.gather(*(replay(c) for c in commands[offset : offset + 64]))

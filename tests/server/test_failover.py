@@ -38,6 +38,8 @@ from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
 from tests import pg_standby
+from tests.ledger import Acked
+from tests.ledger import Ledger as Acknowledgements
 from tests.processes import server_process
 from tests.support import Store, failure_of, now_ms, run_start, ts, unique
 
@@ -58,44 +60,10 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 @dataclass
-class Acked:
-    send: Callable[[Store], Awaitable[Any]]
-    result_id: Callable[[Any], str]
-    record_id: str
-
-
-@dataclass
-class Ledger:
-    records: dict[tuple[str, str], tuple[str, bytes]] = field(default_factory=dict)
+class Ledger(Acknowledgements):
     runs: dict[str, str] = field(default_factory=dict)
     """Run ID → its session."""
-    commands: list[Acked] = field(default_factory=list)
-    codes: collections.Counter[str] = field(default_factory=collections.Counter)
-    acked: int = 0
-    progress: asyncio.Condition = field(default_factory=asyncio.Condition)
-    acked_at: list[float] = field(default_factory=list)
     stopping: bool = False
-
-    def first_ack_after(self, moment: float) -> float:
-        return min(t for t in self.acked_at if t > moment)
-
-    async def ack(self) -> None:
-        self.acked_at.append(time.monotonic())
-        async with self.progress:
-            self.acked += 1
-            self.progress.notify_all()
-
-    async def reach(self, count: int, tasks: list[asyncio.Future[None]]) -> None:
-        async def counted() -> None:
-            async with self.progress:
-                await self.progress.wait_for(lambda: self.acked >= count)
-
-        waiter = asyncio.ensure_future(asyncio.wait_for(counted(), 120))
-        await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            if task.done():
-                task.result()  # a writer's or watcher's failure fails the test
-        await waiter
 
 
 async def _call(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +25,14 @@ from runstore.server.config import ServerConfig
 from runstore.server.core.model import OneShotRunStart, RecordDraft, RunStart
 from runstore.server.db import migrate
 from runstore.server.db.schema import metadata
-from tests import postgres
+from tests import backends
 
 pytestmark = pytest.mark.usefixtures("acting_in_default")  # direct database work
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def empty_url(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fresh.db'}"
-        return
-    async with postgres.fresh_database("runstore_migrate") as url:
+@pytest.fixture(params=backends.BACKENDS)
+async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    async with backends.database(request.param, tmp_path, "migrate") as url:
         yield url
 
 

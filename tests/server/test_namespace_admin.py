@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import math
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -32,8 +32,6 @@ from runstore.client import (
 from runstore.client.retry import NO_RETRY
 from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.contract.model import SessionFilter
-from runstore.server.app import build_server, create_stores, open_database
-from runstore.server.config import ServerConfig
 from runstore.server.core import listing
 from runstore.server.core.namespaces import NamespaceStore
 from runstore.server.db.namespace_sql import DATA_TABLES
@@ -42,7 +40,7 @@ from runstore.v1 import memory_store_pb2 as ms
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import session_admin_pb2 as sa
-from tests import postgres
+from tests import backends
 from tests.secured import dump_database
 from tests.seeds import Upload, declaration
 from tests.support import Store, now_ms, run_start, started_record, ts, unique
@@ -59,41 +57,29 @@ class Admin:
     store: NamespaceStore
 
 
-@pytest.fixture(
-    scope="module",
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ],
-)
+@pytest.fixture(scope="module", params=backends.BACKENDS)
 async def admin(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Admin]:
     directory = tmp_path_factory.mktemp("namespace-admin")
-    async with AsyncExitStack() as stack:
-        if request.param == "sqlite":
-            url = f"sqlite:///{directory / 'runstore.db'}"
-        else:
-            url = await stack.enter_async_context(postgres.fresh_database())
-        async for served in _serve(url):
-            yield served
+    async with backends.database(request.param, directory) as url, _serve(url) as served:
+        yield served
 
 
+@asynccontextmanager
 async def _serve(url: str) -> AsyncIterator[Admin]:
-    config = ServerConfig(listen="127.0.0.1:0", database_url=url, migrate=True)
-    async with AsyncExitStack() as stack:
-        db = await stack.enter_async_context(open_database(config))
-        stores = create_stores(config, db)
+    def small_purge_batches(stores: Any, db: Any) -> Any:
         assert stores.namespaces is not None
         namespaces = NamespaceStore(
             db.calls, stores.namespaces.directory, purge_batch_rows=PURGE_BATCH_ROWS
         )
-        running = await build_server(config, dataclasses.replace(stores, namespaces=namespaces))
-        stack.push_async_callback(running.server.stop, None)
-        stack.push_async_callback(namespaces.close)
-        target = f"127.0.0.1:{running.port}"
-        client = await stack.enter_async_context(RemoteNamespaceAdmin(target, retry=NO_RETRY))
-        yield Admin(client, target, url, namespaces)
+        return dataclasses.replace(stores, namespaces=namespaces)
+
+    async with (
+        backends.served(url, stores=small_purge_batches) as server,
+        RemoteNamespaceAdmin(server.target, retry=NO_RETRY) as client,
+    ):
+        yield Admin(client, server.target, url, server.stores.namespaces)
 
 
 async def test_create_then_get_returns_every_setting(admin: Admin) -> None:

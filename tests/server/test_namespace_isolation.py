@@ -32,7 +32,7 @@ from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.server.config import ServerConfig
 from runstore.server.db.namespace_sql import DATA_TABLES
 from runstore.v1 import namespace_admin_pb2 as na
-from tests import postgres
+from tests import backends
 from tests.secured import (
     ROLES,
     Entry,
@@ -67,22 +67,12 @@ class Matrix:
         return (*bearer(self.tokens[principal]), *header)
 
 
-@pytest.fixture(
-    scope="module",
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ],
-)
+@pytest.fixture(scope="module", params=backends.BACKENDS)
 async def matrix(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Matrix]:
     directory = tmp_path_factory.mktemp("isolation")
-    if request.param == "sqlite":
-        async for served in _serve(f"sqlite:///{directory / 'runstore.db'}", directory):
-            yield served
-        return
-    async with postgres.fresh_database() as url:
+    async with backends.database(request.param, directory) as url:
         async for served in _serve(url, directory):
             yield served
 

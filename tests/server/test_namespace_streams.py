@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import pytest
@@ -16,11 +17,9 @@ import pytest
 from runstore.client.namespaces import RemoteNamespaceAdmin
 from runstore.client.retry import NO_RETRY
 from runstore.contract.metadata import NAMESPACE_KEY
-from runstore.server.app import build_server, create_stores, open_database
-from runstore.server.config import ServerConfig
 from runstore.server.core.quotas import Quotas
 from runstore.v1 import runtime_store_pb2 as rs
-from tests import postgres
+from tests import backends
 from tests.support import Store, failure_of, run_start, unique
 
 
@@ -32,43 +31,23 @@ class Served:
 
 
 async def _serve(stack: AsyncExitStack, url: str, *, quotas: bool) -> Served:
+    def without_quotas(stores: Any, db: Any) -> Any:
+        return stores if quotas else dataclasses.replace(stores, quotas=None)
+
     # Watch streams re-read their cursor rarely: a stream ends because its
     # namespace went, not because a poll found its run purged.
-    config = ServerConfig(
-        listen="127.0.0.1:0", database_url=url, migrate=True, watch_poll_seconds=600
+    server = await stack.enter_async_context(
+        backends.served(url, stores=without_quotas, watch_poll_seconds=600)
     )
-    db = await stack.enter_async_context(open_database(config))
-    stores = create_stores(config, db)
-    if not quotas:
-        stores = dataclasses.replace(stores, quotas=None)
-    running = await build_server(config, stores)
-    stack.push_async_callback(running.server.stop, None)
-    if stores.quotas is not None:
-        stack.push_async_callback(stores.quotas.stop)
-    assert stores.namespaces is not None
-    stack.push_async_callback(stores.namespaces.close)
-    target = f"127.0.0.1:{running.port}"
-    channel = await stack.enter_async_context(grpc.aio.insecure_channel(target))
-    return Served(
-        Store(channel, target=target),
-        target,
-        None if stores.quotas is None else stores.quotas.quotas,
-    )
+    keeper = server.stores.quotas
+    return Served(server.store, server.target, None if keeper is None else keeper.quotas)
 
 
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ],
-)
+@pytest.fixture(params=backends.BACKENDS)
 async def database_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('streams') / 'runstore.db'}"
-        return
-    async with postgres.fresh_database() as url:
+    async with backends.database(request.param, tmp_path_factory.mktemp("streams")) as url:
         yield url
 
 

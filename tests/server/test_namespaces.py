@@ -14,6 +14,7 @@ import json
 import signal
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from runstore.server.core.namespaces import REFRESH_SECONDS
 from runstore.v1 import namespace_admin_pb2 as na
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
-from tests import postgres
+from tests import backends, postgres
 from tests.processes import ServerProcess, server_process
 from tests.secured import Entry, bearer, write_auth_file
 from tests.support import Store, fails, fails_with, failure_of, now_ms, run_start, ts, unique
@@ -97,7 +98,9 @@ class Served:
         )
 
 
+@asynccontextmanager
 async def _serve(url: str, directory: Path, *, authenticated: bool = True) -> AsyncIterator[Served]:
+    """A ``runstore serve`` process over ``url``, logging every call as JSON."""
     args = ["--database-url", url, "--migrate", "--log-format", "json", "--access-log"]
     if authenticated:
         auth_file = write_auth_file(directory / "auth.toml", PRINCIPALS)
@@ -110,26 +113,14 @@ async def _serve(url: str, directory: Path, *, authenticated: bool = True) -> As
         yield Served(server, Store(channel, target=server.target), url)
 
 
-@pytest.fixture(
-    scope="module",
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    ],
-)
+@pytest.fixture(scope="module", params=backends.BACKENDS)
 async def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Served]:
     directory = tmp_path_factory.mktemp("namespaces")
-    if request.param == "sqlite":
-        async for served in _serve(f"sqlite:///{directory / 'runstore.db'}", directory):
-            await _create(served, "team-a", "team-b")
-            yield served
-        return
-    async with postgres.fresh_database() as url:
-        async for served in _serve(url, directory):
-            await _create(served, "team-a", "team-b")
-            yield served
+    async with backends.database(request.param, directory) as url, _serve(url, directory) as it:
+        await _create(it, "team-a", "team-b")
+        yield it
 
 
 async def _create(served: Served, *names: str, principal: str | None = "operator") -> None:
@@ -263,9 +254,9 @@ async def test_only_an_admin_bound_to_every_namespace_manages_them(
 
 
 async def test_with_authentication_off_the_header_or_default(tmp_path: Path) -> None:
-    async for served in _serve(
+    async with _serve(
         f"sqlite:///{tmp_path / 'runstore.db'}", tmp_path, authenticated=False
-    ):
+    ) as served:
         assert await served.create_session(None) == "default"
         failure = await served.create_session_fails(None, "team-x")
         assert (failure.code, failure.reason) == (NOT_FOUND, "NAMESPACE_NOT_FOUND")
@@ -279,39 +270,39 @@ async def test_another_replica_sees_a_creation_and_a_deletion_within_the_refresh
     tmp_path: Path,
 ) -> None:
     """Two replicas on one database: what one creates or deletes, the other
-    serves or refuses within ``REFRESH_SECONDS`` (docs/namespaces.md)."""
-    async with postgres.fresh_database() as url:
-        async for first in _serve(url, tmp_path):
-            async for second in _serve(url, tmp_path):
-                name = _new_name()
-                await _create(first, name)
-                seen = await _seconds_until(second, name, acts=True)
-                assert seen <= REFRESH_SECONDS + 1.0, seen
-                await first.store.namespaces.DeleteNamespace(
-                    na.DeleteNamespaceRequest(name=name), metadata=first.metadata("operator")
-                )
-                refused = await _seconds_until(second, name, acts=False)
-                assert refused <= REFRESH_SECONDS + 1.0, refused
+    serves or refuses within ``REFRESH_SECONDS`` (docs/namespaces.md). Its view
+    is at most that old: the first call once that much time has passed since
+    the change sees it. A later call would too, so a slow machine cannot fail
+    this; a replica that never refreshed, or refreshed late, does."""
+    async with (
+        postgres.fresh_database() as url,
+        _serve(url, tmp_path) as first,
+        _serve(url, tmp_path) as second,
+    ):
+        name = _new_name()
+        assert not await _acts(second, name)  # its directory is read: now it is stale
+        await _create(first, name)
+        await asyncio.sleep(REFRESH_SECONDS)
+        assert await _acts(second, name)
+        await first.store.namespaces.DeleteNamespace(
+            na.DeleteNamespaceRequest(name=name), metadata=first.metadata("operator")
+        )
+        await asyncio.sleep(REFRESH_SECONDS)
+        assert not await _acts(second, name)
 
 
-async def _seconds_until(served: Served, name: str, *, acts: bool) -> float:
-    """Seconds until a call into ``name`` on ``served`` acts there (``acts``)
-    or is refused as NAMESPACE_NOT_FOUND (polled, bounded)."""
-    started = time.monotonic()
-    while time.monotonic() < started + REFRESH_SECONDS + 10:
-        try:
-            await served.store.admin.CreateSession(
-                sa.CreateSessionRequest(session_id=unique("s"), created_at=ts(now_ms())),
-                metadata=served.metadata("host-all", name),
-            )
-            acted = True
-        except grpc.aio.AioRpcError as err:
-            assert failure_of(err).reason == "NAMESPACE_NOT_FOUND", err
-            acted = False
-        if acted == acts:
-            return time.monotonic() - started
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"namespace {name!r} never {'served' if acts else 'refused'}")
+async def _acts(served: Served, name: str) -> bool:
+    """Whether a call into ``name`` on ``served`` acts there (else it is refused
+    as NAMESPACE_NOT_FOUND)."""
+    try:
+        await served.store.admin.CreateSession(
+            sa.CreateSessionRequest(session_id=unique("s"), created_at=ts(now_ms())),
+            metadata=served.metadata("host-all", name),
+        )
+    except grpc.aio.AioRpcError as err:
+        assert failure_of(err).reason == "NAMESPACE_NOT_FOUND", err
+        return False
+    return True
 
 
 async def test_an_open_stream_ends_once_its_principal_is_no_longer_bound_there(

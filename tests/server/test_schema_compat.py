@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from runstore.server.db import compat, migrate
-from tests import postgres
+from tests import backends
 from tests.processes import server_process
 from tests.server.test_startup_failures import one_line, runstore
 from tests.support import Store, run_start
@@ -29,15 +30,10 @@ NEWER = "0099_from_the_future"
 NEWER_VERSION = "9.8.7"
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def migrated_url(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+@pytest.fixture(params=backends.BACKENDS)
+async def migrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """A database migrated to this code's head."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'runstore.db'}"
-        await migrate.upgrade(url)
-        yield url
-        return
-    async with postgres.fresh_database("runstore_compat") as url:
+    async with backends.database(request.param, tmp_path, "compat") as url:
         await migrate.upgrade(url)
         yield url
 

@@ -18,22 +18,20 @@ from runstore.server.core.store import RuntimeStore
 from runstore.server.metrics import Metrics
 from runstore.server.seed_expiry import SeedExpiry
 from runstore.v1 import seeds_pb2 as sd
-from tests import postgres
+from tests import backends
 from tests.seeds import Upload, another_attempt, declaration
 from tests.support import Store, fails_with, serving
 
 MINUTE_NS = 60 * 1_000_000_000
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=backends.BACKENDS)
 async def fresh_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[str]:
     """A database of its own, so that a pass sees only this test's attempts."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path_factory.mktemp('expiry') / 'runstore.db'}"
-        return
-    async with postgres.fresh_database("runstore_expiry") as url:
+    directory = tmp_path_factory.mktemp("expiry")
+    async with backends.database(request.param, directory, "expiry") as url:
         yield url
 
 

@@ -2,7 +2,7 @@
 commands installed distributions add (``runstore.cli.plugins``).
 
 The script comes with runstore-client itself; its commands need the ``cli``
-extra (``rich``, ``tomli-w``, ``grpcio-health-checking``). Without it, each of
+extra (``rich``, ``tomlkit``, ``grpcio-health-checking``). Without it, each of
 them says what to install instead of failing on an import.
 """
 
@@ -41,7 +41,7 @@ BUILTIN_MODULES: Final[Mapping[str, str]] = {
 }
 """Each built-in command (``BUILTIN_NAMES``) and the module whose ``COMMAND`` it is."""
 
-CLI_EXTRA_MODULES: Final = ("rich", "tomli_w", "grpc_health")
+CLI_EXTRA_MODULES: Final = ("rich", "tomlkit", "grpc_health")
 """What the ``cli`` extra installs, by import name."""
 
 

@@ -15,8 +15,9 @@ The file holds hashes only, never a token. The server reads it
 (``runstore.server.auth``); ``runstore auth`` writes it (``add_token``,
 ``add_certificates``, ``rotate_token``, ``remove_principal``: each checks the
 whole result and replaces the file atomically), so its rules live here,
-in the distribution both install. Writing needs ``tomli-w`` (runstore-client's
-``cli`` extra); reading needs nothing beyond the standard library.
+in the distribution both install. Writing needs ``tomlkit`` (runstore-client's
+``cli`` extra), which edits the file in place so that its comments stay;
+reading needs nothing beyond the standard library.
 """
 
 from __future__ import annotations
@@ -205,17 +206,33 @@ def _read_text(path: Path, *, must_exist: bool) -> str:
         raise AuthFileError(f"{path}: cannot read: {exc}") from None
 
 
-def _appended(text: str, entry: Mapping[str, Any]) -> str:
-    """``text`` with one more ``[[principal]]`` table at its end, comments kept."""
-    import tomli_w  # the cli extra: only writing the file needs it
+def _document(path: Path, text: str) -> tuple[Any, Any]:
+    """``text`` parsed for editing (tomlkit: comments and layout kept) and its
+    ``[[principal]]`` array of tables (None when the file has none yet)."""
+    import tomlkit  # the cli extra: only writing the file needs it
+    from tomlkit.items import AoT
 
-    addition = tomli_w.dumps({"principal": [entry]})
-    return (
-        text
-        + ("\n" if text and not text.endswith("\n") else "")
-        + ("\n" if text else "")
-        + addition
-    )
+    document = tomlkit.parse(text)
+    tables = document.get("principal")
+    if tables is not None and not isinstance(tables, AoT):
+        raise AuthFileError(
+            f"{path}: 'principal' is not written as [[principal]] tables; edit it by hand"
+        )
+    return document, tables
+
+
+def _appended(path: Path, text: str, entry: Mapping[str, Any]) -> str:
+    """``text`` with one more ``[[principal]]`` table at its end, comments kept."""
+    import tomlkit
+
+    document, tables = _document(path, text)
+    table = tomlkit.table()
+    table.update(entry)
+    if tables is None:
+        document.append("principal", tomlkit.aot())
+        tables = document["principal"]
+    tables.append(table)
+    return tomlkit.dumps(document)
 
 
 def _check_namespaces(namespaces: list[str] | None) -> None:
@@ -250,7 +267,7 @@ def add_token(
     entry = _with_namespaces(
         {"name": name, "role": role, "token_sha256": hash_token(token)}, namespaces
     )
-    _replace(path, _appended(text, entry))
+    _replace(path, _appended(path, text, entry))
     return token
 
 
@@ -287,7 +304,7 @@ def add_certificates(
         entry = _with_namespaces(
             {"name": name, "role": role, "certificates": identities}, namespaces
         )
-        updated = _appended(text, entry)
+        updated = _appended(path, text, entry)
     else:
         if role is not None and role != current.role:
             raise AuthFileError(
@@ -352,30 +369,26 @@ def _with_certificates(principal: Principal, identities: list[str]) -> dict[str,
     return fields
 
 
-_TABLE_HEADER: Final = re.compile(
-    r"^[ \t]*\[\[[ \t]*principal[ \t]*\]\][ \t]*(#.*)?$", re.MULTILINE
-)
-
-
 def _edited(path: Path, text: str, name: str, fields: Mapping[str, Any] | None) -> str:
-    """``text`` with the ``[[principal]]`` table of ``name`` replaced by
-    ``fields`` (or removed when None). Only that table is rewritten: comments
-    elsewhere stay. A file not made of ``[[principal]]`` tables is refused."""
-    import tomli_w
+    """``text`` with the ``[[principal]]`` table of ``name`` changed to hold
+    ``fields`` (or removed when None), edited in place: every comment stays,
+    those inside that table too, and the keys that keep their value keep
+    their line."""
+    import tomlkit
 
-    starts = [match.start() for match in _TABLE_HEADER.finditer(text)]
-    tables = [text[begin:end] for begin, end in zip(starts, [*starts[1:], len(text)], strict=True)]
-    for index, table in enumerate(tables):
-        try:
-            entries = tomllib.loads(table).get("principal", [])
-        except tomllib.TOMLDecodeError:
-            break  # a header inside a multi-line string: do not guess
-        if not (isinstance(entries, list) and len(entries) == 1 and entries[0].get("name") == name):
+    document, tables = _document(path, text)
+    for index, table in enumerate(tables if tables is not None else []):
+        if table.get("name") != name:
             continue
-        replacement = "" if fields is None else tomli_w.dumps({"principal": [dict(fields)]})
-        if replacement and tables[index + 1 :]:
-            replacement += "\n"
-        return text[: starts[index]] + replacement + text[starts[index] + len(table) :]
+        if fields is None:
+            del tables[index]
+        else:
+            for key in [key for key in table if key not in fields]:
+                del table[key]
+            for key, value in fields.items():
+                if table.get(key) != value:
+                    table[key] = value
+        return tomlkit.dumps(document)
     raise AuthFileError(
         f"{path}: principal {name!r} is not in a [[principal]] table of its own; edit it by hand"
     )

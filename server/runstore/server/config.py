@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import math
 import os
 import re
@@ -30,6 +31,7 @@ DEFAULT_DATABASE_URL = "sqlite:///var/runstore.db"
 SQLITE_SYNCHRONOUS_LEVELS: Final = ("OFF", "NORMAL", "FULL", "EXTRA")
 LOG_LEVELS: Final = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 LOG_FORMATS: Final = ("TEXT", "JSON")
+EVENT_LOOPS: Final = ("AUTO", "UVLOOP", "ASYNCIO")
 
 
 class ConfigError(ValueError):
@@ -56,6 +58,24 @@ def one_of(*choices: str) -> Check:
         return None if str(value).upper() in choices else f"must be one of {', '.join(choices)}"
 
     return check
+
+
+def uvloop_installed() -> bool:
+    """Whether uvloop imports here: runstore-server installs it where it builds
+    (CPython, not on Windows); elsewhere ``--event-loop auto`` uses asyncio's."""
+    try:
+        importlib.import_module("uvloop")
+    except ImportError:
+        return False
+    return True
+
+
+def event_loop_choice(value: Any) -> str | None:
+    """One of ``EVENT_LOOPS``; ``uvloop`` only where it is installed."""
+    complaint = one_of(*EVENT_LOOPS)(value)
+    if complaint is None and str(value).upper() == "UVLOOP" and not uvloop_installed():
+        return "must be auto or asyncio where uvloop is not installed (pip install uvloop)"
+    return complaint
 
 
 def listen_address(value: Any) -> str | None:
@@ -171,9 +191,10 @@ class ServerConfig:
         positive,
     )
     event_loop: str = _setting(
-        "uvloop",
-        "the event loop: uvloop (measured faster on both backends), or asyncio (the standard one)",
-        one_of("UVLOOP", "ASYNCIO"),
+        "auto",
+        "the event loop: uvloop (measured faster on both backends), asyncio (the standard "
+        "one), or auto (uvloop where it is installed, else asyncio)",
+        event_loop_choice,
     )
     sqlite_synchronous: str = _setting(
         "FULL",
@@ -288,7 +309,9 @@ class ServerConfig:
     )
     retention_interval: str = _setting(
         "10m",
-        "how often the retention task runs (a DURATION), when any --retain-* is set",
+        "how often the retention task wakes (a DURATION): it purges when any --retain-* is "
+        "set or a namespace has a retention override, and expires stale seed attempts "
+        "(--seed-attempt-ttl) on every wake",
         duration,
     )
     seed_attempt_ttl: str = _setting(

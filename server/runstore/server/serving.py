@@ -14,7 +14,7 @@ from runstore.server import tracing
 from runstore.server.app import build_server, shutdown
 from runstore.server.auth import Security
 from runstore.server.auth.secrets import redacted
-from runstore.server.config import ServerConfig
+from runstore.server.config import ServerConfig, uvloop_installed
 from runstore.server.console.server import ConsoleServer, check_exposure
 from runstore.server.db.opening import open_database
 from runstore.server.interceptors.handlers import chain_kind
@@ -53,9 +53,11 @@ def freeze_startup_objects() -> None:
 
 def run(config: ServerConfig, *, reuse_port: bool = False) -> None:
     """``serve`` on the event loop ``config.event_loop`` names (uvloop: less
-    of each call's time in the loop's own Python)."""
+    of each call's time in the loop's own Python; ``auto``: uvloop where it is
+    installed, else asyncio's own)."""
     loop_factory = None
-    if config.event_loop.lower() == "uvloop":
+    choice = config.event_loop.lower()
+    if choice == "uvloop" or (choice == "auto" and uvloop_installed()):
         import uvloop
 
         loop_factory = uvloop.new_event_loop

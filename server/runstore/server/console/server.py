@@ -2,7 +2,9 @@
 
 uvicorn runs programmatically (``startup``, ``main_loop``, ``shutdown``, never
 ``serve``, which would take over SIGTERM and SIGINT from runstore's own
-handlers). The socket is bound here, so a busy port is one clear error before
+handlers). Those steps are not uvicorn's public API, so runstore-server caps
+uvicorn at the newest release ``tests/console/test_console_embedding.py``
+passed on. The socket is bound here, so a busy port is one clear error before
 anything is served, and port 0 gives a free port (tests). Under TLS the
 console uses the gRPC server's certificate and key (and client CA).
 """
