@@ -244,7 +244,11 @@ def create_stores(config: ServerConfig, db: Database) -> Stores:
     return Stores(
         namespaces=NamespaceStore(db, directory),
         quotas=QuotaKeeper(
-            Quotas(directory), directory, own, recount_seconds=config.quota_recount_seconds
+            Quotas(directory),
+            directory,
+            own,
+            recount_seconds=config.quota_recount_seconds,
+            always=True,  # the health service's commit probe (health.Heartbeat)
         ),
         probe=db if isinstance(db, Probe) else None,
         runtime=runtime,
@@ -403,7 +407,15 @@ async def build_server(
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     monitor = None
     if stores.probe is not None:
-        monitor = HealthMonitor(health_servicer, names, stores.probe, config.health_probe_interval)
+        monitor = HealthMonitor(
+            health_servicer,
+            names,
+            stores.probe,
+            config.health_probe_interval,
+            heartbeat=stores.quotas,
+            stall_after=config.commit_stall_after,
+            metrics=telemetry.metrics,
+        )
         monitor.start()
     if stores.namespaces is not None and telemetry.metrics is not None:
         stores.namespaces.purged = telemetry.metrics.forget_namespace

@@ -49,6 +49,13 @@ def non_negative(value: Any) -> str | None:
     return None if value >= 0 else "must not be negative"
 
 
+def at_least(least: float) -> Check:
+    def check(value: Any) -> str | None:
+        return None if value >= least else f"must be at least {least:g}s"
+
+    return check
+
+
 def one_of(*choices: str) -> Check:
     """Any of ``choices``, in any letter case."""
 
@@ -266,6 +273,12 @@ class ServerConfig:
     )
     health_probe_interval: float = _time_setting(
         1.0, "seconds between the health service's database probes", positive
+    )
+    commit_stall_after: float = _time_setting(
+        10.0,
+        "health NOT_SERVING while the database answers but the replica's heartbeat (a commit "
+        "every 2 s) has not committed for this long (at least 4s)",
+        at_least(4.0),
     )
 
     # --- Retention: background purges (off by default) ------------------------
