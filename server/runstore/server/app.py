@@ -22,6 +22,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from runstore.contract import pid_file
 from runstore.server import tracing
 from runstore.server.auth import Security
 from runstore.server.auth.secrets import redacted
@@ -511,7 +512,12 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
     check_listen_addresses(config, reuse_port=reuse_port)
     telemetry = Telemetry.from_config(config)
     endpoint = None
+    held = contextlib.ExitStack()
     try:
+        # A worker's parent holds the pid file of --workers (it passes SIGHUP on).
+        pid_path = None if reuse_port else early_pid_file(config)
+        if pid_path is not None:
+            held.enter_context(pid_file.held(pid_path))
         if telemetry.metrics is not None:
             try:
                 endpoint = MetricsEndpoint(telemetry.metrics, config.metrics_listen)
@@ -540,15 +546,29 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
             if running.console is not None:
                 loop.add_signal_handler(signal.SIGHUP, _reload, security, running.console)
             try:
+                if not reuse_port and pid_path is None:  # named after the port just bound
+                    path = pid_file.server_path(config.pid_file, config.listen, running.port)
+                    held.enter_context(pid_file.held(path))
                 await stop.wait()
             finally:
                 await shutdown(running, config.grace_seconds)
     finally:
+        held.close()
         if endpoint is not None:
             endpoint.close()
         if telemetry.tracer_provider is not None:
             tracing.shutdown(telemetry.tracer_provider)
     log.info("runstore stopped")
+
+
+def early_pid_file(config: ServerConfig) -> Path | None:
+    """The pid file, when it is known before the port is bound (``--pid-file``,
+    or a fixed port): taken before the database is touched."""
+    if config.pid_file:
+        return Path(config.pid_file)
+    if config.listen.endswith(":0"):
+        return None
+    return pid_file.default_path(config.listen)
 
 
 def _reload(security: Security, console: ConsoleServer) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from runstore.cli.plugins import SERVER_COMMANDS, Command
+from runstore.contract import pid_file
 from runstore.server import app, config, logs, startup_failures, tracing, workers
 from runstore.server.auth import SecurityError
 from runstore.server.auth.secrets import DatabaseURLError, resolve_database_url
@@ -27,6 +28,7 @@ _FAILURES: Final = (
     tracing.TracingUnavailable,
     app.ListenError,
     workers.WorkersError,
+    pid_file.PidFileError,
 )
 """Start-up failures reported as one line and exit code 2."""
 

@@ -329,6 +329,13 @@ class ServerConfig:
         "", "file holding the database URL (keeps its password out of argv)"
     )
 
+    pid_file: str = _setting(
+        "",
+        "file holding the server's pid while it serves, for runstore auth reload (under "
+        "--workers: the parent's, which passes SIGHUP on); empty: runstore-PORT.pid in the "
+        "temporary directory ($TMPDIR, else /tmp), PORT that of --listen",
+    )
+
     # --- Operations: metrics, logs --------------------------------------------
     metrics_listen: str = _setting(
         "",
