@@ -53,39 +53,64 @@ def server_path(configured: str, listen: str, port: int) -> Path:
     return default_path(listen)
 
 
+class HeldElsewhere(PidFileError):
+    """Another running process holds the file."""
+
+    def __init__(self, message: str, pid: int | None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
 @contextlib.contextmanager
-def held(path: Path, pid: int | None = None) -> Iterator[Path]:
+def held(path: Path, pid: int | None = None, *, label: str = "") -> Iterator[Path]:
     """Writes ``pid`` (this process's by default) to ``path`` and holds it
-    locked until the block ends, then removes it.
+    locked until the block ends, then removes it. ``label`` names the file
+    in errors (default: ``the pid file PATH (--pid-file)``).
 
     Raises:
-        PidFileError: another process holds it (a server already runs with
-            this pid file), or it cannot be written.
+        HeldElsewhere: another process holds it (a server already runs with
+            this pid file).
+        PidFileError: it cannot be written.
     """
+    descriptor = _locked(path, label or f"the pid file {path} (--pid-file)")
     try:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise PidFileError(
-            f"cannot write the pid file {path} (--pid-file): {(exc.strerror or str(exc)).lower()}"
-        ) from None
-    try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = _read_pid(descriptor)
-            raise PidFileError(
-                f"the pid file {path} (--pid-file) is held by another runstore serve"
-                + (f" (pid {other})" if other else "")
-            ) from None
         os.ftruncate(descriptor, 0)
         os.pwrite(descriptor, f"{os.getpid() if pid is None else pid}\n".encode(), 0)
         try:
             yield path
         finally:
             with contextlib.suppress(OSError):
-                if os.stat(path).st_ino == os.fstat(descriptor).st_ino:
-                    os.unlink(path)
+                os.unlink(path)  # still ours: _locked saw this very file at the path
     finally:
+        os.close(descriptor)
+
+
+def _locked(path: Path, label: str) -> int:
+    """A descriptor of ``path`` holding its exclusive lock. A file its holder
+    removed on the way out (between our open and our lock) is opened again:
+    the lock must be on the file the path names, or two could hold one."""
+    while True:
+        try:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            problem = (exc.strerror or str(exc)).lower()
+            raise PidFileError(
+                f"cannot write the pid file {path} (--pid-file): {problem}"
+            ) from None
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = _read_pid(descriptor)
+            os.close(descriptor)
+            raise HeldElsewhere(
+                f"{label} is held by another runstore serve" + (f" (pid {other})" if other else ""),
+                other,
+            ) from None
+        try:
+            if os.stat(path).st_ino == os.fstat(descriptor).st_ino:
+                return descriptor
+        except FileNotFoundError:
+            pass
         os.close(descriptor)
 
 

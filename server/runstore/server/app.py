@@ -40,7 +40,7 @@ from runstore.server.core.ports import Database, Wakeups
 from runstore.server.core.quotas import QuotaKeeper, Quotas
 from runstore.server.core.store import PageLimits, RuntimeStore
 from runstore.server.core.watch import NoWakeups, RecordWatch, WatchSettings
-from runstore.server.db import migrate, urls
+from runstore.server.db import migrate, serve_lock, urls
 from runstore.server.db.measured import measured
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
@@ -515,6 +515,7 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
     held = contextlib.ExitStack()
     try:
         # A worker's parent holds the pid file of --workers (it passes SIGHUP on).
+        held.enter_context(serve_lock.serving(config.database_url))
         pid_path = None if reuse_port else early_pid_file(config)
         if pid_path is not None:
             held.enter_context(pid_file.held(pid_path))

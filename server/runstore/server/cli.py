@@ -17,7 +17,7 @@ from runstore.contract import pid_file
 from runstore.server import app, config, logs, startup_failures, tracing, workers
 from runstore.server.auth import SecurityError
 from runstore.server.auth.secrets import DatabaseURLError, resolve_database_url
-from runstore.server.db import backup, migrate
+from runstore.server.db import backup, migrate, serve_lock
 
 log = logging.getLogger("runstore")
 
@@ -29,6 +29,7 @@ _FAILURES: Final = (
     app.ListenError,
     workers.WorkersError,
     pid_file.PidFileError,
+    serve_lock.AlreadyServed,
 )
 """Start-up failures reported as one line and exit code 2."""
 
