@@ -50,7 +50,7 @@ from runstore.server.db.append_groups import (
 )
 from runstore.server.db.compiled import Compiled
 from runstore.server.db.connect_pacing import ConnectPacing as ConnectPacing  # tests use it here
-from runstore.server.db.connect_pacing import close_connection
+from runstore.server.db.connect_pacing import PoolFloorWarnings, close_connection
 from runstore.server.db.statements import Statements
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.db.urls import asyncpg_dsn as asyncpg_dsn  # tests and tools use it here
@@ -300,6 +300,7 @@ class PostgresDatabase:
         self._statements = Statements.compile(asyncpg_dialect.dialect())  # type: ignore[no-untyped-call]
         self._pool: asyncpg.Pool | None = None
         self._pacing = ConnectPacing(longest_pause=options.reconnect_pause_max)
+        self._floor_warnings = PoolFloorWarnings(self._pacing)
         """Every connection to the primary opens through it: the pool's, the
         health probe's, LISTEN's and the retention lock's."""
         self._probe: asyncpg.Connection | None = None
@@ -363,6 +364,7 @@ class PostgresDatabase:
 
     async def start(self) -> None:
         options = self.options
+        logging.getLogger("asyncpg.pool").addFilter(self._floor_warnings)
         self._pool = await asyncpg.create_pool(
             self._dsn,
             connect=self._pacing.connect,
@@ -387,7 +389,10 @@ class PostgresDatabase:
             # Connects on first use: a standby that is down does not stop the server.
             self._read_pool = await asyncpg.create_pool(
                 self._read_dsn,
-                connect=ConnectPacing(longest_pause=options.reconnect_pause_max).connect,
+                connect=ConnectPacing(
+                    longest_pause=options.reconnect_pause_max,
+                    what="the read database (--read-database-url)",
+                ).connect,
                 min_size=0,
                 max_size=options.pool_max,
                 timeout=min(options.connect_timeout, options.operation_timeout),
@@ -418,6 +423,7 @@ class PostgresDatabase:
                 await asyncio.wait_for(pool.close(), self.options.operation_timeout)
             except TimeoutError:
                 pool.terminate()
+        logging.getLogger("asyncpg.pool").removeFilter(self._floor_warnings)
 
     @property
     def is_open(self) -> bool:
@@ -472,6 +478,8 @@ class PostgresDatabase:
             log.warning("no postgres connection within the timeout")
             raise UnavailableError("no database connection available; retry") from exc
         except Exception as exc:
+            if self._pacing.refusing:  # said once, when it began (ConnectPacing)
+                raise UnavailableError("database connection failed; retry") from exc
             log.warning("postgres connect failed: %s: %s", type(exc).__name__, exc)
             raise _unavailable(exc) from exc
 
