@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -158,3 +159,18 @@ async def test_reload_by_pid_file_and_a_stale_one_refused(tmp_path: Path) -> Non
     missing = await shell("auth", "reload", "--pid-file", str(tmp_path / "none.pid"))
     assert missing.code == 2 and "no pid file" in missing.one_line_error()
     assert [p.name for p in read_auth_file(auth_file)] == ["ops"]
+
+
+def test_a_default_pid_file_that_cannot_be_written_only_costs_the_reload(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A default path (no --pid-file) in a directory that is not there: one
+    warning and the server serves; a --pid-file given there stops it."""
+    path = tmp_path / "missing" / "runstore-50051.pid"
+    with contextlib.ExitStack() as stack:
+        pid_file.hold(stack, path, required=False)
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith(f"cannot write the pid file {path} (--pid-file)")
+    assert "runstore auth reload will not find this server" in warning
+    with pytest.raises(pid_file.Unwritable), contextlib.ExitStack() as stack:
+        pid_file.hold(stack, path, required=True)

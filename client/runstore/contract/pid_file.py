@@ -17,12 +17,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
+
+log = logging.getLogger(__name__)
 
 DEFAULT_LISTEN: Final = "127.0.0.1:50051"
 """``runstore serve``'s default ``--listen``."""
@@ -51,6 +54,10 @@ def server_path(configured: str, listen: str, port: int) -> Path:
     if not listen.startswith("unix"):
         listen = f"{listen.rpartition(':')[0]}:{port}"
     return default_path(listen)
+
+
+class Unwritable(PidFileError):
+    """The file cannot be created or opened for writing."""
 
 
 class HeldElsewhere(PidFileError):
@@ -85,6 +92,19 @@ def held(path: Path, pid: int | None = None, *, label: str = "") -> Iterator[Pat
         os.close(descriptor)
 
 
+def hold(stack: contextlib.ExitStack, path: Path, *, required: bool) -> None:
+    """Holds ``path`` (``held``) until ``stack`` closes. A default path
+    (``required`` False) that cannot be written costs only the reload: one
+    warning, and the server serves; a ``--pid-file`` given, or one another
+    server holds, stops it."""
+    try:
+        stack.enter_context(held(path))
+    except Unwritable as exc:
+        if required:
+            raise
+        log.warning("%s: runstore auth reload will not find this server (set --pid-file)", exc)
+
+
 def _locked(path: Path, label: str) -> int:
     """A descriptor of ``path`` holding its exclusive lock. A file its holder
     removed on the way out (between our open and our lock) is opened again:
@@ -94,9 +114,7 @@ def _locked(path: Path, label: str) -> int:
             descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             problem = (exc.strerror or str(exc)).lower()
-            raise PidFileError(
-                f"cannot write the pid file {path} (--pid-file): {problem}"
-            ) from None
+            raise Unwritable(f"cannot write {label}: {problem}") from None
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

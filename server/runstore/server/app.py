@@ -518,7 +518,7 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
         held.enter_context(serve_lock.serving(config.database_url))
         pid_path = None if reuse_port else early_pid_file(config)
         if pid_path is not None:
-            held.enter_context(pid_file.held(pid_path))
+            pid_file.hold(held, pid_path, required=bool(config.pid_file))
         if telemetry.metrics is not None:
             try:
                 endpoint = MetricsEndpoint(telemetry.metrics, config.metrics_listen)
@@ -549,7 +549,7 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
             try:
                 if not reuse_port and pid_path is None:  # named after the port just bound
                     path = pid_file.server_path(config.pid_file, config.listen, running.port)
-                    held.enter_context(pid_file.held(path))
+                    pid_file.hold(held, path, required=bool(config.pid_file))
                 await stop.wait()
             finally:
                 await shutdown(running, config.grace_seconds)

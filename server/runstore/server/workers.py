@@ -149,7 +149,7 @@ def supervise(config: ServerConfig, argv: Sequence[str]) -> int:
         held = contextlib.ExitStack()
         try:
             path = pid_file.server_path(config.pid_file, config.listen, port)
-            held.enter_context(pid_file.held(path))
+            pid_file.hold(held, path, required=bool(config.pid_file))
             for number in range(config.workers):
                 env = {**os.environ, WORKER_ENV: str(number), "RUNSTORE_WORKERS": "1"}
                 # Each worker writes its own lines (JSON too) to the original stderr.
