@@ -49,13 +49,6 @@ def non_negative(value: Any) -> str | None:
     return None if value >= 0 else "must not be negative"
 
 
-def at_least(least: float) -> Check:
-    def check(value: Any) -> str | None:
-        return None if value >= least else f"must be at least {least:g}s"
-
-    return check
-
-
 def one_of(*choices: str) -> Check:
     """Any of ``choices``, in any letter case."""
 
@@ -277,8 +270,8 @@ class ServerConfig:
     commit_stall_after: float = _time_setting(
         10.0,
         "health NOT_SERVING while the database answers but the replica's heartbeat (a commit "
-        "every 2 s) has not committed for this long (at least 4s)",
-        at_least(4.0),
+        "every 2 s) has not committed for this long (below 4s it sees stalls that are not)",
+        positive,
     )
 
     # --- Retention: background purges (off by default) ------------------------

@@ -31,7 +31,6 @@ from runstore.contract.errors import (
     ContractError,
     InternalError,
     RunstoreError,
-    UnavailableError,
 )
 from runstore.server import call_request_id
 
@@ -120,9 +119,9 @@ async def _as_status(
         raise exc
     if isinstance(exc, RunstoreError):
         if not isinstance(exc, ContractError):
-            # UNAVAILABLE's cause is logged once where it is seen (the database
-            # refusing or not answering, docs/failover.md), not once per call.
-            level = logging.DEBUG if isinstance(exc, UnavailableError) else logging.WARNING
+            # An error whose cause was logged once where it was seen (the
+            # database refusing connections) is not logged again per call.
+            level = logging.DEBUG if getattr(exc, "cause_logged", False) else logging.WARNING
             log.log(level, "%s failed (request %s): %r", name, call_request_id.current(), exc)
         await abort(context, exc)
     log.error("%s failed unexpectedly (request %s)", name, call_request_id.current(), exc_info=exc)

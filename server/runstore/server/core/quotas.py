@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from runstore.contract.errors import QuotaExceededError, UnavailableError
+from runstore.contract.errors import QuotaExceededError
 from runstore.server.core.model import Nanos
 from runstore.server.core.namespace_model import Namespace
 from runstore.server.core.namespaces import REFRESH_SECONDS, NamespaceDirectory, namespace_deleted
@@ -448,8 +448,10 @@ class QuotaKeeper:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the database is down: the calls see it themselves
-                if not failing:  # an unavailable database says so itself (health, pacing)
-                    level = logging.DEBUG if isinstance(exc, UnavailableError) else logging.WARNING
+                if not failing:  # unless the database's state line said it
+                    level = (
+                        logging.DEBUG if getattr(exc, "cause_logged", False) else logging.WARNING
+                    )
                     log.log(
                         level, "quota state not refreshed (again in %ss): %r", self.interval, exc
                     )

@@ -8,11 +8,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Any
+from typing import Any, ClassVar
 
 import asyncpg
 
+from runstore.contract.errors import UnavailableError
+
 log = logging.getLogger(__name__)
+
+
+class RefusedWhileDown(UnavailableError):
+    """A call's UNAVAILABLE while the database refuses connections: the
+    state's one line said why (``ConnectPacing``), so the call logs nothing
+    more (``cause_logged``, read by ``error_status``)."""
+
+    cause_logged: ClassVar[bool] = True
 
 
 class ConnectPacing:

@@ -50,7 +50,11 @@ from runstore.server.db.append_groups import (
 )
 from runstore.server.db.compiled import Compiled
 from runstore.server.db.connect_pacing import ConnectPacing as ConnectPacing  # tests use it here
-from runstore.server.db.connect_pacing import PoolFloorWarnings, close_connection
+from runstore.server.db.connect_pacing import (
+    PoolFloorWarnings,
+    RefusedWhileDown,
+    close_connection,
+)
 from runstore.server.db.statements import Statements
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.db.urls import asyncpg_dsn as asyncpg_dsn  # tests and tools use it here
@@ -479,7 +483,7 @@ class PostgresDatabase:
             raise UnavailableError("no database connection available; retry") from exc
         except Exception as exc:
             if self._pacing.refusing:  # said once, when it began (ConnectPacing)
-                raise UnavailableError("database connection failed; retry") from exc
+                raise RefusedWhileDown("database connection failed; retry") from exc
             log.warning("postgres connect failed: %s: %s", type(exc).__name__, exc)
             raise _unavailable(exc) from exc
 
