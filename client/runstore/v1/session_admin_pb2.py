@@ -23,10 +23,11 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from runstore.v1 import options_pb2 as runstore_dot_v1_dot_options__pb2
 from runstore.v1 import types_pb2 as runstore_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1frunstore/v1/session_admin.proto\x12\x0brunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17runstore/v1/types.proto\"Z\n\x14\x43reateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12.\n\ncreated_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.runstore.v1.Session\"(\n\x12LoadSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"<\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.runstore.v1.Session\"U\n\x11\x45ndSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12,\n\x08\x65nded_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x12\x45ndSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.runstore.v1.Session\")\n\x13PurgeSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x16\n\x14PurgeSessionResponse\"X\n\x18ListRunsBySessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12(\n\x08statuses\x18\x02 \x03(\x0e\x32\x16.runstore.v1.RunStatus\"?\n\x19ListRunsBySessionResponse\x12\"\n\x04runs\x18\x01 \x03(\x0b\x32\x14.runstore.v1.RunMeta\"\xd1\x01\n\x13ListSessionsRequest\x12,\n\x08statuses\x18\x01 \x03(\x0e\x32\x1a.runstore.v1.SessionStatus\x12\x31\n\rcreated_after\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"W\n\x14ListSessionsResponse\x12&\n\x08sessions\x18\x01 \x03(\x0b\x32\x14.runstore.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x89\x02\n\x0fListRunsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12(\n\x08statuses\x18\x03 \x03(\x0e\x32\x16.runstore.v1.RunStatus\x12\x31\n\rstarted_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0estarted_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10sessionless_only\x18\x06 \x01(\x08\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\"O\n\x10ListRunsResponse\x12\"\n\x04runs\x18\x01 \x03(\x0b\x32\x14.runstore.v1.RunMeta\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\\\n\x19PurgeEndedSessionsRequest\x12\x30\n\x0c\x65nded_before\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x02 \x01(\x05\"F\n\x1aPurgeEndedSessionsResponse\x12\x1a\n\x12purged_session_ids\x18\x01 \x03(\t\x12\x0c\n\x04more\x18\x02 \x01(\x08\"a\n\x1bPurgeSessionlessRunsRequest\x12\x33\n\x0f\x66inished_before\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x02 \x01(\x05\"D\n\x1cPurgeSessionlessRunsResponse\x12\x16\n\x0epurged_run_ids\x18\x01 \x03(\t\x12\x0c\n\x04more\x18\x02 \x01(\x08\x32\xb2\x06\n\x0cSessionAdmin\x12V\n\rCreateSession\x12!.runstore.v1.CreateSessionRequest\x1a\".runstore.v1.CreateSessionResponse\x12P\n\x0bLoadSession\x12\x1f.runstore.v1.LoadSessionRequest\x1a .runstore.v1.LoadSessionResponse\x12M\n\nEndSession\x12\x1e.runstore.v1.EndSessionRequest\x1a\x1f.runstore.v1.EndSessionResponse\x12S\n\x0cPurgeSession\x12 .runstore.v1.PurgeSessionRequest\x1a!.runstore.v1.PurgeSessionResponse\x12\x62\n\x11ListRunsBySession\x12%.runstore.v1.ListRunsBySessionRequest\x1a&.runstore.v1.ListRunsBySessionResponse\x12S\n\x0cListSessions\x12 .runstore.v1.ListSessionsRequest\x1a!.runstore.v1.ListSessionsResponse\x12G\n\x08ListRuns\x12\x1c.runstore.v1.ListRunsRequest\x1a\x1d.runstore.v1.ListRunsResponse\x12\x65\n\x12PurgeEndedSessions\x12&.runstore.v1.PurgeEndedSessionsRequest\x1a\'.runstore.v1.PurgeEndedSessionsResponse\x12k\n\x14PurgeSessionlessRuns\x12(.runstore.v1.PurgeSessionlessRunsRequest\x1a).runstore.v1.PurgeSessionlessRunsResponseB\x93\x01\n\x0f\x63om.runstore.v1B\x11SessionAdminProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\x0bRunstore.V1\xca\x02\x0bRunstore\\V1\xea\x02\x0cRunstore::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1frunstore/v1/session_admin.proto\x12\x0brunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19runstore/v1/options.proto\x1a\x17runstore/v1/types.proto\"Z\n\x14\x43reateSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12.\n\ncreated_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\">\n\x15\x43reateSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.runstore.v1.Session\"(\n\x12LoadSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"<\n\x13LoadSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.runstore.v1.Session\"U\n\x11\x45ndSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12,\n\x08\x65nded_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\";\n\x12\x45ndSessionResponse\x12%\n\x07session\x18\x01 \x01(\x0b\x32\x14.runstore.v1.Session\")\n\x13PurgeSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"\x16\n\x14PurgeSessionResponse\"X\n\x18ListRunsBySessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12(\n\x08statuses\x18\x02 \x03(\x0e\x32\x16.runstore.v1.RunStatus\"?\n\x19ListRunsBySessionResponse\x12\"\n\x04runs\x18\x01 \x03(\x0b\x32\x14.runstore.v1.RunMeta\"\xd1\x01\n\x13ListSessionsRequest\x12,\n\x08statuses\x18\x01 \x03(\x0e\x32\x1a.runstore.v1.SessionStatus\x12\x31\n\rcreated_after\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0e\x63reated_before\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"W\n\x14ListSessionsResponse\x12&\n\x08sessions\x18\x01 \x03(\x0b\x32\x14.runstore.v1.Session\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x89\x02\n\x0fListRunsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12(\n\x08statuses\x18\x03 \x03(\x0e\x32\x16.runstore.v1.RunStatus\x12\x31\n\rstarted_after\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0estarted_before\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10sessionless_only\x18\x06 \x01(\x08\x12\x11\n\tpage_size\x18\x07 \x01(\x05\x12\x12\n\npage_token\x18\x08 \x01(\t\"O\n\x10ListRunsResponse\x12\"\n\x04runs\x18\x01 \x03(\x0b\x32\x14.runstore.v1.RunMeta\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\\\n\x19PurgeEndedSessionsRequest\x12\x30\n\x0c\x65nded_before\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x02 \x01(\x05\"F\n\x1aPurgeEndedSessionsResponse\x12\x1a\n\x12purged_session_ids\x18\x01 \x03(\t\x12\x0c\n\x04more\x18\x02 \x01(\x08\"a\n\x1bPurgeSessionlessRunsRequest\x12\x33\n\x0f\x66inished_before\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05limit\x18\x02 \x01(\x05\"D\n\x1cPurgeSessionlessRunsResponse\x12\x16\n\x0epurged_run_ids\x18\x01 \x03(\t\x12\x0c\n\x04more\x18\x02 \x01(\x08\x32\xd8\x07\n\x0cSessionAdmin\x12h\n\rCreateSession\x12!.runstore.v1.CreateSessionRequest\x1a\".runstore.v1.CreateSessionResponse\"\x10\xb2\xa1\x19\x0c\n\x02\x01\x02\x10\x03\x18\x01 \x01(\x01\x12\x63\n\x0bLoadSession\x12\x1f.runstore.v1.LoadSessionRequest\x1a .runstore.v1.LoadSessionResponse\"\x11\xb2\xa1\x19\r\n\x03\x01\x02\x04\x10\x02 \x01(\x01\x38\x01\x12_\n\nEndSession\x12\x1e.runstore.v1.EndSessionRequest\x1a\x1f.runstore.v1.EndSessionResponse\"\x10\xb2\xa1\x19\x0c\n\x02\x01\x02\x10\x03 \x01(\x01\x30\x01\x12\x65\n\x0cPurgeSession\x12 .runstore.v1.PurgeSessionRequest\x1a!.runstore.v1.PurgeSessionResponse\"\x10\xb2\xa1\x19\x0c\n\x02\x01\x02\x10\x03 \x01(\x01\x30\x01\x12u\n\x11ListRunsBySession\x12%.runstore.v1.ListRunsBySessionRequest\x1a&.runstore.v1.ListRunsBySessionResponse\"\x11\xb2\xa1\x19\r\n\x03\x01\x02\x04\x10\x02 \x01(\x01\x38\x01\x12\x66\n\x0cListSessions\x12 .runstore.v1.ListSessionsRequest\x1a!.runstore.v1.ListSessionsResponse\"\x11\xb2\xa1\x19\r\n\x03\x01\x02\x04\x10\x02 \x03(\x01\x38\x01\x12Z\n\x08ListRuns\x12\x1c.runstore.v1.ListRunsRequest\x1a\x1d.runstore.v1.ListRunsResponse\"\x11\xb2\xa1\x19\r\n\x03\x01\x02\x04\x10\x02 \x03(\x01\x38\x01\x12w\n\x12PurgeEndedSessions\x12&.runstore.v1.PurgeEndedSessionsRequest\x1a\'.runstore.v1.PurgeEndedSessionsResponse\"\x10\xb2\xa1\x19\x0c\n\x02\x01\x02\x10\x03 \x01(\x01\x30\x01\x12}\n\x14PurgeSessionlessRuns\x12(.runstore.v1.PurgeSessionlessRunsRequest\x1a).runstore.v1.PurgeSessionlessRunsResponse\"\x10\xb2\xa1\x19\x0c\n\x02\x01\x02\x10\x03 \x01(\x01\x30\x01\x42\x93\x01\n\x0f\x63om.runstore.v1B\x11SessionAdminProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\x0bRunstore.V1\xca\x02\x0bRunstore\\V1\xea\x02\x0cRunstore::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,42 +35,60 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'runstore.v1.session_admin_p
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.runstore.v1B\021SessionAdminProtoP\001Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\242\002\003RXX\252\002\013Runstore.V1\312\002\013Runstore\\V1\352\002\014Runstore::V1'
-  _globals['_CREATESESSIONREQUEST']._serialized_start=106
-  _globals['_CREATESESSIONREQUEST']._serialized_end=196
-  _globals['_CREATESESSIONRESPONSE']._serialized_start=198
-  _globals['_CREATESESSIONRESPONSE']._serialized_end=260
-  _globals['_LOADSESSIONREQUEST']._serialized_start=262
-  _globals['_LOADSESSIONREQUEST']._serialized_end=302
-  _globals['_LOADSESSIONRESPONSE']._serialized_start=304
-  _globals['_LOADSESSIONRESPONSE']._serialized_end=364
-  _globals['_ENDSESSIONREQUEST']._serialized_start=366
-  _globals['_ENDSESSIONREQUEST']._serialized_end=451
-  _globals['_ENDSESSIONRESPONSE']._serialized_start=453
-  _globals['_ENDSESSIONRESPONSE']._serialized_end=512
-  _globals['_PURGESESSIONREQUEST']._serialized_start=514
-  _globals['_PURGESESSIONREQUEST']._serialized_end=555
-  _globals['_PURGESESSIONRESPONSE']._serialized_start=557
-  _globals['_PURGESESSIONRESPONSE']._serialized_end=579
-  _globals['_LISTRUNSBYSESSIONREQUEST']._serialized_start=581
-  _globals['_LISTRUNSBYSESSIONREQUEST']._serialized_end=669
-  _globals['_LISTRUNSBYSESSIONRESPONSE']._serialized_start=671
-  _globals['_LISTRUNSBYSESSIONRESPONSE']._serialized_end=734
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=737
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=946
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=948
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1035
-  _globals['_LISTRUNSREQUEST']._serialized_start=1038
-  _globals['_LISTRUNSREQUEST']._serialized_end=1303
-  _globals['_LISTRUNSRESPONSE']._serialized_start=1305
-  _globals['_LISTRUNSRESPONSE']._serialized_end=1384
-  _globals['_PURGEENDEDSESSIONSREQUEST']._serialized_start=1386
-  _globals['_PURGEENDEDSESSIONSREQUEST']._serialized_end=1478
-  _globals['_PURGEENDEDSESSIONSRESPONSE']._serialized_start=1480
-  _globals['_PURGEENDEDSESSIONSRESPONSE']._serialized_end=1550
-  _globals['_PURGESESSIONLESSRUNSREQUEST']._serialized_start=1552
-  _globals['_PURGESESSIONLESSRUNSREQUEST']._serialized_end=1649
-  _globals['_PURGESESSIONLESSRUNSRESPONSE']._serialized_start=1651
-  _globals['_PURGESESSIONLESSRUNSRESPONSE']._serialized_end=1719
-  _globals['_SESSIONADMIN']._serialized_start=1722
-  _globals['_SESSIONADMIN']._serialized_end=2540
+  _globals['_SESSIONADMIN'].methods_by_name['CreateSession']._loaded_options = None
+  _globals['_SESSIONADMIN'].methods_by_name['CreateSession']._serialized_options = b'\262\241\031\014\n\002\001\002\020\003\030\001 \001(\001'
+  _globals['_SESSIONADMIN'].methods_by_name['LoadSession']._loaded_options = None
+  _globals['_SESSIONADMIN'].methods_by_name['LoadSession']._serialized_options = b'\262\241\031\r\n\003\001\002\004\020\002 \001(\0018\001'
+  _globals['_SESSIONADMIN'].methods_by_name['EndSession']._loaded_options = None
+  _globals['_SESSIONADMIN'].methods_by_name['EndSession']._serialized_options = b'\262\241\031\014\n\002\001\002\020\003 \001(\0010\001'
+  _globals['_SESSIONADMIN'].methods_by_name['PurgeSession']._loaded_options = None
+  _globals['_SESSIONADMIN'].methods_by_name['PurgeSession']._serialized_options = b'\262\241\031\014\n\002\001\002\020\003 \001(\0010\001'
+  _globals['_SESSIONADMIN'].methods_by_name['ListRunsBySession']._loaded_options = None
+  _globals['_SESSIONADMIN'].methods_by_name['ListRunsBySession']._serialized_options = b'\262\241\031\r\n\003\001\002\004\020\002 \001(\0018\001'
+  _globals['_SESSIONADMIN'].methods_by_name['ListSessions']._loaded_options = None
+  _globals['_SESSIONADMIN'].methods_by_name['ListSessions']._serialized_options = b'\262\241\031\r\n\003\001\002\004\020\002 \003(\0018\001'
+  _globals['_SESSIONADMIN'].methods_by_name['ListRuns']._loaded_options = None
+  _globals['_SESSIONADMIN'].methods_by_name['ListRuns']._serialized_options = b'\262\241\031\r\n\003\001\002\004\020\002 \003(\0018\001'
+  _globals['_SESSIONADMIN'].methods_by_name['PurgeEndedSessions']._loaded_options = None
+  _globals['_SESSIONADMIN'].methods_by_name['PurgeEndedSessions']._serialized_options = b'\262\241\031\014\n\002\001\002\020\003 \001(\0010\001'
+  _globals['_SESSIONADMIN'].methods_by_name['PurgeSessionlessRuns']._loaded_options = None
+  _globals['_SESSIONADMIN'].methods_by_name['PurgeSessionlessRuns']._serialized_options = b'\262\241\031\014\n\002\001\002\020\003 \001(\0010\001'
+  _globals['_CREATESESSIONREQUEST']._serialized_start=133
+  _globals['_CREATESESSIONREQUEST']._serialized_end=223
+  _globals['_CREATESESSIONRESPONSE']._serialized_start=225
+  _globals['_CREATESESSIONRESPONSE']._serialized_end=287
+  _globals['_LOADSESSIONREQUEST']._serialized_start=289
+  _globals['_LOADSESSIONREQUEST']._serialized_end=329
+  _globals['_LOADSESSIONRESPONSE']._serialized_start=331
+  _globals['_LOADSESSIONRESPONSE']._serialized_end=391
+  _globals['_ENDSESSIONREQUEST']._serialized_start=393
+  _globals['_ENDSESSIONREQUEST']._serialized_end=478
+  _globals['_ENDSESSIONRESPONSE']._serialized_start=480
+  _globals['_ENDSESSIONRESPONSE']._serialized_end=539
+  _globals['_PURGESESSIONREQUEST']._serialized_start=541
+  _globals['_PURGESESSIONREQUEST']._serialized_end=582
+  _globals['_PURGESESSIONRESPONSE']._serialized_start=584
+  _globals['_PURGESESSIONRESPONSE']._serialized_end=606
+  _globals['_LISTRUNSBYSESSIONREQUEST']._serialized_start=608
+  _globals['_LISTRUNSBYSESSIONREQUEST']._serialized_end=696
+  _globals['_LISTRUNSBYSESSIONRESPONSE']._serialized_start=698
+  _globals['_LISTRUNSBYSESSIONRESPONSE']._serialized_end=761
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=764
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=973
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=975
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1062
+  _globals['_LISTRUNSREQUEST']._serialized_start=1065
+  _globals['_LISTRUNSREQUEST']._serialized_end=1330
+  _globals['_LISTRUNSRESPONSE']._serialized_start=1332
+  _globals['_LISTRUNSRESPONSE']._serialized_end=1411
+  _globals['_PURGEENDEDSESSIONSREQUEST']._serialized_start=1413
+  _globals['_PURGEENDEDSESSIONSREQUEST']._serialized_end=1505
+  _globals['_PURGEENDEDSESSIONSRESPONSE']._serialized_start=1507
+  _globals['_PURGEENDEDSESSIONSRESPONSE']._serialized_end=1577
+  _globals['_PURGESESSIONLESSRUNSREQUEST']._serialized_start=1579
+  _globals['_PURGESESSIONLESSRUNSREQUEST']._serialized_end=1676
+  _globals['_PURGESESSIONLESSRUNSRESPONSE']._serialized_start=1678
+  _globals['_PURGESESSIONLESSRUNSRESPONSE']._serialized_end=1746
+  _globals['_SESSIONADMIN']._serialized_start=1749
+  _globals['_SESSIONADMIN']._serialized_end=2733
 # @@protoc_insertion_point(module_scope)

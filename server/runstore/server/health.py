@@ -55,7 +55,7 @@ class Probe(Protocol):
 @runtime_checkable
 class Heartbeat(Protocol):
     """A commit the replica makes at an interval anyway (the quotas' heartbeat
-    row, ``core.quotas.QuotaKeeper``): the health service's commit probe,
+    row, ``core.quota_keeper.QuotaKeeper``): the health service's commit probe,
     without a row of its own."""
 
     @property
