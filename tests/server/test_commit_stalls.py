@@ -133,8 +133,8 @@ async def test_health_follows_a_promoted_standby_that_waits_for_a_synchronous_st
         assert await health.check() == SERVING
 
         await pair.primary.stop("fast")  # ships its WAL to the standby first
-        stopped_at = time.monotonic()
         await health.until(NOT_SERVING)
+        down_at = time.monotonic()
         await pair.standby.promote()
         promoted = await asyncpg.connect(pair.standby_url(), timeout=5)
         stack.push_async_callback(promoted.close)
@@ -158,9 +158,9 @@ async def test_health_follows_a_promoted_standby_that_waits_for_a_synchronous_st
         await promoted.execute("SELECT pg_reload_conf()")
         reset_at = time.monotonic()
         await health.until(SERVING)
-        # NOT_SERVING from the primary's stop until the setting was cleared:
-        # a database that answers again is not SERVING before a commit proves it.
-        assert health.between(stopped_at, reset_at) == {NOT_SERVING}
+        # NOT_SERVING from the primary's loss until the setting was cleared: a
+        # database that answers again is not SERVING before a commit proves it.
+        assert health.between(down_at, reset_at) == {NOT_SERVING}
         assert _sample(metrics, "runstore_database_commit_stalled") == 0
         assert _sample(metrics, "runstore_database_commit_stalls_total") == 1
         [resumed] = _lines(caplog, RESUMED_LINE)
