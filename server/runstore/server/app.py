@@ -515,8 +515,8 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
     endpoint = None
     held = contextlib.ExitStack()
     try:
-        # A worker's parent holds the pid file of --workers (it passes SIGHUP on).
         held.enter_context(serve_lock.serving(config.database_url))
+        # A worker's parent holds the pid file of --workers (it passes SIGHUP on).
         pid_path = None if reuse_port else early_pid_file(config)
         if pid_path is not None:
             pid_file.hold(held, pid_path, required=bool(config.pid_file))
