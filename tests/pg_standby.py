@@ -157,10 +157,27 @@ async def _until(condition: str, check: object, seconds: float = 30.0) -> None:
         await asyncio.sleep(0.05)
 
 
+async def _name_synchronous_standby(primary: Node) -> None:
+    conn = await asyncpg.connect(primary.url(), timeout=5)
+    try:
+        await conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
+
+
 @contextlib.asynccontextmanager
-async def primary_and_standby(database: str, *, synchronous: bool = True) -> AsyncIterator[Pair]:
+async def primary_and_standby(
+    database: str, *, synchronous: bool = True, setting_copied: bool = False
+) -> AsyncIterator[Pair]:
     """A started primary holding ``database`` (empty) and a standby streaming
-    from it, synchronous (the primary's commits wait for it) or not."""
+    from it, synchronous (the primary's commits wait for it) or not.
+
+    ``setting_copied``: the primary names the standby in
+    ``synchronous_standby_names`` before ``pg_basebackup`` copies it, as on a
+    primary set up for synchronous replication before its standby was made:
+    the standby's ``postgresql.auto.conf`` names a synchronous standby too,
+    and once promoted its commits wait for one that does not exist."""
     pg_cluster.require()
     primary = Node(pg_cluster._make_root(None), pg_cluster._free_port())
     standby: Node | None = None
@@ -168,6 +185,8 @@ async def primary_and_standby(database: str, *, synchronous: bool = True) -> Asy
         await _initdb(primary)
         await primary.start()
         await primary.create_database(database)
+        if synchronous and setting_copied:
+            await _name_synchronous_standby(primary)
         standby = Node(
             pg_cluster._make_root(None),
             pg_cluster._free_port(),
@@ -198,12 +217,8 @@ async def primary_and_standby(database: str, *, synchronous: bool = True) -> Asy
         pair = Pair(primary, standby, database)
         await _until("the standby streams", lambda: pair.replication_state())
         if synchronous:
-            conn = await asyncpg.connect(primary.url(), timeout=5)
-            try:
-                await conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{STANDBY_NAME}'")
-                await conn.execute("SELECT pg_reload_conf()")
-            finally:
-                await conn.close()
+            if not setting_copied:
+                await _name_synchronous_standby(primary)
 
             async def is_sync() -> bool:
                 return await pair.replication_state() == "sync"

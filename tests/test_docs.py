@@ -562,3 +562,110 @@ async def test_the_readme_worker_runs_against_a_server(store: Any) -> None:
         "appended record 2",
         "run: completed",
     ]
+
+
+# --- Runnable command blocks (tests/doc_commands.py) ----------------------------------
+
+_DOCUMENTED_TARGET = "127.0.0.1:50051"
+
+
+def _marked(page: Path, *names: str) -> list[Any]:
+    from tests import doc_commands
+
+    found = {block.name: block for block in doc_commands.blocks(page)}
+    assert set(names) <= set(found), f"{page.name} lost a docs:run marker: {sorted(found)}"
+    return [found[name] for name in names]
+
+
+def test_every_runnable_block_is_run() -> None:
+    """A new ``docs:run`` marker needs a test below that runs its block."""
+    from tests import doc_commands
+
+    run_here = {
+        "README.md": {"readme-session", "readme-error"},
+        "getting-started.md": {"first-calls", "version"},
+        "configuration.md": {"bad-value", "bad-durations"},
+        "security.md": {"tokens", "principals"},
+    }
+    marked = {
+        page.name: {block.name for block in doc_commands.blocks(page)}
+        for page in [README, *pages()]
+        if doc_commands.MARKER in page.read_text(encoding="utf-8")
+    }
+    assert marked == run_here
+
+
+async def test_the_first_calls_run_as_written(tmp_path: Path) -> None:
+    """getting-started.md and README.md: grpcurl against a new SQLite server."""
+    from tests import doc_commands
+    from tests.processes import server_process
+
+    blocks = [
+        *_marked(README, "readme-session", "readme-error"),
+        *_marked(DOCS / "getting-started.md", "first-calls", "version"),
+    ]
+    for server_dir, commands in (
+        ("readme", [c for b in blocks[:2] for c in b.commands]),
+        ("getting-started", [c for b in blocks[2:] for c in b.commands]),
+    ):
+        (tmp_path / server_dir).mkdir()
+        database = f"sqlite:///{tmp_path / server_dir / 'runstore.db'}"
+        async with server_process("--database-url", database) as server:
+            for command in commands:
+                ran = await doc_commands.run(
+                    command, tmp_path / server_dir, replace={_DOCUMENTED_TARGET: server.target}
+                )
+                doc_commands.check(ran)
+
+
+async def test_the_configuration_refusals_run_as_written(tmp_path: Path) -> None:
+    from tests import doc_commands
+
+    for block in _marked(DOCS / "configuration.md", "bad-value", "bad-durations"):
+        for command in block.commands:
+            ran = await doc_commands.run(command, tmp_path)
+            assert ran.code == 2
+            doc_commands.check(ran)
+    assert not _created(tmp_path / "var"), "a refused start touched the database"
+
+
+def _created(directory: Path) -> bool:
+    return directory.exists()
+
+
+async def test_the_auth_commands_and_the_reload_run_as_written(tmp_path: Path) -> None:
+    """security.md: the tokens block, then a server on auth.toml, then the
+    principals block, whose ``runstore auth reload`` finds it by its default
+    pid file (``$TMPDIR``, the port of ``RUNSTORE_LISTEN``)."""
+    import asyncio
+    import os
+    import socket
+
+    from tests import doc_commands
+    from tests.processes import server_process
+
+    tokens, principals = _marked(DOCS / "security.md", "tokens", "principals")
+    for command in tokens.commands:
+        doc_commands.check(await doc_commands.run(command, tmp_path))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        listen = f"127.0.0.1:{probe.getsockname()[1]}"
+    env = {"TMPDIR": str(tmp_path), "RUNSTORE_LISTEN": listen}
+    async with server_process(
+        "--database-url",
+        f"sqlite:///{tmp_path / 'runstore.db'}",
+        "--auth-file",
+        str(tmp_path / "auth.toml"),
+        env={**os.environ, **env},
+    ) as server:
+        # server_process passes --listen 127.0.0.1:0; the reload finds the
+        # server by the port it bound, as RUNSTORE_LISTEN names it.
+        env["RUNSTORE_LISTEN"] = server.target
+        assert b"2 principals" in server.log
+        mark = len(server.log)
+        for command in principals.commands:
+            doc_commands.check(await doc_commands.run(command, tmp_path, env=env))
+        async with asyncio.timeout(30):
+            while b"reloaded: 2 principals" not in server.log[mark:]:
+                assert server.process.returncode is None, server.log.decode()
+                await asyncio.sleep(0.02)

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -169,4 +170,52 @@ def test_health_check_under_mtls(rootfs: Path, data: Path) -> None:
         }
         check = box.enter("runstore-healthcheck", env=health_env)
         assert (check.returncode, check.stdout.strip()) == (0, "SERVING"), check.stderr
+        assert box.stop() == 0
+
+
+def test_auth_reload_in_the_container(rootfs: Path, data: Path) -> None:
+    """`docker exec ... runstore auth reload` under the read-only root: the pid
+    file is in the container's /tmp, found from RUNSTORE_LISTEN, and the
+    principal removed from the auth file is refused after the reload."""
+    import grpc
+
+    from runstore.contract.auth_file import add_token
+    from runstore.v1 import session_admin_pb2 as sa
+    from runstore.v1 import session_admin_pb2_grpc as sa_grpc
+
+    token = "image-reload-token-0123456789abcdef0123456789"
+    add_token(data / "auth.toml", "dashboards", "reader", token)
+    add_token(data / "auth.toml", "ops", "admin", token[::-1])
+    os.chown(data / "auth.toml", image.UID, image.UID)
+    env = {
+        **image.environment(),
+        "RUNSTORE_LISTEN": "127.0.0.1:0",
+        "RUNSTORE_AUTH_FILE": "/data/auth.toml",
+    }
+    with image.sandbox(rootfs, data, ["runstore", "serve"], env) as box:
+        port = box.wait_serving()
+        exec_env = {**env, "RUNSTORE_LISTEN": f"0.0.0.0:{port}"}
+
+        def listed() -> grpc.StatusCode:
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                try:
+                    sa_grpc.SessionAdminStub(channel).ListSessions(
+                        sa.ListSessionsRequest(),
+                        metadata=(("authorization", f"Bearer {token}"),),
+                        timeout=10,
+                    )
+                except grpc.RpcError as err:
+                    return err.code()
+            return grpc.StatusCode.OK
+
+        assert listed() is grpc.StatusCode.OK
+        removed = box.enter("runstore", "auth", "remove", "--name", "dashboards", env=exec_env)
+        assert removed.returncode == 0, removed.stderr
+        reloaded = box.enter("runstore", "auth", "reload", env=exec_env)
+        assert reloaded.returncode == 0, reloaded.stderr
+        assert f"/tmp/runstore-{port}.pid" in reloaded.stderr
+        deadline = time.monotonic() + 30
+        while listed() is not grpc.StatusCode.UNAUTHENTICATED:
+            assert time.monotonic() < deadline, "".join(box.log)
+            time.sleep(0.05)
         assert box.stop() == 0

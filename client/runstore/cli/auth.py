@@ -2,7 +2,9 @@
 (``docs/security.md#managing-principals``).
 
 It edits the file (``runstore.contract.auth_file``) on the machine it runs on
-and calls no server: a running server loads the change on SIGHUP. Every write
+and calls no server: a running server loads the change on SIGHUP, which
+``runstore auth reload`` sends it (found by its pid file,
+``runstore.contract.pid_file``). Every write
 replaces the file atomically and keeps its mode. A new token is printed once,
 on stdout, or written to ``--token-out FILE`` (mode 0600); ``list`` never shows
 a token or a hash.
@@ -33,8 +35,9 @@ from runstore.contract.auth_file import (
     remove_principal,
     rotate_token,
 )
+from runstore.contract.pid_file import DEFAULT_LISTEN
 
-RELOAD_HINT: Final = "SIGHUP a running server to load it"
+RELOAD_HINT: Final = "runstore auth reload makes a running server load it"
 
 
 class AuthUsageError(Exception):
@@ -189,6 +192,32 @@ def _list(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _reload(args: argparse.Namespace) -> None:
+    """SIGHUP to the server holding the pid file: the one named, else the
+    default of the server's ``--listen``."""
+    import signal
+
+    from runstore.contract import pid_file
+
+    path = Path(args.pid_file) if args.pid_file else pid_file.default_path(args.listen)
+    try:
+        pid = pid_file.running_pid(path)
+        os.kill(pid, signal.SIGHUP)
+    except pid_file.PidFileError as exc:
+        raise AuthUsageError(str(exc)) from None
+    except ProcessLookupError:
+        raise AuthUsageError(f"{path} names pid {pid}, which is not running") from None
+    except PermissionError:
+        raise AuthUsageError(
+            f"not allowed to signal pid {pid} (from {path}): run as the server's user"
+        ) from None
+    print(
+        f"sent SIGHUP to runstore serve (pid {pid}, from {path}): it re-reads the auth file "
+        "and the TLS files",
+        file=sys.stderr,
+    )
+
+
 def _file_argument(parser: argparse.ArgumentParser, *, created: bool = False) -> None:
     parser.add_argument(
         "--auth-file",
@@ -268,6 +297,26 @@ def add_arguments(auth: argparse.ArgumentParser) -> None:
     _file_argument(remove)
     remove.add_argument("--name", required=True, help="the principal")
 
+    reload = action(
+        "reload",
+        _reload,
+        "make the running server on this machine re-read its auth file and TLS files (SIGHUP "
+        "to the process in its pid file; under --workers the parent passes it to every worker)",
+    )
+    reload.add_argument(
+        "--pid-file",
+        default=os.environ.get("RUNSTORE_PID_FILE"),
+        metavar="PATH",
+        help="the server's --pid-file (env RUNSTORE_PID_FILE); default: the one of --listen",
+    )
+    reload.add_argument(
+        "--listen",
+        default=os.environ.get("RUNSTORE_LISTEN", DEFAULT_LISTEN),
+        metavar="HOST:PORT",
+        help="the server's --listen, whose port names its default pid file "
+        f"(env RUNSTORE_LISTEN, default {DEFAULT_LISTEN})",
+    )
+
 
 def run(args: argparse.Namespace) -> int:
     try:
@@ -284,7 +333,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 COMMAND: Final = Command(
-    help="manage the principals of an --auth-file (list, add-token, add-cert, rotate, remove)",
+    help="manage the principals of an --auth-file (list, add-token, add-cert, rotate, remove) "
+    "and reload it in a running server (reload)",
     add_arguments=add_arguments,
     run=run,
 )

@@ -27,6 +27,7 @@ from runstore.server.grpc_options import server_options
 from runstore.server.health import HealthMonitor, HealthServicer
 from runstore.server.interceptors import server_interceptors
 from runstore.server.listening import ListenError, bind_problem
+from runstore.server.metrics import Metrics
 from runstore.server.retention import RetentionTask
 from runstore.server.servicers.context_store import ContextStoreServicer
 from runstore.server.servicers.memory_store import MemoryStoreServicer
@@ -140,7 +141,7 @@ def _bind(server: grpc.aio.Server, config: ServerConfig, security: Security) -> 
 
 
 async def _start_background(
-    config: ServerConfig, stores: Stores, health: HealthServicer
+    config: ServerConfig, stores: Stores, health: HealthServicer, metrics: Metrics | None
 ) -> HealthMonitor | None:
     """Health SERVING and its monitor, retention, the quotas' keeper, and the
     purges a stopped replica left half done."""
@@ -149,7 +150,15 @@ async def _start_background(
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
     monitor = None
     if stores.probe is not None:
-        monitor = HealthMonitor(health, names, stores.probe, config.health_probe_interval)
+        monitor = HealthMonitor(
+            health,
+            names,
+            stores.probe,
+            config.health_probe_interval,
+            heartbeat=stores.quotas,
+            stall_after=config.commit_stall_after,
+            metrics=metrics,
+        )
         monitor.start()
     if stores.retention is not None:
         stores.retention.start()
@@ -191,7 +200,7 @@ async def build_server(
     health = _add_services(server, stores)
     port = _bind(server, config, security)
     await server.start()
-    monitor = await _start_background(config, stores, health)
+    monitor = await _start_background(config, stores, health, telemetry.metrics)
     running = RunningServer(
         server,
         port,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from runstore.cli.plugins import SERVER_COMMANDS, Command
+from runstore.contract import pid_file
 from runstore.server import (
     call_scope,
     config,
@@ -26,7 +27,7 @@ from runstore.server import (
 from runstore.server.auth import SecurityError
 from runstore.server.auth.secrets import DatabaseURLError, resolve_database_url
 from runstore.server.call_scope import ALL_NAMESPACES
-from runstore.server.db import backup, migrate
+from runstore.server.db import backup, migrate, serve_lock
 from runstore.server.interceptors.handlers import ChainKindError
 
 log = logging.getLogger("runstore")
@@ -39,6 +40,8 @@ _FAILURES: Final = (
     listening.ListenError,
     workers.WorkersError,
     ChainKindError,
+    pid_file.PidFileError,
+    serve_lock.AlreadyServed,
 )
 """Start-up failures reported as one line and exit code 2."""
 

@@ -288,6 +288,12 @@ class ServerConfig:
     health_probe_interval: float = _time_setting(
         1.0, "seconds between the health service's database probes", positive
     )
+    commit_stall_after: float = _time_setting(
+        10.0,
+        "health NOT_SERVING while the database answers but the replica's heartbeat (a commit "
+        "every 2 s) has not committed for this long (below 4s it sees stalls that are not)",
+        positive,
+    )
 
     # --- Retention: background purges (off by default) ------------------------
     retain_ended_sessions: str = _setting(
@@ -337,6 +343,13 @@ class ServerConfig:
     insecure: bool = _setting(False, "serve a non-loopback address without TLS or an auth file")
     database_url_file: str = _setting(
         "", "file holding the database URL (keeps its password out of argv)"
+    )
+
+    pid_file: str = _setting(
+        "",
+        "file holding the server's pid while it serves, for runstore auth reload (under "
+        "--workers: the parent's, which passes SIGHUP on); empty: runstore-PORT.pid in the "
+        "temporary directory ($TMPDIR, else /tmp), PORT that of --listen",
     )
 
     # --- Operations: metrics, logs --------------------------------------------

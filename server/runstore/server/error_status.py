@@ -26,7 +26,12 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from runstore.contract.errors import ERROR_DOMAIN, ContractError, InternalError, RunstoreError
+from runstore.contract.errors import (
+    ERROR_DOMAIN,
+    ContractError,
+    InternalError,
+    RunstoreError,
+)
 from runstore.server import call_request_id
 
 log = logging.getLogger(__name__)
@@ -114,7 +119,10 @@ async def _as_status(
         raise exc
     if isinstance(exc, RunstoreError):
         if not isinstance(exc, ContractError):
-            log.warning("%s failed (request %s): %r", name, call_request_id.current(), exc)
+            # An error whose cause was logged once where it was seen (the
+            # database refusing connections) is not logged again per call.
+            level = logging.DEBUG if getattr(exc, "cause_logged", False) else logging.WARNING
+            log.log(level, "%s failed (request %s): %r", name, call_request_id.current(), exc)
         await abort(context, exc)
     log.error("%s failed unexpectedly (request %s)", name, call_request_id.current(), exc_info=exc)
     await abort(context, InternalError())

@@ -305,6 +305,17 @@ class Metrics:
             ("namespace", "quota"),
             registry=self.registry,
         )
+        self.commit_stalled = Gauge(
+            "runstore_database_commit_stalled",
+            "1 while the database answers queries but this replica's heartbeat has not "
+            "committed for --commit-stall-after (health NOT_SERVING), else 0.",
+            registry=self.registry,
+        )
+        self.commit_stalls = Counter(
+            "runstore_database_commit_stalls_total",
+            "Commit stalls this replica has declared (see runstore_database_commit_stalled).",
+            registry=self.registry,
+        )
         self.build_info = Gauge(
             "runstore_build_info",
             "Always 1; the label says which runstore version serves.",

@@ -5,17 +5,21 @@ metrics endpoint, serving until told to stop, and a clean shutdown."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import resource
 import signal
+from pathlib import Path
 
+from runstore.contract import pid_file
 from runstore.server import tracing
 from runstore.server.app import build_server, shutdown
 from runstore.server.auth import Security
 from runstore.server.auth.secrets import redacted
 from runstore.server.config import ServerConfig, uvloop_installed
 from runstore.server.console.server import ConsoleServer, check_exposure
+from runstore.server.db import serve_lock
 from runstore.server.db.opening import open_database
 from runstore.server.interceptors.handlers import chain_kind
 from runstore.server.listening import ListenError, check_listen_addresses
@@ -94,7 +98,13 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
     check_listen_addresses(config, reuse_port=reuse_port)
     telemetry = Telemetry.from_config(config)
     endpoint = None
+    held = contextlib.ExitStack()
     try:
+        held.enter_context(serve_lock.serving(config.database_url))
+        # A worker's parent holds the pid file of --workers (it passes SIGHUP on).
+        pid_path = None if reuse_port else early_pid_file(config)
+        if pid_path is not None:
+            pid_file.hold(held, pid_path, required=bool(config.pid_file))
         endpoint = _metrics_endpoint(telemetry, config)
         async with open_database(config, telemetry) as database:
             running = await build_server(
@@ -116,15 +126,29 @@ async def serve(config: ServerConfig, *, reuse_port: bool = False) -> None:
             if running.console is not None:
                 loop.add_signal_handler(signal.SIGHUP, _reload, security, running.console)
             try:
+                if not reuse_port and pid_path is None:  # named after the port just bound
+                    path = pid_file.server_path(config.pid_file, config.listen, running.port)
+                    pid_file.hold(held, path, required=bool(config.pid_file))
                 await stop.wait()
             finally:
                 await shutdown(running, config.grace_seconds)
     finally:
+        held.close()
         if endpoint is not None:
             endpoint.close()
         if telemetry.tracer_provider is not None:
             tracing.shutdown(telemetry.tracer_provider)
     log.info("runstore stopped")
+
+
+def early_pid_file(config: ServerConfig) -> Path | None:
+    """The pid file, when it is known before the port is bound (``--pid-file``,
+    or a fixed port): taken before the database is touched."""
+    if config.pid_file:
+        return Path(config.pid_file)
+    if config.listen.endswith(":0"):
+        return None
+    return pid_file.default_path(config.listen)
 
 
 def _reload(security: Security, console: ConsoleServer) -> None:

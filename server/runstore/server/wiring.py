@@ -73,6 +73,7 @@ def create_stores(config: ServerConfig, database: OpenDatabase) -> Stores:
             directory,
             own,
             recount_seconds=config.quota_recount_seconds,
+            always=True,  # the health service's commit probe (health.Heartbeat)
         ),
         probe=own,
         runtime=runtime,

@@ -31,6 +31,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Final
 
+from runstore.contract import pid_file
 from runstore.server import logs
 from runstore.server.config import ServerConfig
 
@@ -145,15 +146,24 @@ def supervise(config: ServerConfig, argv: Sequence[str]) -> int:
                     os.kill(pid, signum)
 
         previous = {signum: signal.signal(signum, forward) for signum in _FORWARDED}
+        held = contextlib.ExitStack()
         try:
+            path = pid_file.server_path(config.pid_file, config.listen, port)
+            pid_file.hold(held, path, required=bool(config.pid_file))
             for number in range(config.workers):
                 env = {**os.environ, WORKER_ENV: str(number), "RUNSTORE_WORKERS": "1"}
                 # Each worker writes its own lines (JSON too) to the original stderr.
-                child = subprocess.Popen(
-                    worker_argv(config, argv, port, number),
-                    env=env,
-                    stderr=logs.original_stderr(),
-                )
+                # It inherits SIGHUP ignored until its server handles it: a
+                # reload while it starts must not end it (and with it the set).
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)
+                try:
+                    child = subprocess.Popen(
+                        worker_argv(config, argv, port, number),
+                        env=env,
+                        stderr=logs.original_stderr(),
+                    )
+                finally:
+                    signal.signal(signal.SIGHUP, forward)
                 children[child.pid] = (number, child)
             log.info(
                 "runstore: %d workers on port %d (pids %s)",
@@ -185,5 +195,6 @@ def supervise(config: ServerConfig, argv: Sequence[str]) -> int:
                     failed = True
             return 1 if failed else 0
         finally:
+            held.close()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)

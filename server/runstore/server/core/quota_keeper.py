@@ -63,6 +63,8 @@ class QuotaKeeper:
         db: The database, unmeasured (the server's own statements).
         recount_seconds: How often the stored bytes are recounted.
         replica_id: This replica's heartbeat row.
+        always: Beat whatever the quotas: the heartbeat is the health
+            service's commit probe too (``health.Heartbeat``, ``committed_at``).
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class QuotaKeeper:
         interval: float = REFRESH_SECONDS,
         recount_seconds: float = RECOUNT_SECONDS,
         replica_id: str | None = None,
+        always: bool = False,
     ) -> None:
         self.quotas = quotas
         self._directory = directory
@@ -83,6 +86,9 @@ class QuotaKeeper:
         self.replica_id = replica_id or replica_name()
         self._seen: dict[str, tuple[int, float]] = {}
         self._beating = False
+        self._always = always
+        self.committed_at = time.monotonic()
+        """When the last heartbeat committed (``time.monotonic()``; first: now)."""
         self._recounted_at: float | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -111,8 +117,13 @@ class QuotaKeeper:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the database is down: the calls see it themselves
-                if not failing:
-                    log.warning("quota state not refreshed (again in %ss): %r", self.interval, exc)
+                if not failing:  # unless the database's state line said it
+                    level = (
+                        logging.DEBUG if getattr(exc, "cause_logged", False) else logging.WARNING
+                    )
+                    log.log(
+                        level, "quota state not refreshed (again in %ss): %r", self.interval, exc
+                    )
                 failing = True
             await asyncio.sleep(self.interval)
 
@@ -124,8 +135,8 @@ class QuotaKeeper:
         if self._directory.stale(self.interval / 2):
             await self._directory.refresh()
         rows = [self._directory.settings(name) for name in self._directory.active()]
-        if any(_rated(row) for row in rows) or self._beating:
-            await self._heartbeat(any(_rated(row) for row in rows))
+        if self._always or any(_rated(row) for row in rows) or self._beating:
+            await self._heartbeat(self._always or any(_rated(row) for row in rows))
         measured = sorted(row.name for row in rows if row and row.quota_stored_bytes is not None)
         if measured:
             await self._usage(measured)
@@ -147,7 +158,7 @@ class QuotaKeeper:
             return await tx.quota_heartbeat(replica_id, now_wall, streams, stale_before)
 
         rows = await self._db.write(beat)
-        now = time.monotonic()
+        now = self.committed_at = time.monotonic()
         alive = 1
         others: dict[str, int] = {}
         seen: dict[str, tuple[int, float]] = {}

@@ -6,11 +6,23 @@ connection budget"), and a close that never leaves one open."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import logging
+from typing import Any, ClassVar
 
 import asyncpg
 
+from runstore.contract.errors import UnavailableError
 from runstore.server.backoff import Backoff
+
+log = logging.getLogger(__name__)
+
+
+class RefusedWhileDown(UnavailableError):
+    """A call's UNAVAILABLE while the database refuses connections: the
+    state's one line said why (``ConnectPacing``), so the call logs nothing
+    more (``cause_logged``, read by ``error_status``)."""
+
+    cause_logged: ClassVar[bool] = True
 
 
 class ConnectPacing:
@@ -26,16 +38,29 @@ class ConnectPacing:
     without touching the database (its caller answers UNAVAILABLE). A
     success ends the pacing. So one replica makes at most one attempt per
     pause while the database is down, and reaches it again at most
-    ``longest_pause`` after it is back."""
+    ``longest_pause`` after it is back.
 
-    def __init__(self, first_pause: float = 0.05, longest_pause: float = 2.0) -> None:
+    It also says when the database starts and stops refusing, one log line
+    each (``what`` names it); the failures in between are that state's, and
+    the callers that meet them log nothing more (``refusing``)."""
+
+    def __init__(
+        self, first_pause: float = 0.05, longest_pause: float = 2.0, *, what: str = "the database"
+    ) -> None:
         self.first_pause = first_pause
         self.longest_pause = longest_pause
         self._backoff = Backoff(first_pause, max(first_pause, longest_pause))
+        self.what = what
         self._failures = 0
+        self._refusing_since = 0.0
         self._next_attempt = 0.0
         self._attempt: asyncio.Future[bool] | None = None
         """The outcome of the paced attempt under way, if one is."""
+
+    @property
+    def refusing(self) -> bool:
+        """Whether the last attempt failed (its line was logged)."""
+        return self._failures > 0
 
     async def connect(self, *args: Any, **kwargs: Any) -> Any:
         """``asyncpg.connect``, paced (also the pool's ``connect`` hook)."""
@@ -71,16 +96,58 @@ class ConnectPacing:
     async def _connect(self, args: Any, kwargs: dict[str, Any]) -> Any:
         try:
             conn = await asyncpg.connect(*args, **kwargs)
-        except Exception:  # not a cancelled caller: that says nothing of the database
-            self._failed()
+        except Exception as exc:  # not a cancelled caller: that says nothing of the database
+            self._failed(exc)
             raise
+        if self._failures:
+            log.info(
+                "%s accepts connections again (%d attempts refused over %.1fs)",
+                self.what,
+                self._failures,
+                asyncio.get_running_loop().time() - self._refusing_since,
+            )
         self._failures = 0
         return conn
 
-    def _failed(self) -> None:
+    def _failed(self, exc: Exception) -> None:
+        if not self._failures:
+            self._refusing_since = asyncio.get_running_loop().time()
+            log.warning(
+                "%s refuses connections (%s: %s): calls answer UNAVAILABLE; trying again at "
+                "most every %gs",
+                self.what,
+                type(exc).__name__,
+                exc,
+                self.longest_pause,
+            )
         self._failures += 1
         pause = self._backoff.pause(self._failures)
         self._next_attempt = asyncio.get_running_loop().time() + pause
+
+
+class PoolFloorWarnings(logging.Filter):
+    """asyncpg's pool logs "Failed to restore the pool connection floor" with
+    a traceback each time it cannot reopen its ``min_size`` connections. While
+    ``pacing`` reports the database refusing, that is the state its line
+    already gave: dropped. Otherwise it is kept as one line, the cause
+    appended instead of the traceback."""
+
+    def __init__(self, pacing: ConnectPacing) -> None:
+        super().__init__()
+        self._pacing = pacing
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Failed to restore the pool connection floor"):
+            return True
+        if self._pacing.refusing:
+            return False
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            record.msg = f"{record.getMessage()} ({type(exc).__name__}: {exc})"
+            record.args = None
+        record.exc_info = None
+        record.exc_text = None
+        return True
 
 
 async def close_connection(conn: Any, within: float) -> None:

@@ -51,7 +51,11 @@ from runstore.server.db.append_groups import (
 )
 from runstore.server.db.compiled import Compiled
 from runstore.server.db.connect_pacing import ConnectPacing as ConnectPacing  # tests use it here
-from runstore.server.db.connect_pacing import close_connection
+from runstore.server.db.connect_pacing import (
+    PoolFloorWarnings,
+    RefusedWhileDown,
+    close_connection,
+)
 from runstore.server.db.postgres_errors import connection_survives as _connection_survives
 from runstore.server.db.postgres_errors import is_retryable as _is_retryable
 from runstore.server.db.postgres_errors import reaped as _reaped
@@ -210,6 +214,7 @@ class PostgresDatabase:
         self._statements = Statements.compile(asyncpg_dialect.dialect())  # type: ignore[no-untyped-call]
         self._pool: asyncpg.Pool | None = None
         self._pacing = ConnectPacing(longest_pause=options.reconnect_pause_max)
+        self._floor_warnings = PoolFloorWarnings(self._pacing)
         """Every connection to the primary opens through it: the pool's, the
         health probe's, LISTEN's and the retention lock's."""
         self._probe: asyncpg.Connection | None = None
@@ -273,6 +278,7 @@ class PostgresDatabase:
 
     async def start(self) -> None:
         options = self.options
+        logging.getLogger("asyncpg.pool").addFilter(self._floor_warnings)
         self._pool = await asyncpg.create_pool(
             self._dsn,
             connect=self._pacing.connect,
@@ -311,6 +317,7 @@ class PostgresDatabase:
                 await asyncio.wait_for(pool.close(), self.options.operation_timeout)
             except TimeoutError:
                 pool.terminate()
+        logging.getLogger("asyncpg.pool").removeFilter(self._floor_warnings)
 
     @property
     def is_open(self) -> bool:
@@ -365,6 +372,8 @@ class PostgresDatabase:
             log.warning("no postgres connection within the timeout")
             raise UnavailableError("no database connection available; retry") from exc
         except Exception as exc:
+            if self._pacing.refusing:  # said once, when it began (ConnectPacing)
+                raise RefusedWhileDown("database connection failed; retry") from exc
             log.warning("postgres connect failed: %s: %s", type(exc).__name__, exc)
             raise _unavailable(exc) from exc
 

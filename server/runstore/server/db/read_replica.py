@@ -68,7 +68,10 @@ class ReadReplica:
     async def start(self, figures: DbFigures | None) -> None:
         self._pool = await asyncpg.create_pool(
             self._dsn,
-            connect=ConnectPacing(longest_pause=self._reconnect_pause_max).connect,
+            connect=ConnectPacing(
+                longest_pause=self._reconnect_pause_max,
+                what="the read database (--read-database-url)",
+            ).connect,
             min_size=0,
             max_size=self._pool_max,
             timeout=min(self._connect_timeout, self._operation_timeout),
