@@ -82,6 +82,8 @@ class RunChange:
     successor_run_id: str | None = None
     finished_at: Nanos | None = None
     """The ending record's timestamp, when the change ends the run for good."""
+    failure: contract.RunFailureSummary | None = None
+    """A failed ending's failure (§5.3), stored on the run for listings."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +216,8 @@ class RunEnding:
     labels: Mapping[str, str]
     reasons: tuple[str, str] | None
     """The stored cancellation reasons the record agrees with (both may be equal)."""
+    failure: contract.RunFailureSummary | None = None
+    """A failed ending's failure, stored on the run (``RunChange.failure``)."""
 
 
 # --- Results ----------------------------------------------------------------

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
-from runstore.contract.model import RunFilter, SessionFilter
+from runstore.contract.model import RunFilter, RunStatus, SessionFilter, SessionStatus
 from runstore.server.core.model import (
     ContextHead,
     ContextVersion,
@@ -172,14 +172,28 @@ class Transaction(NamespaceTransaction, SeedTransaction, Protocol):
         self, query: SessionFilter[Nanos], after: PageKey | None, limit: int
     ) -> list[Session]:
         """At most ``limit`` live sessions matching ``query`` with (created_at,
-        session_id) greater than ``after``, in that order."""
+        session_id) after ``after`` in the query's order (ascending, or
+        descending when ``newest_first``), in that order."""
+        ...
+
+    async def count_sessions(
+        self, query: SessionFilter[Nanos], cap: int
+    ) -> dict[SessionStatus, int]:
+        """How many live sessions match ``query`` per status, each count
+        stopping at ``cap`` (statuses with none may be missing)."""
         ...
 
     async def list_runs(
         self, query: RunFilter[Nanos], after: PageKey | None, limit: int
     ) -> list[RunState]:
         """At most ``limit`` runs matching ``query`` with (started_at, run_id)
-        greater than ``after``, in that order; without their checkpoints."""
+        after ``after`` in the query's order, in that order; without their
+        checkpoints."""
+        ...
+
+    async def count_runs(self, query: RunFilter[Nanos], cap: int) -> dict[RunStatus, int]:
+        """How many runs match ``query`` per status, each count stopping at
+        ``cap`` (statuses with none may be missing)."""
         ...
 
     async def insert_session(self, session: Session) -> None: ...

@@ -11,19 +11,40 @@ entries at any depth and any table size:
 * ``(session_id | agent_id, status, time, id)`` for either with statuses.
 
 Several statuses are read as one ordered, limited branch per status, merged:
-an ``IN`` list would make the database sort every matching row.
+an ``IN`` list would make the database sort every matching row. Newest first
+reads the same indexes backwards.
+
+An exact ID is the primary key; an ID or agent prefix is a range on the
+primary key or the agent's index (``>= prefix`` and ``<`` the next string),
+checked exactly as well, so the range only has to cover the matches (it does
+in SQLite's binary order and in PostgreSQL's C collation). Labels and
+``root_only`` are conditions on the rows the index walk reads. Status counts
+are one limited count per status (``core.listing.COUNT_CAP``).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Integer, Select, bindparam, select, tuple_, union_all
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    Text,
+    bindparam,
+    func,
+    literal,
+    select,
+    tuple_,
+    union_all,
+)
 from sqlalchemy.engine import Dialect
 
-from runstore.contract.model import RunFilter, SessionFilter
+from runstore.contract.model import RunFilter, RunStatus, SessionFilter, SessionStatus
 from runstore.server.core.model import NANOS_PER_MILLI, Nanos, PageKey
 from runstore.server.db.compiled import Compiled, compile_for
 from runstore.server.db.record_writes import in_namespace
@@ -44,6 +65,14 @@ class _Shape:
     statuses: int
     session: bool = False
     agent: bool = False
+    newest: bool = False
+    row_id: bool = False
+    id_prefix: bool = False
+    agent_prefix: bool = False
+    labels: int = 0
+    root_only: bool = False
+    counts: bool = False
+    """A count of each status instead of a page (no order, keyset or limit)."""
 
 
 def _binds(name: str, count: int) -> list[Any]:
@@ -62,6 +91,27 @@ def _below(columns: Sequence[Any], name: str) -> ColumnElement[bool]:
     return tuple_(*columns) < tuple_(*_binds(name, len(columns)))
 
 
+def _prefix(column: Any, name: str) -> list[ColumnElement[bool]]:
+    """``column`` starts with the bound ``name``: a range an index serves (its
+    end bound is ``name_end``), then the exact test."""
+    prefix = bindparam(name, type_=Text)
+    return [
+        column >= prefix,
+        column < bindparam(f"{name}_end", type_=Text),
+        func.substr(column, 1, func.length(prefix)) == prefix,
+    ]
+
+
+def prefix_end(prefix: str) -> str:
+    """The first string after every string that starts with ``prefix`` in code
+    point order; a prefix of only the last code point has none (the largest
+    string a column can hold stands in)."""
+    kept = prefix.rstrip(chr(0x10FFFF))
+    if not kept:
+        return chr(0x10FFFF) * (len(prefix) + 1)
+    return kept[:-1] + chr(ord(kept[-1]) + 1 + (ord(kept[-1]) + 1 == 0xD800) * 0x800)
+
+
 def _keyset_page(
     columns: Sequence[Any],
     time: Sequence[Any],
@@ -71,18 +121,28 @@ def _keyset_page(
     conditions: list[ColumnElement[bool]],
 ) -> Select[Any]:
     """``time`` is the time's columns (seconds and nanoseconds, or milliseconds)."""
-    if shape.after:
-        conditions.append(
-            tuple_(*time, row_id) > tuple_(*_binds("at", len(time)), bindparam("last_id"))
-        )
     if shape.lower:
         conditions.append(_at_least(time, "lower"))
     if shape.upper:
         conditions.append(_below(time, "upper"))
+    if shape.counts:
+        return _counts(status, shape, conditions)
+    if shape.after:
+        key = tuple_(*time, row_id)
+        last = tuple_(*_binds("at", len(time)), bindparam("last_id"))
+        conditions.append(key < last if shape.newest else key > last)
     limit = bindparam("limit", type_=Integer)
 
+    def ordered(keys: Sequence[Any]) -> list[Any]:
+        return [key.desc() for key in keys] if shape.newest else list(keys)
+
     def branch(*extra: ColumnElement[bool]) -> Select[Any]:
-        return select(*columns).where(*conditions, *extra).order_by(*time, row_id).limit(limit)
+        return (
+            select(*columns)
+            .where(*conditions, *extra)
+            .order_by(*ordered((*time, row_id)))
+            .limit(limit)
+        )
 
     if shape.statuses == 0:
         return branch()
@@ -94,26 +154,58 @@ def _keyset_page(
     ]
     merged = union_all(*parts).subquery("merged")
     order = [merged.c[column.name] for column in (*time, row_id)]
-    return select(merged).order_by(*order).limit(limit)
+    return select(merged).order_by(*ordered(order)).limit(limit)
+
+
+def _counts(status: Any, shape: _Shape, conditions: list[ColumnElement[bool]]) -> Select[Any]:
+    """One row per status with matching rows: the status and its count, each
+    read through at most ``cap`` index entries."""
+    cap = bindparam("cap", type_=Integer)
+    parts = []
+    for i in range(shape.statuses):
+        value = bindparam(f"status_{i}", type_=Text)
+        limited = select(literal(1).label("one")).where(*conditions, status == value).limit(cap)
+        parts.append(select(value.label("status"), func.count().label("count")).select_from(
+            limited.subquery(f"counted_{i}")
+        ))
+    return union_all(*parts)  # type: ignore[return-value]
 
 
 def _sessions_statement(shape: _Shape) -> Select[Any]:
+    conditions: list[ColumnElement[bool]] = [in_namespace(sessions)]
+    if shape.row_id:
+        conditions.append(sessions.c.session_id == bindparam("session_id"))
+    if shape.id_prefix:
+        conditions.extend(_prefix(sessions.c.session_id, "session_id_prefix"))
     return _keyset_page(
         SESSION_COLUMNS,
         (sessions.c.created_at_s, sessions.c.created_at_ns),
         sessions.c.session_id,
         sessions.c.status,
         shape,
-        [in_namespace(sessions)],
+        conditions,
     )
 
 
-def _runs_statement(shape: _Shape) -> Select[Any]:
+def _runs_statement(shape: _Shape, dialect: str) -> Select[Any]:
     conditions: list[ColumnElement[bool]] = [in_namespace(runs)]
     if shape.session:
         conditions.append(runs.c.session_id == bindparam("session_id"))
     if shape.agent:
         conditions.append(runs.c.agent_id == bindparam("agent_id"))
+    if shape.row_id:
+        conditions.append(runs.c.run_id == bindparam("run_id"))
+    if shape.id_prefix:
+        conditions.extend(_prefix(runs.c.run_id, "run_id_prefix"))
+    if shape.agent_prefix:
+        conditions.extend(_prefix(runs.c.agent_id, "agent_id_prefix"))
+    if shape.root_only:
+        conditions.append(runs.c.parent_run_id == "")
+    # Labels are stored as JSON with sorted keys (row_codecs.labels_to_text),
+    # in which '"key": "value"' only ever appears as that one pair.
+    find = func.strpos if dialect == "postgresql" else func.instr
+    for i in range(shape.labels):
+        conditions.append(find(runs.c.labels, bindparam(f"label_{i}", type_=Text)) > 0)
     return _keyset_page(
         LISTED_RUN_COLUMNS, (runs.c.started_at_ms,), runs.c.run_id, runs.c.status, shape, conditions
     )
@@ -149,6 +241,11 @@ def _bounds(
     return params
 
 
+def _label_pattern(key: str, value: str) -> str:
+    """How one label pair is spelled inside the stored labels' JSON."""
+    return f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}"
+
+
 class ListingStatements:
     """Listing statements for one dialect, compiled per shape on first use."""
 
@@ -161,17 +258,39 @@ class ListingStatements:
         self, query: SessionFilter[Nanos], after: PageKey | None, limit: int
     ) -> tuple[Compiled, dict[str, Any]]:
         """The statement and parameters of one ListSessions page."""
+        return self._session_statement(query, after, limit, counts=False)
+
+    def session_counts(
+        self, query: SessionFilter[Nanos], cap: int
+    ) -> tuple[Compiled, dict[str, Any]]:
+        """The statement and parameters of ListSessions' status counts."""
+        every = dataclasses.replace(query, statuses=frozenset(SessionStatus))
+        statement, params = self._session_statement(every, None, 0, counts=True)
+        return statement, {**params, "cap": cap}
+
+    def _session_statement(
+        self, query: SessionFilter[Nanos], after: PageKey | None, limit: int, counts: bool
+    ) -> tuple[Compiled, dict[str, Any]]:
         shape = _Shape(
             after is not None,
             query.created_after is not None,
             query.created_before is not None,
             len(query.statuses or ()),
+            newest=query.newest_first and not counts,
+            row_id=bool(query.session_id),
+            id_prefix=bool(query.session_id_prefix),
+            counts=counts,
         )
         if shape not in self._sessions:
             self._sessions[shape] = compile_for(_sessions_statement(shape), self._dialect)
         params = _bounds(
             after, query.created_after, query.created_before, query.statuses, limit, _session_time
         )
+        if shape.row_id:
+            params["session_id"] = query.session_id
+        if shape.id_prefix:
+            params["session_id_prefix"] = query.session_id_prefix
+            params["session_id_prefix_end"] = prefix_end(query.session_id_prefix)
         return self._sessions[shape], params
 
     def runs(
@@ -179,7 +298,19 @@ class ListingStatements:
     ) -> tuple[Compiled, dict[str, Any]]:
         """The statement and parameters of one ListRuns page; a sessionless
         run's ``session_id`` is ``''``, so ``sessionless_only`` is that value."""
+        return self._run_statement(query, after, limit, counts=False)
+
+    def run_counts(self, query: RunFilter[Nanos], cap: int) -> tuple[Compiled, dict[str, Any]]:
+        """The statement and parameters of ListRuns' status counts."""
+        every = dataclasses.replace(query, statuses=frozenset(RunStatus))
+        statement, params = self._run_statement(every, None, 0, counts=True)
+        return statement, {**params, "cap": cap}
+
+    def _run_statement(
+        self, query: RunFilter[Nanos], after: PageKey | None, limit: int, counts: bool
+    ) -> tuple[Compiled, dict[str, Any]]:
         session_id = "" if query.sessionless_only else query.session_id
+        labels = sorted(query.labels.items())
         shape = _Shape(
             after is not None,
             query.started_after is not None,
@@ -187,9 +318,18 @@ class ListingStatements:
             len(query.statuses or ()),
             session=bool(session_id) or query.sessionless_only,
             agent=bool(query.agent_id),
+            newest=query.newest_first and not counts,
+            row_id=bool(query.run_id),
+            id_prefix=bool(query.run_id_prefix),
+            agent_prefix=bool(query.agent_id_prefix),
+            labels=len(labels),
+            root_only=query.root_only,
+            counts=counts,
         )
         if shape not in self._runs:
-            self._runs[shape] = compile_for(_runs_statement(shape), self._dialect)
+            self._runs[shape] = compile_for(
+                _runs_statement(shape, self._dialect.name), self._dialect
+            )
         params = _bounds(
             after, query.started_after, query.started_before, query.statuses, limit, _run_time
         )
@@ -197,4 +337,13 @@ class ListingStatements:
             params["session_id"] = session_id
         if shape.agent:
             params["agent_id"] = query.agent_id
+        if shape.row_id:
+            params["run_id"] = query.run_id
+        for name in ("run_id_prefix", "agent_id_prefix"):
+            value = getattr(query, name)
+            if value:
+                params[name] = value
+                params[f"{name}_end"] = prefix_end(value)
+        for i, (key, value) in enumerate(labels):
+            params[f"label_{i}"] = _label_pattern(key, value)
         return self._runs[shape], params
