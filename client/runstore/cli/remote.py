@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from runstore.cli.output import Output
+from runstore.cli.output import Output, status_counts_line
 from runstore.client import (
     NO_RETRY,
     InvalidTokenError,
@@ -119,6 +119,14 @@ DEFAULT_TIMEOUT: Final = "10s"
 
 
 def page_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--newest-first", action="store_true", help="the newest first (default: the oldest)"
+    )
+    parser.add_argument(
+        "--counts",
+        action="store_true",
+        help="also print how many match per status, to stderr (N+: at least N)",
+    )
     parser.add_argument("--page-size", type=int, default=0, help="rows per page (server default)")
     parser.add_argument("--page-token", default="", help="continue from a previous page")
     parser.add_argument("--all", action="store_true", help="follow every page to the end")
@@ -369,6 +377,8 @@ async def listing(
             break
     if not out.as_json:
         out.table(None, headers, (row(item) for item in rows))
+    if counts := page.status_counts:
+        print(f"counts: {status_counts_line(counts)}", file=sys.stderr)
     if token:
         print(f"more: continue with --page-token {token} (or --all)", file=sys.stderr)
     return 0

@@ -36,6 +36,10 @@ async def sessions_list(args: argparse.Namespace, clients: Clients, out: Output)
             created_before=args.created_before,
             page_size=args.page_size,
             page_token=token,
+            session_id=args.session or "",
+            session_id_prefix=args.session_prefix or "",
+            newest_first=args.newest_first,
+            count_statuses=args.counts,
         )
 
     return await remote.listing(fetch, args, out, SESSION_HEADERS, session_row)
@@ -133,6 +137,9 @@ def add_arguments(sessions: argparse.ArgumentParser) -> None:
     listing.add_argument(
         "--created-before", type=remote.timestamp, metavar="TIME", help="exclusive, ISO 8601"
     )
+    ids = listing.add_mutually_exclusive_group()
+    ids.add_argument("--session", metavar="ID", help="only the session with this exact ID")
+    ids.add_argument("--session-prefix", metavar="PREFIX", help="only IDs starting with PREFIX")
     remote.page_options(listing)
     show = remote.action(actions, "show", sessions_show, "a session and its runs")
     show.add_argument("session_id", metavar="SESSION_ID")
