@@ -55,12 +55,10 @@ _STATUS_OF = (
     "CASE g % 5 WHEN 0 THEN 'running' WHEN 1 THEN 'completed' WHEN 2 THEN 'failed' "
     "WHEN 3 THEN 'canceled' ELSE 'suspended' END"
 )
-_SESSION_OF = (
-    f"CASE WHEN g <= {SESSION_RUNS} THEN 'big' WHEN g % 10 = 0 THEN '' ELSE 's' || g END"
-)
+_SESSION_OF = f"CASE WHEN g <= {SESSION_RUNS} THEN 'big' WHEN g % 10 = 0 THEN '' ELSE 's' || g END"
 _FAILURE = (
-    "CASE WHEN g % 5 = 2 THEN '{{\"message\": \"tool timed out\", \"kind\": \"timeout\", "
-    "\"code\": \"E' || (g % 7) || '\", \"retryable\": true}}' ELSE NULL END"
+    'CASE WHEN g % 5 = 2 THEN \'{{"message": "tool timed out", "kind": "timeout", '
+    '"code": "E\' || (g % 7) || \'", "retryable": true}}\' ELSE NULL END'
 )
 _SEED_RUNS = (
     "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at_ms, labels, "
@@ -101,9 +99,7 @@ async def seed_postgres(url: str, runs: int) -> None:
     conn = await asyncpg.connect(asyncpg_dsn(url))
     try:
         async with conn.transaction():
-            await conn.execute(
-                _SEED_RUNS.format(source=f"generate_series(1::bigint, {runs}) AS g")
-            )
+            await conn.execute(_SEED_RUNS.format(source=f"generate_series(1::bigint, {runs}) AS g"))
             await conn.execute(
                 _SEED_SESSIONS.format(source=f"generate_series(0::bigint, {runs}) AS g")
             )
@@ -121,7 +117,11 @@ def cases() -> list[tuple[str, str, Any]]:
     return [
         ("runs, newest first", "ListRuns", sa.ListRunsRequest(order=NEWEST)),
         ("runs, oldest first", "ListRuns", sa.ListRunsRequest()),
-        ("runs, failed, newest first", "ListRuns", sa.ListRunsRequest(statuses=failed, order=NEWEST)),
+        (
+            "runs, failed, newest first",
+            "ListRuns",
+            sa.ListRunsRequest(statuses=failed, order=NEWEST),
+        ),
         (
             "runs, failed or canceled, newest first",
             "ListRuns",

@@ -232,7 +232,9 @@ count reads at most this many index entries, whatever the table's size."""
 def _counts(found: Mapping[Any, int], every: Collection[Any]) -> list[StatusCount]:
     """One count per status in the enum's order, capped ones marked."""
     return [
-        StatusCount(status.value, min(found.get(status, 0), COUNT_CAP), found.get(status, 0) > COUNT_CAP)
+        StatusCount(
+            status.value, min(found.get(status, 0), COUNT_CAP), found.get(status, 0) > COUNT_CAP
+        )
         for status in every
     ]
 
@@ -253,8 +255,10 @@ class Listings(Section):
         counted = dataclasses.replace(listing.query, statuses=None)
 
         async def tx_fn(tx: Transaction) -> tuple[list[Session], list[StatusCount]]:
-            rows = [] if listing.matches_nothing else await tx.list_sessions(
-                listing.query, listing.after, listing.size + 1
+            rows = (
+                []
+                if listing.matches_nothing
+                else await tx.list_sessions(listing.query, listing.after, listing.size + 1)
             )
             if not count_statuses:
                 return rows, []
@@ -277,8 +281,10 @@ class Listings(Section):
         counted = dataclasses.replace(listing.query, statuses=None)
 
         async def tx_fn(tx: Transaction) -> tuple[list[RunState], list[StatusCount]]:
-            rows = [] if listing.matches_nothing else await tx.list_runs(
-                listing.query, listing.after, listing.size + 1
+            rows = (
+                []
+                if listing.matches_nothing
+                else await tx.list_runs(listing.query, listing.after, listing.size + 1)
             )
             if not count_statuses:
                 return rows, []
@@ -290,9 +296,7 @@ class Listings(Section):
     async def _listed(
         self,
         listing: Listing[Any, Row],
-        fetch: Callable[
-            [Transaction], Coroutine[Any, Any, tuple[list[Row], list[StatusCount]]]
-        ],
+        fetch: Callable[[Transaction], Coroutine[Any, Any, tuple[list[Row], list[StatusCount]]]],
         count_statuses: bool,
     ) -> ListPage[Row]:
         """One page read in one snapshot, with one row more than the page, and

@@ -17,7 +17,8 @@ reads the same indexes backwards.
 An exact ID is the primary key; an ID or agent prefix is a range on the
 primary key or the agent's index (``>= prefix`` and ``<`` the next string),
 checked exactly as well, so the range only has to cover the matches (it does
-in SQLite's binary order and in PostgreSQL's C collation). Labels and
+in SQLite's binary order and in PostgreSQL's C collation). SQLite tests an
+agent prefix on the rows of the order's index instead (see ``_runs_statement``). Labels and
 ``root_only`` are conditions on the rows the index walk reads. Status counts
 are one limited count per status (``core.listing.COUNT_CAP``).
 """
@@ -91,15 +92,14 @@ def _below(columns: Sequence[Any], name: str) -> ColumnElement[bool]:
     return tuple_(*columns) < tuple_(*_binds(name, len(columns)))
 
 
-def _prefix(column: Any, name: str) -> list[ColumnElement[bool]]:
+def _prefix(column: Any, name: str, ranged: bool = True) -> list[ColumnElement[bool]]:
     """``column`` starts with the bound ``name``: a range an index serves (its
-    end bound is ``name_end``), then the exact test."""
+    end bound is ``name_end``) unless not ``ranged``, then the exact test."""
     prefix = bindparam(name, type_=Text)
-    return [
-        column >= prefix,
-        column < bindparam(f"{name}_end", type_=Text),
-        func.substr(column, 1, func.length(prefix)) == prefix,
-    ]
+    exact = func.substr(column, 1, func.length(prefix)) == prefix
+    if not ranged:
+        return [exact]
+    return [column >= prefix, column < bindparam(f"{name}_end", type_=Text), exact]
 
 
 def prefix_end(prefix: str) -> str:
@@ -165,9 +165,11 @@ def _counts(status: Any, shape: _Shape, conditions: list[ColumnElement[bool]]) -
     for i in range(shape.statuses):
         value = bindparam(f"status_{i}", type_=Text)
         limited = select(literal(1).label("one")).where(*conditions, status == value).limit(cap)
-        parts.append(select(value.label("status"), func.count().label("count")).select_from(
-            limited.subquery(f"counted_{i}")
-        ))
+        parts.append(
+            select(value.label("status"), func.count().label("count")).select_from(
+                limited.subquery(f"counted_{i}")
+            )
+        )
     return union_all(*parts)  # type: ignore[return-value]
 
 
@@ -198,7 +200,12 @@ def _runs_statement(shape: _Shape, dialect: str) -> Select[Any]:
     if shape.id_prefix:
         conditions.extend(_prefix(runs.c.run_id, "run_id_prefix"))
     if shape.agent_prefix:
-        conditions.extend(_prefix(runs.c.agent_id, "agent_id_prefix"))
+        # A range over the agent index would make SQLite read and sort every
+        # run of the matching agents; walking the order's index and testing
+        # each run reads a page's worth divided by the prefix's share.
+        # PostgreSQL weighs both with its statistics.
+        ranged = dialect == "postgresql"
+        conditions.extend(_prefix(runs.c.agent_id, "agent_id_prefix", ranged))
     if shape.root_only:
         conditions.append(runs.c.parent_run_id == "")
     # Labels are stored as JSON with sorted keys (row_codecs.labels_to_text),
@@ -241,6 +248,25 @@ def _bounds(
     return params
 
 
+def _from_the_key(
+    after: PageKey | None, lower: Nanos | None, upper: Nanos | None, newest: bool, granule: int
+) -> tuple[PageKey | None, Nanos | None, Nanos | None]:
+    """A later page's key and the time bounds, with the bound on the walk's
+    starting side folded into the key: the key alone then bounds the index
+    range (a database given both ``t > :lower`` and ``(t, id) > :key`` may
+    seek by the bound and step over every row before the key). ``granule``
+    is the time column's unit in nanoseconds (bounds round up to it)."""
+    if after is None:
+        return after, lower, upper
+    if newest:
+        if upper is not None:
+            after = min(after, (-(-upper // granule) * granule, ""))
+        return after, lower, None
+    if lower is not None:
+        after = max(after, (-(-lower // granule) * granule, ""))
+    return after, None, upper
+
+
 def _label_pattern(key: str, value: str) -> str:
     """How one label pair is spelled inside the stored labels' JSON."""
     return f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}"
@@ -271,21 +297,23 @@ class ListingStatements:
     def _session_statement(
         self, query: SessionFilter[Nanos], after: PageKey | None, limit: int, counts: bool
     ) -> tuple[Compiled, dict[str, Any]]:
+        newest = query.newest_first and not counts
+        after, lower, upper = _from_the_key(
+            after, query.created_after, query.created_before, newest, 1
+        )
         shape = _Shape(
             after is not None,
-            query.created_after is not None,
-            query.created_before is not None,
+            lower is not None,
+            upper is not None,
             len(query.statuses or ()),
-            newest=query.newest_first and not counts,
+            newest=newest,
             row_id=bool(query.session_id),
             id_prefix=bool(query.session_id_prefix),
             counts=counts,
         )
         if shape not in self._sessions:
             self._sessions[shape] = compile_for(_sessions_statement(shape), self._dialect)
-        params = _bounds(
-            after, query.created_after, query.created_before, query.statuses, limit, _session_time
-        )
+        params = _bounds(after, lower, upper, query.statuses, limit, _session_time)
         if shape.row_id:
             params["session_id"] = query.session_id
         if shape.id_prefix:
@@ -311,14 +339,18 @@ class ListingStatements:
     ) -> tuple[Compiled, dict[str, Any]]:
         session_id = "" if query.sessionless_only else query.session_id
         labels = sorted(query.labels.items())
+        newest = query.newest_first and not counts
+        after, lower, upper = _from_the_key(
+            after, query.started_after, query.started_before, newest, NANOS_PER_MILLI
+        )
         shape = _Shape(
             after is not None,
-            query.started_after is not None,
-            query.started_before is not None,
+            lower is not None,
+            upper is not None,
             len(query.statuses or ()),
             session=bool(session_id) or query.sessionless_only,
             agent=bool(query.agent_id),
-            newest=query.newest_first and not counts,
+            newest=newest,
             row_id=bool(query.run_id),
             id_prefix=bool(query.run_id_prefix),
             agent_prefix=bool(query.agent_id_prefix),
@@ -330,9 +362,7 @@ class ListingStatements:
             self._runs[shape] = compile_for(
                 _runs_statement(shape, self._dialect.name), self._dialect
             )
-        params = _bounds(
-            after, query.started_after, query.started_before, query.statuses, limit, _run_time
-        )
+        params = _bounds(after, lower, upper, query.statuses, limit, _run_time)
         if shape.session:
             params["session_id"] = session_id
         if shape.agent:
