@@ -32,7 +32,7 @@ from runstore.contract.model import (
 )
 from runstore.server.core import input_rules
 from runstore.server.core.model import Nanos, PageKey, RunState, Session
-from runstore.server.core.ports import Transaction
+from runstore.server.core.ports import Counted, Transaction
 from runstore.server.core.section import Section
 
 DEFAULT_PAGE_SIZE: Final = 100
@@ -229,14 +229,15 @@ COUNT_CAP: Final = 10_000
 count reads at most this many index entries, whatever the table's size."""
 
 
-def _counts(found: Mapping[Any, int], every: Collection[Any]) -> list[StatusCount]:
-    """One count per status in the enum's order, capped ones marked."""
-    return [
-        StatusCount(
-            status.value, min(found.get(status, 0), COUNT_CAP), found.get(status, 0) > COUNT_CAP
-        )
-        for status in every
-    ]
+def _counts(found: Mapping[Any, Counted], every: Collection[Any]) -> list[StatusCount]:
+    """One count per status in the enum's order; one that stopped at the cap
+    is a lower bound, marked ``estimated``."""
+    counts = []
+    for status in every:
+        counted = found.get(status, Counted(0, True))
+        estimated = not counted.complete or counted.matched > COUNT_CAP
+        counts.append(StatusCount(status.value, min(counted.matched, COUNT_CAP), estimated))
+    return counts
 
 
 class Listings(Section):

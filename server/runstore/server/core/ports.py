@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 from runstore.contract.model import RunFilter, RunStatus, SessionFilter, SessionStatus
 from runstore.server.core.model import (
@@ -69,6 +69,15 @@ class RecordTarget:
     """The run's session (None for a sessionless run)."""
     existing: RunRecord | None
     """The run's record under the event key, if any."""
+
+
+class Counted(NamedTuple):
+    """A listing's count of one status (``Transaction.count_runs``)."""
+
+    matched: int
+    """Rows that matched among those read."""
+    complete: bool
+    """Every row of the status was read: ``matched`` is exact, not a lower bound."""
 
 
 class Transaction(NamespaceTransaction, SeedTransaction, Protocol):
@@ -178,9 +187,9 @@ class Transaction(NamespaceTransaction, SeedTransaction, Protocol):
 
     async def count_sessions(
         self, query: SessionFilter[Nanos], cap: int
-    ) -> dict[SessionStatus, int]:
-        """How many live sessions match ``query`` per status, each count
-        stopping at ``cap`` (statuses with none may be missing)."""
+    ) -> dict[SessionStatus, Counted]:
+        """How many live sessions match ``query`` per status, reading at most
+        ``cap`` rows of each (statuses with none may be missing)."""
         ...
 
     async def list_runs(
@@ -191,9 +200,9 @@ class Transaction(NamespaceTransaction, SeedTransaction, Protocol):
         checkpoints."""
         ...
 
-    async def count_runs(self, query: RunFilter[Nanos], cap: int) -> dict[RunStatus, int]:
-        """How many runs match ``query`` per status, each count stopping at
-        ``cap`` (statuses with none may be missing)."""
+    async def count_runs(self, query: RunFilter[Nanos], cap: int) -> dict[RunStatus, Counted]:
+        """How many runs match ``query`` per status, reading at most ``cap``
+        rows of each (statuses with none may be missing)."""
         ...
 
     async def insert_session(self, session: Session) -> None: ...

@@ -17,10 +17,10 @@ reads the same indexes backwards.
 An exact ID is the primary key; an ID or agent prefix is a range on the
 primary key or the agent's index (``>= prefix`` and ``<`` the next string),
 checked exactly as well, so the range only has to cover the matches (it does
-in SQLite's binary order and in PostgreSQL's C collation). SQLite tests an
-agent prefix on the rows of the order's index instead (see ``_runs_statement``). Labels and
+in SQLite's binary order and in PostgreSQL's C collation). An agent prefix,
+labels and ``root_only`` are tests on the rows the index walk reads. Labels and
 ``root_only`` are conditions on the rows the index walk reads. Status counts
-are one limited count per status (``core.listing.COUNT_CAP``).
+read at most ``core.listing.COUNT_CAP`` index entries per status.
 """
 
 from __future__ import annotations
@@ -32,11 +32,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    Boolean,
     ColumnElement,
     Integer,
     Select,
     Text,
+    and_,
     bindparam,
+    case,
     func,
     literal,
     select,
@@ -92,14 +95,24 @@ def _below(columns: Sequence[Any], name: str) -> ColumnElement[bool]:
     return tuple_(*columns) < tuple_(*_binds(name, len(columns)))
 
 
-def _prefix(column: Any, name: str, ranged: bool = True) -> list[ColumnElement[bool]]:
+def _prefix(column: Any, name: str) -> list[ColumnElement[bool]]:
     """``column`` starts with the bound ``name``: a range an index serves (its
-    end bound is ``name_end``) unless not ``ranged``, then the exact test."""
+    end bound is ``name_end``), then the exact test."""
     prefix = bindparam(name, type_=Text)
-    exact = func.substr(column, 1, func.length(prefix)) == prefix
-    if not ranged:
-        return [exact]
-    return [column >= prefix, column < bindparam(f"{name}_end", type_=Text), exact]
+    return [
+        column >= prefix,
+        column < bindparam(f"{name}_end", type_=Text),
+        _starts_with(column, prefix, "sqlite"),
+    ]
+
+
+def _starts_with(column: Any, prefix: Any, dialect: str) -> ColumnElement[bool]:
+    """The exact prefix test, no index range: PostgreSQL's ``starts_with``
+    (whose selectivity its planner estimates from the column's statistics, so
+    it walks the order's index when many rows match), else a substring."""
+    if dialect == "postgresql":
+        return func.starts_with(column, prefix, type_=Boolean)  # type: ignore[no-any-return]
+    return func.substr(column, 1, func.length(prefix)) == prefix
 
 
 def prefix_end(prefix: str) -> str:
@@ -119,14 +132,17 @@ def _keyset_page(
     status: Any,
     shape: _Shape,
     conditions: list[ColumnElement[bool]],
+    tests: Sequence[ColumnElement[bool]] = (),
 ) -> Select[Any]:
-    """``time`` is the time's columns (seconds and nanoseconds, or milliseconds)."""
+    """``time`` is the time's columns (seconds and nanoseconds, or milliseconds);
+    ``tests`` are conditions no index serves, checked on the rows read."""
     if shape.lower:
         conditions.append(_at_least(time, "lower"))
     if shape.upper:
         conditions.append(_below(time, "upper"))
     if shape.counts:
-        return _counts(status, shape, conditions)
+        return _counts(status, shape, conditions, tests, (*time, row_id))
+    conditions = [*conditions, *tests]
     if shape.after:
         key = tuple_(*time, row_id)
         last = tuple_(*_binds("at", len(time)), bindparam("last_id"))
@@ -157,18 +173,36 @@ def _keyset_page(
     return select(merged).order_by(*ordered(order)).limit(limit)
 
 
-def _counts(status: Any, shape: _Shape, conditions: list[ColumnElement[bool]]) -> Select[Any]:
-    """One row per status with matching rows: the status and its count, each
-    read through at most ``cap`` index entries."""
+def _counts(
+    status: Any,
+    shape: _Shape,
+    conditions: list[ColumnElement[bool]],
+    tests: Sequence[ColumnElement[bool]],
+    order: Sequence[Any],
+) -> Select[Any]:
+    """One row per status: the status, how many rows read match ``tests``,
+    and how many were read. Each status reads at most ``cap`` entries of the
+    index its indexed conditions lead to, in that index's order (so that the
+    database walks the index rather than the table), whatever ``tests`` keep:
+    a count that read ``cap`` rows is a lower bound."""
     cap = bindparam("cap", type_=Integer)
+    matches = case((and_(*tests), 1), else_=0) if tests else literal(1)
     parts = []
     for i in range(shape.statuses):
         value = bindparam(f"status_{i}", type_=Text)
-        limited = select(literal(1).label("one")).where(*conditions, status == value).limit(cap)
+        limited = (
+            select(matches.label("hit"))
+            .where(*conditions, status == value)
+            .order_by(*order)
+            .limit(cap)
+            .subquery(f"counted_{i}")
+        )
         parts.append(
-            select(value.label("status"), func.count().label("count")).select_from(
-                limited.subquery(f"counted_{i}")
-            )
+            select(
+                value.label("status"),
+                func.coalesce(func.sum(limited.c.hit), 0).label("matched"),
+                func.count().label("read"),
+            ).select_from(limited)
         )
     return union_all(*parts)  # type: ignore[return-value]
 
@@ -199,22 +233,28 @@ def _runs_statement(shape: _Shape, dialect: str) -> Select[Any]:
         conditions.append(runs.c.run_id == bindparam("run_id"))
     if shape.id_prefix:
         conditions.extend(_prefix(runs.c.run_id, "run_id_prefix"))
+    tests: list[ColumnElement[bool]] = []
     if shape.agent_prefix:
-        # A range over the agent index would make SQLite read and sort every
-        # run of the matching agents; walking the order's index and testing
-        # each run reads a page's worth divided by the prefix's share.
-        # PostgreSQL weighs both with its statistics.
-        ranged = dialect == "postgresql"
-        conditions.extend(_prefix(runs.c.agent_id, "agent_id_prefix", ranged))
+        # A range over the agent index would read and sort every run of the
+        # matching agents; walking the order's (or a status's) index and
+        # testing each run reads a page divided by the prefix's share.
+        prefix = bindparam("agent_id_prefix", type_=Text)
+        tests.append(_starts_with(runs.c.agent_id, prefix, dialect))
     if shape.root_only:
-        conditions.append(runs.c.parent_run_id == "")
+        tests.append(runs.c.parent_run_id == "")
     # Labels are stored as JSON with sorted keys (row_codecs.labels_to_text),
     # in which '"key": "value"' only ever appears as that one pair.
     find = func.strpos if dialect == "postgresql" else func.instr
     for i in range(shape.labels):
-        conditions.append(find(runs.c.labels, bindparam(f"label_{i}", type_=Text)) > 0)
+        tests.append(find(runs.c.labels, bindparam(f"label_{i}", type_=Text)) > 0)
     return _keyset_page(
-        LISTED_RUN_COLUMNS, (runs.c.started_at_ms,), runs.c.run_id, runs.c.status, shape, conditions
+        LISTED_RUN_COLUMNS,
+        (runs.c.started_at_ms,),
+        runs.c.run_id,
+        runs.c.status,
+        shape,
+        conditions,
+        tests,
     )
 
 
@@ -369,11 +409,11 @@ class ListingStatements:
             params["agent_id"] = query.agent_id
         if shape.row_id:
             params["run_id"] = query.run_id
-        for name in ("run_id_prefix", "agent_id_prefix"):
-            value = getattr(query, name)
-            if value:
-                params[name] = value
-                params[f"{name}_end"] = prefix_end(value)
+        if shape.id_prefix:
+            params["run_id_prefix"] = query.run_id_prefix
+            params["run_id_prefix_end"] = prefix_end(query.run_id_prefix)
+        if shape.agent_prefix:
+            params["agent_id_prefix"] = query.agent_id_prefix
         for i, (key, value) in enumerate(labels):
             params[f"label_{i}"] = _label_pattern(key, value)
         return self._runs[shape], params

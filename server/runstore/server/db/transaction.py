@@ -32,6 +32,7 @@ from runstore.server.core.model import (
 )
 from runstore.server.core.ports import (
     PURGED,
+    Counted,
     RecordTarget,
     SessionLookup,
     Transaction,
@@ -263,15 +264,15 @@ class SqlTransaction(NamespaceOperations, SeedOperations, Transaction):
 
     async def count_sessions(
         self, query: SessionFilter[Nanos], cap: int
-    ) -> dict[SessionStatus, int]:
+    ) -> dict[SessionStatus, Counted]:
         statement, params = self._sql.listings.session_counts(query, cap)
         rows = await self._all(statement, **params)
-        return {SessionStatus(row[0]): int(row[1]) for row in rows}
+        return {SessionStatus(row[0]): Counted(int(row[1]), int(row[2]) < cap) for row in rows}
 
-    async def count_runs(self, query: RunFilter[Nanos], cap: int) -> dict[RunStatus, int]:
+    async def count_runs(self, query: RunFilter[Nanos], cap: int) -> dict[RunStatus, Counted]:
         statement, params = self._sql.listings.run_counts(query, cap)
         rows = await self._all(statement, **params)
-        return {RunStatus(row[0]): int(row[1]) for row in rows}
+        return {RunStatus(row[0]): Counted(int(row[1]), int(row[2]) < cap) for row in rows}
 
     async def session_has_running_runs(self, session_id: str) -> bool:
         row = await self._one(self._sql.session_has_running_runs, session_id=session_id)
