@@ -22,7 +22,6 @@ benchmark's size (the budgets do not depend on it).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sqlite3

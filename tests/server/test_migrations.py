@@ -408,7 +408,10 @@ def _seed_failed_runs_0012(connection: Connection) -> None:
     )
     connection.execute(
         text(record),
-        [{"run": name, "id": 2, "key": "end", "payload": failure % i} for i, name in enumerate(names)]
+        [
+            {"run": name, "id": 2, "key": "end", "payload": failure % i}
+            for i, name in enumerate(names)
+        ]
         + [
             {"run": "no-failure", "id": 2, "key": "end", "payload": b"not json"},
             {"run": "ok", "id": 2, "key": "end", "payload": b'{"status":"success"}'},

@@ -16,7 +16,6 @@ from runstore.cli.records import RECORDS_PAGE
 from runstore.cli.remote import Clients
 from runstore.contract.seeds import PreparationOperation, SeedPage
 
-
 SEED_PAGE: Final = 512
 """Seed records per ``ListRunSeedRecords`` / ``ListRunPreparationRecords`` page (their cap)."""
 
@@ -85,5 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 COMMAND: Final = Command(
-    help="a run's or a session's records, or a run's seed, as JSON Lines", add_arguments=add_arguments, run=remote.run
+    help="a run's or a session's records, or a run's seed, as JSON Lines",
+    add_arguments=add_arguments,
+    run=remote.run,
 )

@@ -142,7 +142,10 @@ def add_arguments(runs: argparse.ArgumentParser) -> None:
     ids.add_argument("--run", metavar="ID", help="only the run with this exact ID")
     ids.add_argument("--run-prefix", metavar="PREFIX", help="only run IDs starting with PREFIX")
     listing.add_argument(
-        "--label", action="append", metavar="KEY=VALUE", help="only runs with this label; repeatable"
+        "--label",
+        action="append",
+        metavar="KEY=VALUE",
+        help="only runs with this label; repeatable",
     )
     listing.add_argument("--root-only", action="store_true", help="only runs without a parent")
     listing.add_argument(

@@ -187,7 +187,11 @@ def _statuses_from_wire(statuses: Any, table: Any) -> frozenset[Any] | None:
 
 def newest_first_from_wire(order: int) -> bool:
     """A listing's ``order``: unspecified is the oldest first (§9.8)."""
-    if order not in (sa.LIST_ORDER_UNSPECIFIED, sa.LIST_ORDER_OLDEST_FIRST, sa.LIST_ORDER_NEWEST_FIRST):
+    if order not in (
+        sa.LIST_ORDER_UNSPECIFIED,
+        sa.LIST_ORDER_OLDEST_FIRST,
+        sa.LIST_ORDER_NEWEST_FIRST,
+    ):
         raise ReadArgumentError(f"order {order} is not a ListOrder", field="order")
     return order == sa.LIST_ORDER_NEWEST_FIRST
 

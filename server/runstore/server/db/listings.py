@@ -110,9 +110,12 @@ def _starts_with(column: Any, prefix: Any, dialect: str) -> ColumnElement[bool]:
     """The exact prefix test, no index range: PostgreSQL's ``starts_with``
     (whose selectivity its planner estimates from the column's statistics, so
     it walks the order's index when many rows match), else a substring."""
+    test: ColumnElement[bool]
     if dialect == "postgresql":
-        return func.starts_with(column, prefix, type_=Boolean)  # type: ignore[no-any-return]
-    return func.substr(column, 1, func.length(prefix)) == prefix
+        test = func.starts_with(column, prefix, type_=Boolean)
+    else:
+        test = func.substr(column, 1, func.length(prefix)) == prefix
+    return test
 
 
 def prefix_end(prefix: str) -> str:
