@@ -51,6 +51,16 @@ def test_a_principal_is_bound_to_its_namespaces_or_to_default() -> None:
         "operator": ("*",),
         "old": ("default",),
     }
+    by_name = {principal.name: principal for principal in principals}
+    may_act = {
+        name: {ns for ns in ("default", "team-a", "team-b", "team-c", "*") if p.bound_to(ns)}
+        for name, p in by_name.items()
+    }
+    assert may_act == {
+        "team-a-host": {"team-a", "team-b"},
+        "operator": {"default", "team-a", "team-b", "team-c", "*"},  # "*": bound to every one
+        "old": {"default"},
+    }
 
 
 def test_a_principal_is_found_by_its_token_or_its_certificate() -> None:

@@ -35,13 +35,10 @@ from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.server.app import Telemetry, build_server, create_stores, open_database
 from runstore.server.config import ServerConfig
 from runstore.server.core.namespaces import REFRESH_SECONDS, NamespaceDirectory, NamespaceStore
-from runstore.server.core.quotas import (
-    METHODS,
-    QUEUE_SECONDS,
-    QuotaKeeper,
-    Quotas,
-    TokenBucket,
-)
+from runstore.server.core.quota_bucket import QUEUE_SECONDS, TokenBucket
+from runstore.server.core.quota_keeper import QuotaKeeper
+from runstore.server.core.quota_rules import METHODS
+from runstore.server.core.quotas import Quotas
 from runstore.server.metrics import Metrics
 from runstore.v1 import (
     context_store_pb2,

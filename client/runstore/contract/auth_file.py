@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from runstore.contract.namespaces import DEFAULT, binding_problem
+from runstore.contract.namespaces import DEFAULT, EVERY, binding_problem
 
 ADMIN: Final = "admin"
 """Everything, including administration RPCs added later without a table entry of their own."""
@@ -76,6 +76,13 @@ class Principal:
     """Client-certificate identities that prove this principal under mTLS."""
     namespaces: tuple[str, ...] = DEFAULT_NAMESPACES
     """The namespaces it may act in; ``("*",)`` for every one (docs/namespaces.md)."""
+
+    def bound_to(self, namespace: str) -> bool:
+        """Whether it may act in ``namespace``: listed in its binding, or bound
+        to every namespace (``"*"``). ``bound_to(EVERY)`` asks for the latter.
+        The one home of the rule: gRPC calls, open streams after a reload and
+        the console all ask here (docs/namespaces.md)."""
+        return EVERY in self.namespaces or namespace in self.namespaces
 
 
 def parse_auth_file(text: str, source: str = "auth file") -> tuple[Principal, ...]:

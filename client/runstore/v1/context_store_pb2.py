@@ -23,9 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from runstore.v1 import options_pb2 as runstore_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1frunstore/v1/context_store.proto\x12\x0brunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"h\n\x0f\x43ontextSnapshot\x12\x15\n\rsystem_prompt\x18\x01 \x01(\t\x12\x0f\n\x07summary\x18\x02 \x01(\t\x12-\n\x08messages\x18\x03 \x03(\x0b\x32\x1b.runstore.v1.ContextMessage\"X\n\x0e\x43ontextMessage\x12\x0c\n\x04type\x18\x01 \x01(\t\x12*\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x19.runstore.v1.ContentBlock\x12\x0c\n\x04meta\x18\x03 \x01(\x0c\"\xac\x03\n\x0c\x43ontentBlock\x12\x0c\n\x04type\x18\x01 \x01(\t\x12&\n\x04text\x18\x02 \x01(\x0b\x32\x16.runstore.v1.TextBlockH\x00\x12(\n\x05image\x18\x03 \x01(\x0b\x32\x17.runstore.v1.ImageBlockH\x00\x12.\n\x08\x64ocument\x18\x04 \x01(\x0b\x32\x1a.runstore.v1.DocumentBlockH\x00\x12.\n\x08thinking\x18\x05 \x01(\x0b\x32\x1a.runstore.v1.ThinkingBlockH\x00\x12-\n\x08tool_use\x18\x06 \x01(\x0b\x32\x19.runstore.v1.ToolUseBlockH\x00\x12\x33\n\x0btool_result\x18\x07 \x01(\x0b\x32\x1c.runstore.v1.ToolResultBlockH\x00\x12\x30\n\tcitations\x18\x08 \x01(\x0b\x32\x1b.runstore.v1.CitationsBlockH\x00\x12=\n\x10\x63\x61\x63he_checkpoint\x18\t \x01(\x0b\x32!.runstore.v1.CacheCheckpointBlockH\x00\x42\x07\n\x05\x62lock\"\x19\n\tTextBlock\x12\x0c\n\x04text\x18\x01 \x01(\t\"E\n\nImageBlock\x12\x0e\n\x06\x66ormat\x18\x01 \x01(\t\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x12\r\n\x03url\x18\x03 \x01(\tH\x00\x42\x08\n\x06source\"\x85\x01\n\rDocumentBlock\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0e\n\x06\x63hunks\x18\x05 \x03(\t\x12\x0b\n\x03uri\x18\x06 \x01(\t\x12\x0f\n\x07\x63ontext\x18\x07 \x01(\t\x12\x0c\n\x04\x63ite\x18\x08 \x01(\x08\"`\n\rThinkingBlock\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\x12\x10\n\x08redacted\x18\x03 \x01(\x0c\x12\r\n\x05index\x18\x04 \x01(\x03\x12\r\n\x05\x66inal\x18\x05 \x01(\x08\"R\n\x0cToolUseBlock\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05input\x18\x03 \x01(\x0c\x12\x19\n\x11thought_signature\x18\x04 \x01(\t\"I\n\x0fToolResultBlock\x12\x13\n\x0btool_use_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\x0c\x12\x10\n\x08is_error\x18\x03 \x01(\x08\"H\n\x0e\x43itationsBlock\x12\x0c\n\x04text\x18\x01 \x01(\t\x12(\n\tcitations\x18\x02 \x03(\x0b\x32\x15.runstore.v1.Citation\"r\n\x08\x43itation\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12/\n\x08location\x18\x03 \x01(\x0b\x32\x1d.runstore.v1.CitationLocation\x12\x16\n\x0esource_content\x18\x04 \x03(\t\"T\n\x10\x43itationLocation\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x16\n\x0e\x64ocument_index\x18\x02 \x01(\x03\x12\r\n\x05start\x18\x03 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x03\"\x16\n\x14\x43\x61\x63heCheckpointBlock\"1\n\x11GetContextRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"\xa9\x01\n\x12GetContextResponse\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12.\n\x08snapshot\x18\x03 \x01(\x0b\x32\x1c.runstore.v1.ContextSnapshot\x12,\n\x08saved_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x63urrent_version\x18\x05 \x01(\x03\"k\n\x12SaveContextRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x08snapshot\x18\x02 \x01(\x0b\x32\x1c.runstore.v1.ContextSnapshot\x12\x18\n\x10\x65xpected_version\x18\x03 \x01(\x03\"&\n\x13SaveContextResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\"#\n\x14\x44\x65leteContextRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"(\n\x15\x44\x65leteContextResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"n\n\x17\x41ppendTranscriptRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12-\n\x08messages\x18\x02 \x03(\x0b\x32\x1b.runstore.v1.ContextMessage\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\"S\n\x18\x41ppendTranscriptResponse\x12\x16\n\x0e\x66irst_position\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\x10\n\x08inserted\x18\x03 \x01(\x08\"C\n\x15ListTranscriptRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\"\\\n\x16ListTranscriptResponse\x12-\n\x08messages\x18\x01 \x03(\x0b\x32\x1b.runstore.v1.ContextMessage\x12\x13\n\x0bnext_cursor\x18\x02 \x01(\t2\xc3\x03\n\x0c\x43ontextStore\x12M\n\nGetContext\x12\x1e.runstore.v1.GetContextRequest\x1a\x1f.runstore.v1.GetContextResponse\x12P\n\x0bSaveContext\x12\x1f.runstore.v1.SaveContextRequest\x1a .runstore.v1.SaveContextResponse\x12V\n\rDeleteContext\x12!.runstore.v1.DeleteContextRequest\x1a\".runstore.v1.DeleteContextResponse\x12_\n\x10\x41ppendTranscript\x12$.runstore.v1.AppendTranscriptRequest\x1a%.runstore.v1.AppendTranscriptResponse\x12Y\n\x0eListTranscript\x12\".runstore.v1.ListTranscriptRequest\x1a#.runstore.v1.ListTranscriptResponseB\x93\x01\n\x0f\x63om.runstore.v1B\x11\x43ontextStoreProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\x0bRunstore.V1\xca\x02\x0bRunstore\\V1\xea\x02\x0cRunstore::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1frunstore/v1/context_store.proto\x12\x0brunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19runstore/v1/options.proto\"h\n\x0f\x43ontextSnapshot\x12\x15\n\rsystem_prompt\x18\x01 \x01(\t\x12\x0f\n\x07summary\x18\x02 \x01(\t\x12-\n\x08messages\x18\x03 \x03(\x0b\x32\x1b.runstore.v1.ContextMessage\"X\n\x0e\x43ontextMessage\x12\x0c\n\x04type\x18\x01 \x01(\t\x12*\n\x07\x63ontent\x18\x02 \x03(\x0b\x32\x19.runstore.v1.ContentBlock\x12\x0c\n\x04meta\x18\x03 \x01(\x0c\"\xac\x03\n\x0c\x43ontentBlock\x12\x0c\n\x04type\x18\x01 \x01(\t\x12&\n\x04text\x18\x02 \x01(\x0b\x32\x16.runstore.v1.TextBlockH\x00\x12(\n\x05image\x18\x03 \x01(\x0b\x32\x17.runstore.v1.ImageBlockH\x00\x12.\n\x08\x64ocument\x18\x04 \x01(\x0b\x32\x1a.runstore.v1.DocumentBlockH\x00\x12.\n\x08thinking\x18\x05 \x01(\x0b\x32\x1a.runstore.v1.ThinkingBlockH\x00\x12-\n\x08tool_use\x18\x06 \x01(\x0b\x32\x19.runstore.v1.ToolUseBlockH\x00\x12\x33\n\x0btool_result\x18\x07 \x01(\x0b\x32\x1c.runstore.v1.ToolResultBlockH\x00\x12\x30\n\tcitations\x18\x08 \x01(\x0b\x32\x1b.runstore.v1.CitationsBlockH\x00\x12=\n\x10\x63\x61\x63he_checkpoint\x18\t \x01(\x0b\x32!.runstore.v1.CacheCheckpointBlockH\x00\x42\x07\n\x05\x62lock\"\x19\n\tTextBlock\x12\x0c\n\x04text\x18\x01 \x01(\t\"E\n\nImageBlock\x12\x0e\n\x06\x66ormat\x18\x01 \x01(\t\x12\x0e\n\x04\x64\x61ta\x18\x02 \x01(\x0cH\x00\x12\r\n\x03url\x18\x03 \x01(\tH\x00\x42\x08\n\x06source\"\x85\x01\n\rDocumentBlock\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x66ormat\x18\x02 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0e\n\x06\x63hunks\x18\x05 \x03(\t\x12\x0b\n\x03uri\x18\x06 \x01(\t\x12\x0f\n\x07\x63ontext\x18\x07 \x01(\t\x12\x0c\n\x04\x63ite\x18\x08 \x01(\x08\"`\n\rThinkingBlock\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\x12\x10\n\x08redacted\x18\x03 \x01(\x0c\x12\r\n\x05index\x18\x04 \x01(\x03\x12\r\n\x05\x66inal\x18\x05 \x01(\x08\"R\n\x0cToolUseBlock\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05input\x18\x03 \x01(\x0c\x12\x19\n\x11thought_signature\x18\x04 \x01(\t\"I\n\x0fToolResultBlock\x12\x13\n\x0btool_use_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\x0c\x12\x10\n\x08is_error\x18\x03 \x01(\x08\"H\n\x0e\x43itationsBlock\x12\x0c\n\x04text\x18\x01 \x01(\t\x12(\n\tcitations\x18\x02 \x03(\x0b\x32\x15.runstore.v1.Citation\"r\n\x08\x43itation\x12\r\n\x05title\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12/\n\x08location\x18\x03 \x01(\x0b\x32\x1d.runstore.v1.CitationLocation\x12\x16\n\x0esource_content\x18\x04 \x03(\t\"T\n\x10\x43itationLocation\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x16\n\x0e\x64ocument_index\x18\x02 \x01(\x03\x12\r\n\x05start\x18\x03 \x01(\x03\x12\x0b\n\x03\x65nd\x18\x04 \x01(\x03\"\x16\n\x14\x43\x61\x63heCheckpointBlock\"1\n\x11GetContextRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\"\xa9\x01\n\x12GetContextResponse\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12.\n\x08snapshot\x18\x03 \x01(\x0b\x32\x1c.runstore.v1.ContextSnapshot\x12,\n\x08saved_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0f\x63urrent_version\x18\x05 \x01(\x03\"k\n\x12SaveContextRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12.\n\x08snapshot\x18\x02 \x01(\x0b\x32\x1c.runstore.v1.ContextSnapshot\x12\x18\n\x10\x65xpected_version\x18\x03 \x01(\x03\"&\n\x13SaveContextResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\"#\n\x14\x44\x65leteContextRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\"(\n\x15\x44\x65leteContextResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"n\n\x17\x41ppendTranscriptRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12-\n\x08messages\x18\x02 \x03(\x0b\x32\x1b.runstore.v1.ContextMessage\x12\x17\n\x0fidempotency_key\x18\x03 \x01(\t\"S\n\x18\x41ppendTranscriptResponse\x12\x16\n\x0e\x66irst_position\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\x10\n\x08inserted\x18\x03 \x01(\x08\"C\n\x15ListTranscriptRequest\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\"\\\n\x16ListTranscriptResponse\x12-\n\x08messages\x18\x01 \x03(\x0b\x32\x1b.runstore.v1.ContextMessage\x12\x13\n\x0bnext_cursor\x18\x02 \x01(\t2\x9e\x04\n\x0c\x43ontextStore\x12_\n\nGetContext\x12\x1e.runstore.v1.GetContextRequest\x1a\x1f.runstore.v1.GetContextResponse\"\x10\xb2\xa1\x19\x0c\n\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12\x63\n\x0bSaveContext\x12\x1f.runstore.v1.SaveContextRequest\x1a .runstore.v1.SaveContextResponse\"\x11\xb2\xa1\x19\r\n\x03\x01\x02\x03\x10\x03\x18\x01 \x01(\x01\x12g\n\rDeleteContext\x12!.runstore.v1.DeleteContextRequest\x1a\".runstore.v1.DeleteContextResponse\"\x0f\xb2\xa1\x19\x0b\n\x03\x01\x02\x03\x10\x03 \x01(\x01\x12r\n\x10\x41ppendTranscript\x12$.runstore.v1.AppendTranscriptRequest\x1a%.runstore.v1.AppendTranscriptResponse\"\x11\xb2\xa1\x19\r\n\x03\x01\x02\x03\x10\x03\x18\x01 \x01(\x01\x12k\n\x0eListTranscript\x12\".runstore.v1.ListTranscriptRequest\x1a#.runstore.v1.ListTranscriptResponse\"\x10\xb2\xa1\x19\x0c\n\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x42\x93\x01\n\x0f\x63om.runstore.v1B\x11\x43ontextStoreProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\x0bRunstore.V1\xca\x02\x0bRunstore\\V1\xea\x02\x0cRunstore::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,52 +34,62 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'runstore.v1.context_store_p
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.runstore.v1B\021ContextStoreProtoP\001Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\242\002\003RXX\252\002\013Runstore.V1\312\002\013Runstore\\V1\352\002\014Runstore::V1'
-  _globals['_CONTEXTSNAPSHOT']._serialized_start=81
-  _globals['_CONTEXTSNAPSHOT']._serialized_end=185
-  _globals['_CONTEXTMESSAGE']._serialized_start=187
-  _globals['_CONTEXTMESSAGE']._serialized_end=275
-  _globals['_CONTENTBLOCK']._serialized_start=278
-  _globals['_CONTENTBLOCK']._serialized_end=706
-  _globals['_TEXTBLOCK']._serialized_start=708
-  _globals['_TEXTBLOCK']._serialized_end=733
-  _globals['_IMAGEBLOCK']._serialized_start=735
-  _globals['_IMAGEBLOCK']._serialized_end=804
-  _globals['_DOCUMENTBLOCK']._serialized_start=807
-  _globals['_DOCUMENTBLOCK']._serialized_end=940
-  _globals['_THINKINGBLOCK']._serialized_start=942
-  _globals['_THINKINGBLOCK']._serialized_end=1038
-  _globals['_TOOLUSEBLOCK']._serialized_start=1040
-  _globals['_TOOLUSEBLOCK']._serialized_end=1122
-  _globals['_TOOLRESULTBLOCK']._serialized_start=1124
-  _globals['_TOOLRESULTBLOCK']._serialized_end=1197
-  _globals['_CITATIONSBLOCK']._serialized_start=1199
-  _globals['_CITATIONSBLOCK']._serialized_end=1271
-  _globals['_CITATION']._serialized_start=1273
-  _globals['_CITATION']._serialized_end=1387
-  _globals['_CITATIONLOCATION']._serialized_start=1389
-  _globals['_CITATIONLOCATION']._serialized_end=1473
-  _globals['_CACHECHECKPOINTBLOCK']._serialized_start=1475
-  _globals['_CACHECHECKPOINTBLOCK']._serialized_end=1497
-  _globals['_GETCONTEXTREQUEST']._serialized_start=1499
-  _globals['_GETCONTEXTREQUEST']._serialized_end=1548
-  _globals['_GETCONTEXTRESPONSE']._serialized_start=1551
-  _globals['_GETCONTEXTRESPONSE']._serialized_end=1720
-  _globals['_SAVECONTEXTREQUEST']._serialized_start=1722
-  _globals['_SAVECONTEXTREQUEST']._serialized_end=1829
-  _globals['_SAVECONTEXTRESPONSE']._serialized_start=1831
-  _globals['_SAVECONTEXTRESPONSE']._serialized_end=1869
-  _globals['_DELETECONTEXTREQUEST']._serialized_start=1871
-  _globals['_DELETECONTEXTREQUEST']._serialized_end=1906
-  _globals['_DELETECONTEXTRESPONSE']._serialized_start=1908
-  _globals['_DELETECONTEXTRESPONSE']._serialized_end=1948
-  _globals['_APPENDTRANSCRIPTREQUEST']._serialized_start=1950
-  _globals['_APPENDTRANSCRIPTREQUEST']._serialized_end=2060
-  _globals['_APPENDTRANSCRIPTRESPONSE']._serialized_start=2062
-  _globals['_APPENDTRANSCRIPTRESPONSE']._serialized_end=2145
-  _globals['_LISTTRANSCRIPTREQUEST']._serialized_start=2147
-  _globals['_LISTTRANSCRIPTREQUEST']._serialized_end=2214
-  _globals['_LISTTRANSCRIPTRESPONSE']._serialized_start=2216
-  _globals['_LISTTRANSCRIPTRESPONSE']._serialized_end=2308
-  _globals['_CONTEXTSTORE']._serialized_start=2311
-  _globals['_CONTEXTSTORE']._serialized_end=2762
+  _globals['_CONTEXTSTORE'].methods_by_name['GetContext']._loaded_options = None
+  _globals['_CONTEXTSTORE'].methods_by_name['GetContext']._serialized_options = b'\262\241\031\014\n\004\001\002\003\004\020\002 \001(\001'
+  _globals['_CONTEXTSTORE'].methods_by_name['SaveContext']._loaded_options = None
+  _globals['_CONTEXTSTORE'].methods_by_name['SaveContext']._serialized_options = b'\262\241\031\r\n\003\001\002\003\020\003\030\001 \001(\001'
+  _globals['_CONTEXTSTORE'].methods_by_name['DeleteContext']._loaded_options = None
+  _globals['_CONTEXTSTORE'].methods_by_name['DeleteContext']._serialized_options = b'\262\241\031\013\n\003\001\002\003\020\003 \001(\001'
+  _globals['_CONTEXTSTORE'].methods_by_name['AppendTranscript']._loaded_options = None
+  _globals['_CONTEXTSTORE'].methods_by_name['AppendTranscript']._serialized_options = b'\262\241\031\r\n\003\001\002\003\020\003\030\001 \001(\001'
+  _globals['_CONTEXTSTORE'].methods_by_name['ListTranscript']._loaded_options = None
+  _globals['_CONTEXTSTORE'].methods_by_name['ListTranscript']._serialized_options = b'\262\241\031\014\n\004\001\002\003\004\020\002 \001(\001'
+  _globals['_CONTEXTSNAPSHOT']._serialized_start=108
+  _globals['_CONTEXTSNAPSHOT']._serialized_end=212
+  _globals['_CONTEXTMESSAGE']._serialized_start=214
+  _globals['_CONTEXTMESSAGE']._serialized_end=302
+  _globals['_CONTENTBLOCK']._serialized_start=305
+  _globals['_CONTENTBLOCK']._serialized_end=733
+  _globals['_TEXTBLOCK']._serialized_start=735
+  _globals['_TEXTBLOCK']._serialized_end=760
+  _globals['_IMAGEBLOCK']._serialized_start=762
+  _globals['_IMAGEBLOCK']._serialized_end=831
+  _globals['_DOCUMENTBLOCK']._serialized_start=834
+  _globals['_DOCUMENTBLOCK']._serialized_end=967
+  _globals['_THINKINGBLOCK']._serialized_start=969
+  _globals['_THINKINGBLOCK']._serialized_end=1065
+  _globals['_TOOLUSEBLOCK']._serialized_start=1067
+  _globals['_TOOLUSEBLOCK']._serialized_end=1149
+  _globals['_TOOLRESULTBLOCK']._serialized_start=1151
+  _globals['_TOOLRESULTBLOCK']._serialized_end=1224
+  _globals['_CITATIONSBLOCK']._serialized_start=1226
+  _globals['_CITATIONSBLOCK']._serialized_end=1298
+  _globals['_CITATION']._serialized_start=1300
+  _globals['_CITATION']._serialized_end=1414
+  _globals['_CITATIONLOCATION']._serialized_start=1416
+  _globals['_CITATIONLOCATION']._serialized_end=1500
+  _globals['_CACHECHECKPOINTBLOCK']._serialized_start=1502
+  _globals['_CACHECHECKPOINTBLOCK']._serialized_end=1524
+  _globals['_GETCONTEXTREQUEST']._serialized_start=1526
+  _globals['_GETCONTEXTREQUEST']._serialized_end=1575
+  _globals['_GETCONTEXTRESPONSE']._serialized_start=1578
+  _globals['_GETCONTEXTRESPONSE']._serialized_end=1747
+  _globals['_SAVECONTEXTREQUEST']._serialized_start=1749
+  _globals['_SAVECONTEXTREQUEST']._serialized_end=1856
+  _globals['_SAVECONTEXTRESPONSE']._serialized_start=1858
+  _globals['_SAVECONTEXTRESPONSE']._serialized_end=1896
+  _globals['_DELETECONTEXTREQUEST']._serialized_start=1898
+  _globals['_DELETECONTEXTREQUEST']._serialized_end=1933
+  _globals['_DELETECONTEXTRESPONSE']._serialized_start=1935
+  _globals['_DELETECONTEXTRESPONSE']._serialized_end=1975
+  _globals['_APPENDTRANSCRIPTREQUEST']._serialized_start=1977
+  _globals['_APPENDTRANSCRIPTREQUEST']._serialized_end=2087
+  _globals['_APPENDTRANSCRIPTRESPONSE']._serialized_start=2089
+  _globals['_APPENDTRANSCRIPTRESPONSE']._serialized_end=2172
+  _globals['_LISTTRANSCRIPTREQUEST']._serialized_start=2174
+  _globals['_LISTTRANSCRIPTREQUEST']._serialized_end=2241
+  _globals['_LISTTRANSCRIPTRESPONSE']._serialized_start=2243
+  _globals['_LISTTRANSCRIPTRESPONSE']._serialized_end=2335
+  _globals['_CONTEXTSTORE']._serialized_start=2338
+  _globals['_CONTEXTSTORE']._serialized_end=2880
 # @@protoc_insertion_point(module_scope)

@@ -23,9 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from runstore.v1 import options_pb2 as runstore_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1erunstore/v1/memory_store.proto\x12\x0brunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbd\x01\n\x0bMemoryEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x34\n\x06labels\x18\x04 \x03(\x0b\x32$.runstore.v1.MemoryEvent.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"W\n\x14MemoryLoadRunRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x05\"\xe1\x01\n\x15MemoryLoadRunResponse\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12(\n\x06\x65vents\x18\x03 \x03(\x0b\x32\x18.runstore.v1.MemoryEvent\x12:\n\x04meta\x18\x04 \x03(\x0b\x32,.runstore.v1.MemoryLoadRunResponse.MetaEntry\x12\x13\n\x0bnext_cursor\x18\x05 \x01(\t\x1a+\n\tMetaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"z\n\x13\x41ppendEventsRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12(\n\x06\x65vents\x18\x03 \x03(\x0b\x32\x18.runstore.v1.MemoryEvent\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\"O\n\x14\x41ppendEventsResponse\x12\x16\n\x0e\x66irst_position\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\x10\n\x08inserted\x18\x03 \x01(\x08\":\n\x16MemoryDeleteRunRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"*\n\x17MemoryDeleteRunResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x32\x8c\x02\n\x0bMemoryStore\x12P\n\x07LoadRun\x12!.runstore.v1.MemoryLoadRunRequest\x1a\".runstore.v1.MemoryLoadRunResponse\x12S\n\x0c\x41ppendEvents\x12 .runstore.v1.AppendEventsRequest\x1a!.runstore.v1.AppendEventsResponse\x12V\n\tDeleteRun\x12#.runstore.v1.MemoryDeleteRunRequest\x1a$.runstore.v1.MemoryDeleteRunResponseB\x92\x01\n\x0f\x63om.runstore.v1B\x10MemoryStoreProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\x0bRunstore.V1\xca\x02\x0bRunstore\\V1\xea\x02\x0cRunstore::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1erunstore/v1/memory_store.proto\x12\x0brunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19runstore/v1/options.proto\"\xbd\x01\n\x0bMemoryEvent\x12\x0c\n\x04type\x18\x01 \x01(\t\x12-\n\ttimestamp\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x34\n\x06labels\x18\x04 \x03(\x0b\x32$.runstore.v1.MemoryEvent.LabelsEntry\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"W\n\x14MemoryLoadRunRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\x12\r\n\x05limit\x18\x04 \x01(\x05\"\xe1\x01\n\x15MemoryLoadRunResponse\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12(\n\x06\x65vents\x18\x03 \x03(\x0b\x32\x18.runstore.v1.MemoryEvent\x12:\n\x04meta\x18\x04 \x03(\x0b\x32,.runstore.v1.MemoryLoadRunResponse.MetaEntry\x12\x13\n\x0bnext_cursor\x18\x05 \x01(\t\x1a+\n\tMetaEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"z\n\x13\x41ppendEventsRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12(\n\x06\x65vents\x18\x03 \x03(\x0b\x32\x18.runstore.v1.MemoryEvent\x12\x17\n\x0fidempotency_key\x18\x04 \x01(\t\"O\n\x14\x41ppendEventsResponse\x12\x16\n\x0e\x66irst_position\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\x12\x10\n\x08inserted\x18\x03 \x01(\x08\":\n\x16MemoryDeleteRunRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"*\n\x17MemoryDeleteRunResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\x32\xc2\x02\n\x0bMemoryStore\x12\x62\n\x07LoadRun\x12!.runstore.v1.MemoryLoadRunRequest\x1a\".runstore.v1.MemoryLoadRunResponse\"\x10\xb2\xa1\x19\x0c\n\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12\x66\n\x0c\x41ppendEvents\x12 .runstore.v1.AppendEventsRequest\x1a!.runstore.v1.AppendEventsResponse\"\x11\xb2\xa1\x19\r\n\x03\x01\x02\x03\x10\x03\x18\x01 \x01(\x01\x12g\n\tDeleteRun\x12#.runstore.v1.MemoryDeleteRunRequest\x1a$.runstore.v1.MemoryDeleteRunResponse\"\x0f\xb2\xa1\x19\x0b\n\x03\x01\x02\x03\x10\x03 \x01(\x01\x42\x92\x01\n\x0f\x63om.runstore.v1B\x10MemoryStoreProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\x0bRunstore.V1\xca\x02\x0bRunstore\\V1\xea\x02\x0cRunstore::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,24 +38,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MEMORYEVENT_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_MEMORYLOADRUNRESPONSE_METAENTRY']._loaded_options = None
   _globals['_MEMORYLOADRUNRESPONSE_METAENTRY']._serialized_options = b'8\001'
-  _globals['_MEMORYEVENT']._serialized_start=81
-  _globals['_MEMORYEVENT']._serialized_end=270
-  _globals['_MEMORYEVENT_LABELSENTRY']._serialized_start=225
-  _globals['_MEMORYEVENT_LABELSENTRY']._serialized_end=270
-  _globals['_MEMORYLOADRUNREQUEST']._serialized_start=272
-  _globals['_MEMORYLOADRUNREQUEST']._serialized_end=359
-  _globals['_MEMORYLOADRUNRESPONSE']._serialized_start=362
-  _globals['_MEMORYLOADRUNRESPONSE']._serialized_end=587
-  _globals['_MEMORYLOADRUNRESPONSE_METAENTRY']._serialized_start=544
-  _globals['_MEMORYLOADRUNRESPONSE_METAENTRY']._serialized_end=587
-  _globals['_APPENDEVENTSREQUEST']._serialized_start=589
-  _globals['_APPENDEVENTSREQUEST']._serialized_end=711
-  _globals['_APPENDEVENTSRESPONSE']._serialized_start=713
-  _globals['_APPENDEVENTSRESPONSE']._serialized_end=792
-  _globals['_MEMORYDELETERUNREQUEST']._serialized_start=794
-  _globals['_MEMORYDELETERUNREQUEST']._serialized_end=852
-  _globals['_MEMORYDELETERUNRESPONSE']._serialized_start=854
-  _globals['_MEMORYDELETERUNRESPONSE']._serialized_end=896
-  _globals['_MEMORYSTORE']._serialized_start=899
-  _globals['_MEMORYSTORE']._serialized_end=1167
+  _globals['_MEMORYSTORE'].methods_by_name['LoadRun']._loaded_options = None
+  _globals['_MEMORYSTORE'].methods_by_name['LoadRun']._serialized_options = b'\262\241\031\014\n\004\001\002\003\004\020\002 \001(\001'
+  _globals['_MEMORYSTORE'].methods_by_name['AppendEvents']._loaded_options = None
+  _globals['_MEMORYSTORE'].methods_by_name['AppendEvents']._serialized_options = b'\262\241\031\r\n\003\001\002\003\020\003\030\001 \001(\001'
+  _globals['_MEMORYSTORE'].methods_by_name['DeleteRun']._loaded_options = None
+  _globals['_MEMORYSTORE'].methods_by_name['DeleteRun']._serialized_options = b'\262\241\031\013\n\003\001\002\003\020\003 \001(\001'
+  _globals['_MEMORYEVENT']._serialized_start=108
+  _globals['_MEMORYEVENT']._serialized_end=297
+  _globals['_MEMORYEVENT_LABELSENTRY']._serialized_start=252
+  _globals['_MEMORYEVENT_LABELSENTRY']._serialized_end=297
+  _globals['_MEMORYLOADRUNREQUEST']._serialized_start=299
+  _globals['_MEMORYLOADRUNREQUEST']._serialized_end=386
+  _globals['_MEMORYLOADRUNRESPONSE']._serialized_start=389
+  _globals['_MEMORYLOADRUNRESPONSE']._serialized_end=614
+  _globals['_MEMORYLOADRUNRESPONSE_METAENTRY']._serialized_start=571
+  _globals['_MEMORYLOADRUNRESPONSE_METAENTRY']._serialized_end=614
+  _globals['_APPENDEVENTSREQUEST']._serialized_start=616
+  _globals['_APPENDEVENTSREQUEST']._serialized_end=738
+  _globals['_APPENDEVENTSRESPONSE']._serialized_start=740
+  _globals['_APPENDEVENTSRESPONSE']._serialized_end=819
+  _globals['_MEMORYDELETERUNREQUEST']._serialized_start=821
+  _globals['_MEMORYDELETERUNREQUEST']._serialized_end=879
+  _globals['_MEMORYDELETERUNRESPONSE']._serialized_start=881
+  _globals['_MEMORYDELETERUNRESPONSE']._serialized_end=923
+  _globals['_MEMORYSTORE']._serialized_start=926
+  _globals['_MEMORYSTORE']._serialized_end=1248
 # @@protoc_insertion_point(module_scope)

@@ -24,9 +24,10 @@ _sym_db = _symbol_database.Default()
 
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from runstore.v1 import options_pb2 as runstore_dot_v1_dot_options__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!runstore/v1/namespace_admin.proto\x12\x0brunstore.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x98\x01\n\x12NamespaceRetention\x12#\n\x16\x65nded_sessions_seconds\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12%\n\x18sessionless_runs_seconds\x18\x02 \x01(\x01H\x01\x88\x01\x01\x42\x19\n\x17_ended_sessions_secondsB\x1b\n\x19_sessionless_runs_seconds\"\xd5\x01\n\x0fNamespaceQuotas\x12\x1e\n\x11writes_per_second\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x1d\n\x10reads_per_second\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x1a\n\rwatch_streams\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x19\n\x0cstored_bytes\x18\x04 \x01(\x03H\x03\x88\x01\x01\x42\x14\n\x12_writes_per_secondB\x13\n\x11_reads_per_secondB\x10\n\x0e_watch_streamsB\x0f\n\r_stored_bytes\"\x9e\x02\n\tNamespace\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.runstore.v1.NamespaceState\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\tretention\x18\x06 \x01(\x0b\x32\x1f.runstore.v1.NamespaceRetention\x12,\n\x06quotas\x18\x07 \x01(\x0b\x32\x1c.runstore.v1.NamespaceQuotas\"C\n\x16\x43reateNamespaceRequest\x12)\n\tnamespace\x18\x01 \x01(\x0b\x32\x16.runstore.v1.Namespace\"D\n\x17\x43reateNamespaceResponse\x12)\n\tnamespace\x18\x01 \x01(\x0b\x32\x16.runstore.v1.Namespace\"#\n\x13GetNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x14GetNamespaceResponse\x12)\n\tnamespace\x18\x01 \x01(\x0b\x32\x16.runstore.v1.Namespace\">\n\x15ListNamespacesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x16ListNamespacesResponse\x12*\n\nnamespaces\x18\x01 \x03(\x0b\x32\x16.runstore.v1.Namespace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"t\n\x16UpdateNamespaceRequest\x12)\n\tnamespace\x18\x01 \x01(\x0b\x32\x16.runstore.v1.Namespace\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"D\n\x17UpdateNamespaceResponse\x12)\n\tnamespace\x18\x01 \x01(\x0b\x32\x16.runstore.v1.Namespace\"&\n\x16\x44\x65leteNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"D\n\x17\x44\x65leteNamespaceResponse\x12)\n\tnamespace\x18\x01 \x01(\x0b\x32\x16.runstore.v1.Namespace*k\n\x0eNamespaceState\x12\x1f\n\x1bNAMESPACE_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16NAMESPACE_STATE_ACTIVE\x10\x01\x12\x1c\n\x18NAMESPACE_STATE_DELETING\x10\x02\x32\xda\x03\n\x0eNamespaceAdmin\x12\\\n\x0f\x43reateNamespace\x12#.runstore.v1.CreateNamespaceRequest\x1a$.runstore.v1.CreateNamespaceResponse\x12S\n\x0cGetNamespace\x12 .runstore.v1.GetNamespaceRequest\x1a!.runstore.v1.GetNamespaceResponse\x12Y\n\x0eListNamespaces\x12\".runstore.v1.ListNamespacesRequest\x1a#.runstore.v1.ListNamespacesResponse\x12\\\n\x0fUpdateNamespace\x12#.runstore.v1.UpdateNamespaceRequest\x1a$.runstore.v1.UpdateNamespaceResponse\x12\\\n\x0f\x44\x65leteNamespace\x12#.runstore.v1.DeleteNamespaceRequest\x1a$.runstore.v1.DeleteNamespaceResponseB\x95\x01\n\x0f\x63om.runstore.v1B\x13NamespaceAdminProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\x0bRunstore.V1\xca\x02\x0bRunstore\\V1\xea\x02\x0cRunstore::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!runstore/v1/namespace_admin.proto\x12\x0brunstore.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19runstore/v1/options.proto\"\x98\x01\n\x12NamespaceRetention\x12#\n\x16\x65nded_sessions_seconds\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12%\n\x18sessionless_runs_seconds\x18\x02 \x01(\x01H\x01\x88\x01\x01\x42\x19\n\x17_ended_sessions_secondsB\x1b\n\x19_sessionless_runs_seconds\"\xd5\x01\n\x0fNamespaceQuotas\x12\x1e\n\x11writes_per_second\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x1d\n\x10reads_per_second\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x1a\n\rwatch_streams\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x19\n\x0cstored_bytes\x18\x04 \x01(\x03H\x03\x88\x01\x01\x42\x14\n\x12_writes_per_secondB\x13\n\x11_reads_per_secondB\x10\n\x0e_watch_streamsB\x0f\n\r_stored_bytes\"\x9e\x02\n\tNamespace\x12\x0c\n\x04name\x18\x01 \x01(\t\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.runstore.v1.NamespaceState\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12/\n\x0b\x63reate_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\tretention\x18\x06 \x01(\x0b\x32\x1f.runstore.v1.NamespaceRetention\x12,\n\x06quotas\x18\x07 \x01(\x0b\x32\x1c.runstore.v1.NamespaceQuotas\"C\n\x16\x43reateNamespaceRequest\x12)\n\tnamespace\x18\x01 \x01(\x0b\x32\x16.runstore.v1.Namespace\"D\n\x17\x43reateNamespaceResponse\x12)\n\tnamespace\x18\x01 \x01(\x0b\x32\x16.runstore.v1.Namespace\"#\n\x13GetNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x14GetNamespaceResponse\x12)\n\tnamespace\x18\x01 \x01(\x0b\x32\x16.runstore.v1.Namespace\">\n\x15ListNamespacesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"]\n\x16ListNamespacesResponse\x12*\n\nnamespaces\x18\x01 \x03(\x0b\x32\x16.runstore.v1.Namespace\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"t\n\x16UpdateNamespaceRequest\x12)\n\tnamespace\x18\x01 \x01(\x0b\x32\x16.runstore.v1.Namespace\x12/\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMask\"D\n\x17UpdateNamespaceResponse\x12)\n\tnamespace\x18\x01 \x01(\x0b\x32\x16.runstore.v1.Namespace\"&\n\x16\x44\x65leteNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"D\n\x17\x44\x65leteNamespaceResponse\x12)\n\tnamespace\x18\x01 \x01(\x0b\x32\x16.runstore.v1.Namespace*k\n\x0eNamespaceState\x12\x1f\n\x1bNAMESPACE_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16NAMESPACE_STATE_ACTIVE\x10\x01\x12\x1c\n\x18NAMESPACE_STATE_DELETING\x10\x02\x32\xab\x04\n\x0eNamespaceAdmin\x12m\n\x0f\x43reateNamespace\x12#.runstore.v1.CreateNamespaceRequest\x1a$.runstore.v1.CreateNamespaceResponse\"\x0f\xb2\xa1\x19\x0b\n\x01\x01\x10\x01 \x01(\x02\x30\x01\x12\x62\n\x0cGetNamespace\x12 .runstore.v1.GetNamespaceRequest\x1a!.runstore.v1.GetNamespaceResponse\"\r\xb2\xa1\x19\t\n\x01\x01\x10\x01 \x01(\x02\x12h\n\x0eListNamespaces\x12\".runstore.v1.ListNamespacesRequest\x1a#.runstore.v1.ListNamespacesResponse\"\r\xb2\xa1\x19\t\n\x01\x01\x10\x01 \x01(\x02\x12m\n\x0fUpdateNamespace\x12#.runstore.v1.UpdateNamespaceRequest\x1a$.runstore.v1.UpdateNamespaceResponse\"\x0f\xb2\xa1\x19\x0b\n\x01\x01\x10\x01 \x01(\x02\x30\x01\x12m\n\x0f\x44\x65leteNamespace\x12#.runstore.v1.DeleteNamespaceRequest\x1a$.runstore.v1.DeleteNamespaceResponse\"\x0f\xb2\xa1\x19\x0b\n\x01\x01\x10\x01 \x01(\x02\x30\x01\x42\x95\x01\n\x0f\x63om.runstore.v1B\x13NamespaceAdminProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\x0bRunstore.V1\xca\x02\x0bRunstore\\V1\xea\x02\x0cRunstore::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,34 +35,44 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'runstore.v1.namespace_admin
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\017com.runstore.v1B\023NamespaceAdminProtoP\001Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\242\002\003RXX\252\002\013Runstore.V1\312\002\013Runstore\\V1\352\002\014Runstore::V1'
-  _globals['_NAMESPACESTATE']._serialized_start=1477
-  _globals['_NAMESPACESTATE']._serialized_end=1584
-  _globals['_NAMESPACERETENTION']._serialized_start=118
-  _globals['_NAMESPACERETENTION']._serialized_end=270
-  _globals['_NAMESPACEQUOTAS']._serialized_start=273
-  _globals['_NAMESPACEQUOTAS']._serialized_end=486
-  _globals['_NAMESPACE']._serialized_start=489
-  _globals['_NAMESPACE']._serialized_end=775
-  _globals['_CREATENAMESPACEREQUEST']._serialized_start=777
-  _globals['_CREATENAMESPACEREQUEST']._serialized_end=844
-  _globals['_CREATENAMESPACERESPONSE']._serialized_start=846
-  _globals['_CREATENAMESPACERESPONSE']._serialized_end=914
-  _globals['_GETNAMESPACEREQUEST']._serialized_start=916
-  _globals['_GETNAMESPACEREQUEST']._serialized_end=951
-  _globals['_GETNAMESPACERESPONSE']._serialized_start=953
-  _globals['_GETNAMESPACERESPONSE']._serialized_end=1018
-  _globals['_LISTNAMESPACESREQUEST']._serialized_start=1020
-  _globals['_LISTNAMESPACESREQUEST']._serialized_end=1082
-  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=1084
-  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=1177
-  _globals['_UPDATENAMESPACEREQUEST']._serialized_start=1179
-  _globals['_UPDATENAMESPACEREQUEST']._serialized_end=1295
-  _globals['_UPDATENAMESPACERESPONSE']._serialized_start=1297
-  _globals['_UPDATENAMESPACERESPONSE']._serialized_end=1365
-  _globals['_DELETENAMESPACEREQUEST']._serialized_start=1367
-  _globals['_DELETENAMESPACEREQUEST']._serialized_end=1405
-  _globals['_DELETENAMESPACERESPONSE']._serialized_start=1407
-  _globals['_DELETENAMESPACERESPONSE']._serialized_end=1475
-  _globals['_NAMESPACEADMIN']._serialized_start=1587
-  _globals['_NAMESPACEADMIN']._serialized_end=2061
+  _globals['_NAMESPACEADMIN'].methods_by_name['CreateNamespace']._loaded_options = None
+  _globals['_NAMESPACEADMIN'].methods_by_name['CreateNamespace']._serialized_options = b'\262\241\031\013\n\001\001\020\001 \001(\0020\001'
+  _globals['_NAMESPACEADMIN'].methods_by_name['GetNamespace']._loaded_options = None
+  _globals['_NAMESPACEADMIN'].methods_by_name['GetNamespace']._serialized_options = b'\262\241\031\t\n\001\001\020\001 \001(\002'
+  _globals['_NAMESPACEADMIN'].methods_by_name['ListNamespaces']._loaded_options = None
+  _globals['_NAMESPACEADMIN'].methods_by_name['ListNamespaces']._serialized_options = b'\262\241\031\t\n\001\001\020\001 \001(\002'
+  _globals['_NAMESPACEADMIN'].methods_by_name['UpdateNamespace']._loaded_options = None
+  _globals['_NAMESPACEADMIN'].methods_by_name['UpdateNamespace']._serialized_options = b'\262\241\031\013\n\001\001\020\001 \001(\0020\001'
+  _globals['_NAMESPACEADMIN'].methods_by_name['DeleteNamespace']._loaded_options = None
+  _globals['_NAMESPACEADMIN'].methods_by_name['DeleteNamespace']._serialized_options = b'\262\241\031\013\n\001\001\020\001 \001(\0020\001'
+  _globals['_NAMESPACESTATE']._serialized_start=1504
+  _globals['_NAMESPACESTATE']._serialized_end=1611
+  _globals['_NAMESPACERETENTION']._serialized_start=145
+  _globals['_NAMESPACERETENTION']._serialized_end=297
+  _globals['_NAMESPACEQUOTAS']._serialized_start=300
+  _globals['_NAMESPACEQUOTAS']._serialized_end=513
+  _globals['_NAMESPACE']._serialized_start=516
+  _globals['_NAMESPACE']._serialized_end=802
+  _globals['_CREATENAMESPACEREQUEST']._serialized_start=804
+  _globals['_CREATENAMESPACEREQUEST']._serialized_end=871
+  _globals['_CREATENAMESPACERESPONSE']._serialized_start=873
+  _globals['_CREATENAMESPACERESPONSE']._serialized_end=941
+  _globals['_GETNAMESPACEREQUEST']._serialized_start=943
+  _globals['_GETNAMESPACEREQUEST']._serialized_end=978
+  _globals['_GETNAMESPACERESPONSE']._serialized_start=980
+  _globals['_GETNAMESPACERESPONSE']._serialized_end=1045
+  _globals['_LISTNAMESPACESREQUEST']._serialized_start=1047
+  _globals['_LISTNAMESPACESREQUEST']._serialized_end=1109
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=1111
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=1204
+  _globals['_UPDATENAMESPACEREQUEST']._serialized_start=1206
+  _globals['_UPDATENAMESPACEREQUEST']._serialized_end=1322
+  _globals['_UPDATENAMESPACERESPONSE']._serialized_start=1324
+  _globals['_UPDATENAMESPACERESPONSE']._serialized_end=1392
+  _globals['_DELETENAMESPACEREQUEST']._serialized_start=1394
+  _globals['_DELETENAMESPACEREQUEST']._serialized_end=1432
+  _globals['_DELETENAMESPACERESPONSE']._serialized_start=1434
+  _globals['_DELETENAMESPACERESPONSE']._serialized_end=1502
+  _globals['_NAMESPACEADMIN']._serialized_start=1614
+  _globals['_NAMESPACEADMIN']._serialized_end=2169
 # @@protoc_insertion_point(module_scope)

@@ -36,7 +36,8 @@ from runstore.server.core.context import ContextStore
 from runstore.server.core.memory import MemoryStore
 from runstore.server.core.namespaces import NamespaceDirectory, NamespaceStore
 from runstore.server.core.ports import Database, Wakeups
-from runstore.server.core.quotas import QuotaKeeper, Quotas
+from runstore.server.core.quota_keeper import QuotaKeeper
+from runstore.server.core.quotas import Quotas
 from runstore.server.core.store import PageLimits, RuntimeStore
 from runstore.server.core.watch import NoWakeups, RecordWatch, WatchSettings
 from runstore.server.db import migrate, urls

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
+from runstore.contract.auth_file import Principal
+
 _CURRENT: ContextVar[str] = ContextVar("runstore_principal", default="")
 
 
@@ -22,16 +24,15 @@ def set_current(name: str) -> None:
     _CURRENT.set(name)
 
 
-_NAMESPACES: ContextVar[tuple[str, ...] | None] = ContextVar(
-    "runstore_principal_namespaces", default=None
-)
+_ADMITTED: ContextVar[Principal | None] = ContextVar("runstore_principal_admitted", default=None)
 
 
-def namespaces() -> tuple[str, ...] | None:
-    """The namespaces the authenticated principal is bound to; None when no
-    principal was admitted (authentication off, or the call refused)."""
-    return _NAMESPACES.get()
+def admitted() -> Principal | None:
+    """The authenticated principal (its namespaces decide where the call may
+    act); None when no principal was admitted (authentication off, or the call
+    refused)."""
+    return _ADMITTED.get()
 
 
-def set_namespaces(bound: tuple[str, ...]) -> None:
-    _NAMESPACES.set(bound)
+def set_admitted(principal: Principal) -> None:
+    _ADMITTED.set(principal)

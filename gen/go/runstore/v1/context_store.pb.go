@@ -1582,7 +1582,7 @@ var File_runstore_v1_context_store_proto protoreflect.FileDescriptor
 
 const file_runstore_v1_context_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1frunstore/v1/context_store.proto\x12\vrunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x89\x01\n" +
+	"\x1frunstore/v1/context_store.proto\x12\vrunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19runstore/v1/options.proto\"\x89\x01\n" +
 	"\x0fContextSnapshot\x12#\n" +
 	"\rsystem_prompt\x18\x01 \x01(\tR\fsystemPrompt\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x127\n" +
@@ -1683,14 +1683,19 @@ const file_runstore_v1_context_store_proto_rawDesc = "" +
 	"\x16ListTranscriptResponse\x127\n" +
 	"\bmessages\x18\x01 \x03(\v2\x1b.runstore.v1.ContextMessageR\bmessages\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor2\xc3\x03\n" +
-	"\fContextStore\x12M\n" +
+	"nextCursor2\x9e\x04\n" +
+	"\fContextStore\x12_\n" +
 	"\n" +
-	"GetContext\x12\x1e.runstore.v1.GetContextRequest\x1a\x1f.runstore.v1.GetContextResponse\x12P\n" +
-	"\vSaveContext\x12\x1f.runstore.v1.SaveContextRequest\x1a .runstore.v1.SaveContextResponse\x12V\n" +
-	"\rDeleteContext\x12!.runstore.v1.DeleteContextRequest\x1a\".runstore.v1.DeleteContextResponse\x12_\n" +
-	"\x10AppendTranscript\x12$.runstore.v1.AppendTranscriptRequest\x1a%.runstore.v1.AppendTranscriptResponse\x12Y\n" +
-	"\x0eListTranscript\x12\".runstore.v1.ListTranscriptRequest\x1a#.runstore.v1.ListTranscriptResponseB\x93\x01\n" +
+	"GetContext\x12\x1e.runstore.v1.GetContextRequest\x1a\x1f.runstore.v1.GetContextResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12c\n" +
+	"\vSaveContext\x12\x1f.runstore.v1.SaveContextRequest\x1a .runstore.v1.SaveContextResponse\"\x11\xb2\xa1\x19\r\n" +
+	"\x03\x01\x02\x03\x10\x03\x18\x01 \x01(\x01\x12g\n" +
+	"\rDeleteContext\x12!.runstore.v1.DeleteContextRequest\x1a\".runstore.v1.DeleteContextResponse\"\x0f\xb2\xa1\x19\v\n" +
+	"\x03\x01\x02\x03\x10\x03 \x01(\x01\x12r\n" +
+	"\x10AppendTranscript\x12$.runstore.v1.AppendTranscriptRequest\x1a%.runstore.v1.AppendTranscriptResponse\"\x11\xb2\xa1\x19\r\n" +
+	"\x03\x01\x02\x03\x10\x03\x18\x01 \x01(\x01\x12k\n" +
+	"\x0eListTranscript\x12\".runstore.v1.ListTranscriptRequest\x1a#.runstore.v1.ListTranscriptResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01B\x93\x01\n" +
 	"\x0fcom.runstore.v1B\x11ContextStoreProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\vRunstore.V1\xca\x02\vRunstore\\V1\xea\x02\fRunstore::V1b\x06proto3"
 
 var (
@@ -1772,6 +1777,7 @@ func file_runstore_v1_context_store_proto_init() {
 	if File_runstore_v1_context_store_proto != nil {
 		return
 	}
+	file_runstore_v1_options_proto_init()
 	file_runstore_v1_context_store_proto_msgTypes[2].OneofWrappers = []any{
 		(*ContentBlock_Text)(nil),
 		(*ContentBlock_Image)(nil),

@@ -481,7 +481,7 @@ var File_runstore_v1_memory_store_proto protoreflect.FileDescriptor
 
 const file_runstore_v1_memory_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1erunstore/v1/memory_store.proto\x12\vrunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x01\n" +
+	"\x1erunstore/v1/memory_store.proto\x12\vrunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19runstore/v1/options.proto\"\xe8\x01\n" +
 	"\vMemoryEvent\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x128\n" +
 	"\ttimestamp\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12\x12\n" +
@@ -518,11 +518,14 @@ const file_runstore_v1_memory_store_proto_rawDesc = "" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\"3\n" +
 	"\x17MemoryDeleteRunResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\bR\adeleted2\x8c\x02\n" +
-	"\vMemoryStore\x12P\n" +
-	"\aLoadRun\x12!.runstore.v1.MemoryLoadRunRequest\x1a\".runstore.v1.MemoryLoadRunResponse\x12S\n" +
-	"\fAppendEvents\x12 .runstore.v1.AppendEventsRequest\x1a!.runstore.v1.AppendEventsResponse\x12V\n" +
-	"\tDeleteRun\x12#.runstore.v1.MemoryDeleteRunRequest\x1a$.runstore.v1.MemoryDeleteRunResponseB\x92\x01\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted2\xc2\x02\n" +
+	"\vMemoryStore\x12b\n" +
+	"\aLoadRun\x12!.runstore.v1.MemoryLoadRunRequest\x1a\".runstore.v1.MemoryLoadRunResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12f\n" +
+	"\fAppendEvents\x12 .runstore.v1.AppendEventsRequest\x1a!.runstore.v1.AppendEventsResponse\"\x11\xb2\xa1\x19\r\n" +
+	"\x03\x01\x02\x03\x10\x03\x18\x01 \x01(\x01\x12g\n" +
+	"\tDeleteRun\x12#.runstore.v1.MemoryDeleteRunRequest\x1a$.runstore.v1.MemoryDeleteRunResponse\"\x0f\xb2\xa1\x19\v\n" +
+	"\x03\x01\x02\x03\x10\x03 \x01(\x01B\x92\x01\n" +
 	"\x0fcom.runstore.v1B\x10MemoryStoreProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\vRunstore.V1\xca\x02\vRunstore\\V1\xea\x02\fRunstore::V1b\x06proto3"
 
 var (
@@ -574,6 +577,7 @@ func file_runstore_v1_memory_store_proto_init() {
 	if File_runstore_v1_memory_store_proto != nil {
 		return
 	}
+	file_runstore_v1_options_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -775,7 +775,7 @@ var File_runstore_v1_namespace_admin_proto protoreflect.FileDescriptor
 
 const file_runstore_v1_namespace_admin_proto_rawDesc = "" +
 	"\n" +
-	"!runstore/v1/namespace_admin.proto\x12\vrunstore.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc6\x01\n" +
+	"!runstore/v1/namespace_admin.proto\x12\vrunstore.v1\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19runstore/v1/options.proto\"\xc6\x01\n" +
 	"\x12NamespaceRetention\x129\n" +
 	"\x16ended_sessions_seconds\x18\x01 \x01(\x01H\x00R\x14endedSessionsSeconds\x88\x01\x01\x12=\n" +
 	"\x18sessionless_runs_seconds\x18\x02 \x01(\x01H\x01R\x16sessionlessRunsSeconds\x88\x01\x01B\x19\n" +
@@ -830,13 +830,18 @@ const file_runstore_v1_namespace_admin_proto_rawDesc = "" +
 	"\x0eNamespaceState\x12\x1f\n" +
 	"\x1bNAMESPACE_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16NAMESPACE_STATE_ACTIVE\x10\x01\x12\x1c\n" +
-	"\x18NAMESPACE_STATE_DELETING\x10\x022\xda\x03\n" +
-	"\x0eNamespaceAdmin\x12\\\n" +
-	"\x0fCreateNamespace\x12#.runstore.v1.CreateNamespaceRequest\x1a$.runstore.v1.CreateNamespaceResponse\x12S\n" +
-	"\fGetNamespace\x12 .runstore.v1.GetNamespaceRequest\x1a!.runstore.v1.GetNamespaceResponse\x12Y\n" +
-	"\x0eListNamespaces\x12\".runstore.v1.ListNamespacesRequest\x1a#.runstore.v1.ListNamespacesResponse\x12\\\n" +
-	"\x0fUpdateNamespace\x12#.runstore.v1.UpdateNamespaceRequest\x1a$.runstore.v1.UpdateNamespaceResponse\x12\\\n" +
-	"\x0fDeleteNamespace\x12#.runstore.v1.DeleteNamespaceRequest\x1a$.runstore.v1.DeleteNamespaceResponseB\x95\x01\n" +
+	"\x18NAMESPACE_STATE_DELETING\x10\x022\xab\x04\n" +
+	"\x0eNamespaceAdmin\x12m\n" +
+	"\x0fCreateNamespace\x12#.runstore.v1.CreateNamespaceRequest\x1a$.runstore.v1.CreateNamespaceResponse\"\x0f\xb2\xa1\x19\v\n" +
+	"\x01\x01\x10\x01 \x01(\x020\x01\x12b\n" +
+	"\fGetNamespace\x12 .runstore.v1.GetNamespaceRequest\x1a!.runstore.v1.GetNamespaceResponse\"\r\xb2\xa1\x19\t\n" +
+	"\x01\x01\x10\x01 \x01(\x02\x12h\n" +
+	"\x0eListNamespaces\x12\".runstore.v1.ListNamespacesRequest\x1a#.runstore.v1.ListNamespacesResponse\"\r\xb2\xa1\x19\t\n" +
+	"\x01\x01\x10\x01 \x01(\x02\x12m\n" +
+	"\x0fUpdateNamespace\x12#.runstore.v1.UpdateNamespaceRequest\x1a$.runstore.v1.UpdateNamespaceResponse\"\x0f\xb2\xa1\x19\v\n" +
+	"\x01\x01\x10\x01 \x01(\x020\x01\x12m\n" +
+	"\x0fDeleteNamespace\x12#.runstore.v1.DeleteNamespaceRequest\x1a$.runstore.v1.DeleteNamespaceResponse\"\x0f\xb2\xa1\x19\v\n" +
+	"\x01\x01\x10\x01 \x01(\x020\x01B\x95\x01\n" +
 	"\x0fcom.runstore.v1B\x13NamespaceAdminProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\vRunstore.V1\xca\x02\vRunstore\\V1\xea\x02\fRunstore::V1b\x06proto3"
 
 var (
@@ -907,6 +912,7 @@ func file_runstore_v1_namespace_admin_proto_init() {
 	if File_runstore_v1_namespace_admin_proto != nil {
 		return
 	}
+	file_runstore_v1_options_proto_init()
 	file_runstore_v1_namespace_admin_proto_msgTypes[0].OneofWrappers = []any{}
 	file_runstore_v1_namespace_admin_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}

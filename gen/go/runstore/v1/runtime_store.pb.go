@@ -2269,7 +2269,7 @@ var File_runstore_v1_runtime_store_proto protoreflect.FileDescriptor
 
 const file_runstore_v1_runtime_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1frunstore/v1/runtime_store.proto\x12\vrunstore.v1\x1a\x17runstore/v1/seeds.proto\x1a\x17runstore/v1/types.proto\"9\n" +
+	"\x1frunstore/v1/runtime_store.proto\x12\vrunstore.v1\x1a\x19runstore/v1/options.proto\x1a\x17runstore/v1/seeds.proto\x1a\x17runstore/v1/types.proto\"9\n" +
 	"\x18LoadSessionStatusRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"O\n" +
@@ -2425,36 +2425,72 @@ const file_runstore_v1_runtime_store_proto_rawDesc = "" +
 	"\x17WatchRunRecordsResponse\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.runstore.v1.RunRecordR\x06events\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor2\xf3\x15\n" +
-	"\fRuntimeStore\x12b\n" +
-	"\x11LoadSessionStatus\x12%.runstore.v1.LoadSessionStatusRequest\x1a&.runstore.v1.LoadSessionStatusResponse\x12S\n" +
-	"\fStartRootRun\x12 .runstore.v1.StartRootRunRequest\x1a!.runstore.v1.StartRootRunResponse\x12V\n" +
-	"\rStartChildRun\x12!.runstore.v1.StartChildRunRequest\x1a\".runstore.v1.StartChildRunResponse\x12\\\n" +
-	"\x0fStartOneShotRun\x12#.runstore.v1.StartOneShotRunRequest\x1a$.runstore.v1.StartOneShotRunResponse\x12k\n" +
-	"\x14StartOneShotChildRun\x12(.runstore.v1.StartOneShotChildRunRequest\x1a).runstore.v1.StartOneShotChildRunResponse\x12h\n" +
-	"\x13StartSynchronousRun\x12'.runstore.v1.StartSynchronousRunRequest\x1a(.runstore.v1.StartSynchronousRunResponse\x12\\\n" +
-	"\x0fAppendRunRecord\x12#.runstore.v1.AppendRunRecordRequest\x1a$.runstore.v1.AppendRunRecordResponse\x12_\n" +
-	"\x10AppendRunRecords\x12$.runstore.v1.AppendRunRecordsRequest\x1a%.runstore.v1.AppendRunRecordsResponse\x12n\n" +
-	"\x15RecordRunCancellation\x12).runstore.v1.RecordRunCancellationRequest\x1a*.runstore.v1.RecordRunCancellationResponse\x12h\n" +
-	"\x13RecordRunSuspension\x12'.runstore.v1.RecordRunSuspensionRequest\x1a(.runstore.v1.RecordRunSuspensionResponse\x12b\n" +
-	"\x11RecordRunTerminal\x12%.runstore.v1.RecordRunTerminalRequest\x1a&.runstore.v1.RecordRunTerminalResponse\x12h\n" +
-	"\x13RepairRunSuspension\x12'.runstore.v1.RepairRunSuspensionRequest\x1a(.runstore.v1.RepairRunSuspensionResponse\x12b\n" +
-	"\x11RepairRunTerminal\x12%.runstore.v1.RepairRunTerminalRequest\x1a&.runstore.v1.RepairRunTerminalResponse\x12D\n" +
-	"\aLoadRun\x12\x1b.runstore.v1.LoadRunRequest\x1a\x1c.runstore.v1.LoadRunResponse\x12b\n" +
-	"\x11LoadRunSuspension\x12%.runstore.v1.LoadRunSuspensionRequest\x1a&.runstore.v1.LoadRunSuspensionResponse\x12Y\n" +
-	"\x0eListRunRecords\x12\".runstore.v1.ListRunRecordsRequest\x1a#.runstore.v1.ListRunRecordsResponse\x12n\n" +
-	"\x15ListSessionRunRecords\x12).runstore.v1.ListSessionRunRecordsRequest\x1a*.runstore.v1.ListSessionRunRecordsResponse\x12w\n" +
-	"\x18ListRunTranscriptRecords\x12,.runstore.v1.ListRunTranscriptRecordsRequest\x1a-.runstore.v1.ListRunTranscriptRecordsResponse\x12S\n" +
-	"\fBeginRunSeed\x12 .runstore.v1.BeginRunSeedRequest\x1a!.runstore.v1.BeginRunSeedResponse\x12V\n" +
-	"\rAppendRunSeed\x12!.runstore.v1.AppendRunSeedRequest\x1a\".runstore.v1.AppendRunSeedResponse\x12Y\n" +
-	"\x0ePublishRunSeed\x12\".runstore.v1.PublishRunSeedRequest\x1a#.runstore.v1.PublishRunSeedResponse\x12e\n" +
-	"\x12FindRunPreparation\x12&.runstore.v1.FindRunPreparationRequest\x1a'.runstore.v1.FindRunPreparationResponse\x12k\n" +
-	"\x14SettleRunPreparation\x12(.runstore.v1.SettleRunPreparationRequest\x1a).runstore.v1.SettleRunPreparationResponse\x12z\n" +
-	"\x19ListRunPreparationRecords\x12-.runstore.v1.ListRunPreparationRecordsRequest\x1a..runstore.v1.ListRunPreparationRecordsResponse\x12P\n" +
-	"\vLoadRunSeed\x12\x1f.runstore.v1.LoadRunSeedRequest\x1a .runstore.v1.LoadRunSeedResponse\x12e\n" +
-	"\x12ListRunSeedRecords\x12&.runstore.v1.ListRunSeedRecordsRequest\x1a'.runstore.v1.ListRunSeedRecordsResponse\x12s\n" +
-	"\x16WatchSessionRunRecords\x12*.runstore.v1.WatchSessionRunRecordsRequest\x1a+.runstore.v1.WatchSessionRunRecordsResponse0\x01\x12^\n" +
-	"\x0fWatchRunRecords\x12#.runstore.v1.WatchRunRecordsRequest\x1a$.runstore.v1.WatchRunRecordsResponse0\x01B\x93\x01\n" +
+	"nextCursor2\xe9\x19\n" +
+	"\fRuntimeStore\x12t\n" +
+	"\x11LoadSessionStatus\x12%.runstore.v1.LoadSessionStatusRequest\x1a&.runstore.v1.LoadSessionStatusResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12e\n" +
+	"\fStartRootRun\x12 .runstore.v1.StartRootRunRequest\x1a!.runstore.v1.StartRootRunResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x03\x10\x03\x18\x01 \x01(\x01\x12h\n" +
+	"\rStartChildRun\x12!.runstore.v1.StartChildRunRequest\x1a\".runstore.v1.StartChildRunResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x03\x10\x03\x18\x01 \x01(\x01\x12n\n" +
+	"\x0fStartOneShotRun\x12#.runstore.v1.StartOneShotRunRequest\x1a$.runstore.v1.StartOneShotRunResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x03\x10\x03\x18\x01 \x01(\x01\x12}\n" +
+	"\x14StartOneShotChildRun\x12(.runstore.v1.StartOneShotChildRunRequest\x1a).runstore.v1.StartOneShotChildRunResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x03\x10\x03\x18\x01 \x01(\x01\x12z\n" +
+	"\x13StartSynchronousRun\x12'.runstore.v1.StartSynchronousRunRequest\x1a(.runstore.v1.StartSynchronousRunResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x03\x10\x03\x18\x01 \x01(\x01\x12n\n" +
+	"\x0fAppendRunRecord\x12#.runstore.v1.AppendRunRecordRequest\x1a$.runstore.v1.AppendRunRecordResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x03\x10\x03\x18\x01 \x01(\x01\x12q\n" +
+	"\x10AppendRunRecords\x12$.runstore.v1.AppendRunRecordsRequest\x1a%.runstore.v1.AppendRunRecordsResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x03\x10\x03\x18\x01 \x01(\x01\x12~\n" +
+	"\x15RecordRunCancellation\x12).runstore.v1.RecordRunCancellationRequest\x1a*.runstore.v1.RecordRunCancellationResponse\"\x0e\xb2\xa1\x19\n" +
+	"\n" +
+	"\x02\x01\x03\x10\x03 \x01(\x01\x12x\n" +
+	"\x13RecordRunSuspension\x12'.runstore.v1.RecordRunSuspensionRequest\x1a(.runstore.v1.RecordRunSuspensionResponse\"\x0e\xb2\xa1\x19\n" +
+	"\n" +
+	"\x02\x01\x03\x10\x03 \x01(\x01\x12r\n" +
+	"\x11RecordRunTerminal\x12%.runstore.v1.RecordRunTerminalRequest\x1a&.runstore.v1.RecordRunTerminalResponse\"\x0e\xb2\xa1\x19\n" +
+	"\n" +
+	"\x02\x01\x03\x10\x03 \x01(\x01\x12x\n" +
+	"\x13RepairRunSuspension\x12'.runstore.v1.RepairRunSuspensionRequest\x1a(.runstore.v1.RepairRunSuspensionResponse\"\x0e\xb2\xa1\x19\n" +
+	"\n" +
+	"\x02\x01\x03\x10\x03 \x01(\x01\x12r\n" +
+	"\x11RepairRunTerminal\x12%.runstore.v1.RepairRunTerminalRequest\x1a&.runstore.v1.RepairRunTerminalResponse\"\x0e\xb2\xa1\x19\n" +
+	"\n" +
+	"\x02\x01\x03\x10\x03 \x01(\x01\x12X\n" +
+	"\aLoadRun\x12\x1b.runstore.v1.LoadRunRequest\x1a\x1c.runstore.v1.LoadRunResponse\"\x12\xb2\xa1\x19\x0e\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x018\x01\x12t\n" +
+	"\x11LoadRunSuspension\x12%.runstore.v1.LoadRunSuspensionRequest\x1a&.runstore.v1.LoadRunSuspensionResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12m\n" +
+	"\x0eListRunRecords\x12\".runstore.v1.ListRunRecordsRequest\x1a#.runstore.v1.ListRunRecordsResponse\"\x12\xb2\xa1\x19\x0e\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x02(\x018\x01\x12\x82\x01\n" +
+	"\x15ListSessionRunRecords\x12).runstore.v1.ListSessionRunRecordsRequest\x1a*.runstore.v1.ListSessionRunRecordsResponse\"\x12\xb2\xa1\x19\x0e\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x02(\x018\x01\x12\x89\x01\n" +
+	"\x18ListRunTranscriptRecords\x12,.runstore.v1.ListRunTranscriptRecordsRequest\x1a-.runstore.v1.ListRunTranscriptRecordsResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x02(\x01\x12e\n" +
+	"\fBeginRunSeed\x12 .runstore.v1.BeginRunSeedRequest\x1a!.runstore.v1.BeginRunSeedResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x03\x10\x03\x18\x01 \x01(\x01\x12h\n" +
+	"\rAppendRunSeed\x12!.runstore.v1.AppendRunSeedRequest\x1a\".runstore.v1.AppendRunSeedResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x03\x10\x03\x18\x01 \x01(\x01\x12i\n" +
+	"\x0ePublishRunSeed\x12\".runstore.v1.PublishRunSeedRequest\x1a#.runstore.v1.PublishRunSeedResponse\"\x0e\xb2\xa1\x19\n" +
+	"\n" +
+	"\x02\x01\x03\x10\x03 \x01(\x01\x12u\n" +
+	"\x12FindRunPreparation\x12&.runstore.v1.FindRunPreparationRequest\x1a'.runstore.v1.FindRunPreparationResponse\"\x0e\xb2\xa1\x19\n" +
+	"\n" +
+	"\x02\x01\x03\x10\x02 \x01(\x01\x12{\n" +
+	"\x14SettleRunPreparation\x12(.runstore.v1.SettleRunPreparationRequest\x1a).runstore.v1.SettleRunPreparationResponse\"\x0e\xb2\xa1\x19\n" +
+	"\n" +
+	"\x02\x01\x03\x10\x03 \x01(\x01\x12\x8c\x01\n" +
+	"\x19ListRunPreparationRecords\x12-.runstore.v1.ListRunPreparationRecordsRequest\x1a..runstore.v1.ListRunPreparationRecordsResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12b\n" +
+	"\vLoadRunSeed\x12\x1f.runstore.v1.LoadRunSeedRequest\x1a .runstore.v1.LoadRunSeedResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12w\n" +
+	"\x12ListRunSeedRecords\x12&.runstore.v1.ListRunSeedRecordsRequest\x1a'.runstore.v1.ListRunSeedRecordsResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12\x87\x01\n" +
+	"\x16WatchSessionRunRecords\x12*.runstore.v1.WatchSessionRunRecordsRequest\x1a+.runstore.v1.WatchSessionRunRecordsResponse\"\x12\xb2\xa1\x19\x0e\n" +
+	"\x04\x01\x02\x03\x04\x10\x04 \x01(\x018\x010\x01\x12r\n" +
+	"\x0fWatchRunRecords\x12#.runstore.v1.WatchRunRecordsRequest\x1a$.runstore.v1.WatchRunRecordsResponse\"\x12\xb2\xa1\x19\x0e\n" +
+	"\x04\x01\x02\x03\x04\x10\x04 \x01(\x018\x010\x01B\x93\x01\n" +
 	"\x0fcom.runstore.v1B\x11RuntimeStoreProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\vRunstore.V1\xca\x02\vRunstore\\V1\xea\x02\fRunstore::V1b\x06proto3"
 
 var (
@@ -2666,6 +2702,7 @@ func file_runstore_v1_runtime_store_proto_init() {
 	if File_runstore_v1_runtime_store_proto != nil {
 		return
 	}
+	file_runstore_v1_options_proto_init()
 	file_runstore_v1_seeds_proto_init()
 	file_runstore_v1_types_proto_init()
 	type x struct{}

@@ -1295,7 +1295,7 @@ var File_runstore_v1_session_admin_proto protoreflect.FileDescriptor
 
 const file_runstore_v1_session_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x1frunstore/v1/session_admin.proto\x12\vrunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17runstore/v1/types.proto\"p\n" +
+	"\x1frunstore/v1/session_admin.proto\x12\vrunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19runstore/v1/options.proto\x1a\x17runstore/v1/types.proto\"p\n" +
 	"\x14CreateSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x129\n" +
@@ -1389,18 +1389,27 @@ const file_runstore_v1_session_admin_proto_rawDesc = "" +
 	"\tListOrder\x12\x1a\n" +
 	"\x16LIST_ORDER_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17LIST_ORDER_OLDEST_FIRST\x10\x01\x12\x1b\n" +
-	"\x17LIST_ORDER_NEWEST_FIRST\x10\x022\xb2\x06\n" +
-	"\fSessionAdmin\x12V\n" +
-	"\rCreateSession\x12!.runstore.v1.CreateSessionRequest\x1a\".runstore.v1.CreateSessionResponse\x12P\n" +
-	"\vLoadSession\x12\x1f.runstore.v1.LoadSessionRequest\x1a .runstore.v1.LoadSessionResponse\x12M\n" +
+	"\x17LIST_ORDER_NEWEST_FIRST\x10\x022\xd8\a\n" +
+	"\fSessionAdmin\x12h\n" +
+	"\rCreateSession\x12!.runstore.v1.CreateSessionRequest\x1a\".runstore.v1.CreateSessionResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x02\x10\x03\x18\x01 \x01(\x01\x12c\n" +
+	"\vLoadSession\x12\x1f.runstore.v1.LoadSessionRequest\x1a .runstore.v1.LoadSessionResponse\"\x11\xb2\xa1\x19\r\n" +
+	"\x03\x01\x02\x04\x10\x02 \x01(\x018\x01\x12_\n" +
 	"\n" +
-	"EndSession\x12\x1e.runstore.v1.EndSessionRequest\x1a\x1f.runstore.v1.EndSessionResponse\x12S\n" +
-	"\fPurgeSession\x12 .runstore.v1.PurgeSessionRequest\x1a!.runstore.v1.PurgeSessionResponse\x12b\n" +
-	"\x11ListRunsBySession\x12%.runstore.v1.ListRunsBySessionRequest\x1a&.runstore.v1.ListRunsBySessionResponse\x12S\n" +
-	"\fListSessions\x12 .runstore.v1.ListSessionsRequest\x1a!.runstore.v1.ListSessionsResponse\x12G\n" +
-	"\bListRuns\x12\x1c.runstore.v1.ListRunsRequest\x1a\x1d.runstore.v1.ListRunsResponse\x12e\n" +
-	"\x12PurgeEndedSessions\x12&.runstore.v1.PurgeEndedSessionsRequest\x1a'.runstore.v1.PurgeEndedSessionsResponse\x12k\n" +
-	"\x14PurgeSessionlessRuns\x12(.runstore.v1.PurgeSessionlessRunsRequest\x1a).runstore.v1.PurgeSessionlessRunsResponseB\x93\x01\n" +
+	"EndSession\x12\x1e.runstore.v1.EndSessionRequest\x1a\x1f.runstore.v1.EndSessionResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x02\x10\x03 \x01(\x010\x01\x12e\n" +
+	"\fPurgeSession\x12 .runstore.v1.PurgeSessionRequest\x1a!.runstore.v1.PurgeSessionResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x02\x10\x03 \x01(\x010\x01\x12u\n" +
+	"\x11ListRunsBySession\x12%.runstore.v1.ListRunsBySessionRequest\x1a&.runstore.v1.ListRunsBySessionResponse\"\x11\xb2\xa1\x19\r\n" +
+	"\x03\x01\x02\x04\x10\x02 \x01(\x018\x01\x12f\n" +
+	"\fListSessions\x12 .runstore.v1.ListSessionsRequest\x1a!.runstore.v1.ListSessionsResponse\"\x11\xb2\xa1\x19\r\n" +
+	"\x03\x01\x02\x04\x10\x02 \x03(\x018\x01\x12Z\n" +
+	"\bListRuns\x12\x1c.runstore.v1.ListRunsRequest\x1a\x1d.runstore.v1.ListRunsResponse\"\x11\xb2\xa1\x19\r\n" +
+	"\x03\x01\x02\x04\x10\x02 \x03(\x018\x01\x12w\n" +
+	"\x12PurgeEndedSessions\x12&.runstore.v1.PurgeEndedSessionsRequest\x1a'.runstore.v1.PurgeEndedSessionsResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x02\x10\x03 \x01(\x010\x01\x12}\n" +
+	"\x14PurgeSessionlessRuns\x12(.runstore.v1.PurgeSessionlessRunsRequest\x1a).runstore.v1.PurgeSessionlessRunsResponse\"\x10\xb2\xa1\x19\f\n" +
+	"\x02\x01\x02\x10\x03 \x01(\x010\x01B\x93\x01\n" +
 	"\x0fcom.runstore.v1B\x11SessionAdminProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\vRunstore.V1\xca\x02\vRunstore\\V1\xea\x02\fRunstore::V1b\x06proto3"
 
 var (
@@ -1501,6 +1510,7 @@ func file_runstore_v1_session_admin_proto_init() {
 	if File_runstore_v1_session_admin_proto != nil {
 		return
 	}
+	file_runstore_v1_options_proto_init()
 	file_runstore_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -6,13 +6,11 @@ random ID into an in-memory table of sign-ins; the table keeps the token's
 SHA-256, never the token, and every request looks the principal up again in
 the auth file's current principals, so removing a principal (SIGHUP) signs it
 out at once. The console reads through the same methods a gRPC caller would
-(``CONSOLE_METHODS``): a principal may open it only if its role may call every
-one of them (``roles.METHOD_ROLES``: admin, host and reader; not worker). With
-authentication off (loopback development) the console is open, as the gRPC
-API is.
-
-Namespaces do not exist yet; ``may_view`` is the one place that decides, so a
-namespace check slots in there once they do.
+(``CONSOLE_METHODS``, those declared ``console_reads``): a principal may open
+it only if its role may call every one of them (``roles.METHOD_ROLES``: admin,
+host and reader; not worker). With authentication off (loopback development)
+the console is open, as the gRPC API is. Which namespaces a principal may view
+is ``Principal.bound_to``, as for a gRPC call.
 """
 
 from __future__ import annotations
@@ -28,6 +26,7 @@ from typing import Final
 from runstore.contract.namespaces import DEFAULT, EVERY
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, PrincipalsFile
+from runstore.server.method_rules import DECLARED
 
 COOKIE: Final = "runstore_console"
 """The sign-in cookie's name: a random ID, HttpOnly, SameSite=Strict (Secure under TLS)."""
@@ -38,33 +37,15 @@ SIGN_IN_SECONDS: Final = 12 * 3600
 MAX_SIGN_INS: Final = 10_000
 """Sign-ins kept at once; the oldest is dropped first (memory stays bounded)."""
 
-_RUNTIME: Final = "/runstore.v1.RuntimeStore/"
-_SESSIONS: Final = "/runstore.v1.SessionAdmin/"
-
 CONSOLE_METHODS: Final = frozenset(
-    {
-        _SESSIONS + "ListSessions",
-        _SESSIONS + "LoadSession",
-        _SESSIONS + "ListRunsBySession",
-        _SESSIONS + "ListRuns",
-        _RUNTIME + "LoadRun",
-        _RUNTIME + "ListRunRecords",
-        _RUNTIME + "ListSessionRunRecords",
-        _RUNTIME + "WatchRunRecords",
-        _RUNTIME + "WatchSessionRunRecords",
-    }
+    method for method, declared in DECLARED.items() if declared.console_reads
 )
-"""The read methods behind the console's screens."""
+"""The read methods behind the console's screens (declared ``console_reads``)."""
 
 
 def may_view(principal: Principal) -> bool:
     """Whether ``principal``'s role may make every one of the console's reads."""
     return all(roles.allowed(method, principal.role) for method in CONSOLE_METHODS)
-
-
-def may_view_namespace(principal: Principal, namespace: str) -> bool:
-    """Whether ``principal`` is bound to ``namespace`` (or to every namespace)."""
-    return EVERY in principal.namespaces or namespace in principal.namespaces
 
 
 def home_namespace(principal: Principal, active: frozenset[str]) -> str:
@@ -84,8 +65,7 @@ def viewable_namespaces(
     """The namespaces the picker offers ``principal``: the active ones it is
     bound to (every active one for ``*``, or on a console with authentication
     off), ``default`` first."""
-    every = open_console or EVERY in principal.namespaces
-    names = active if every else active & set(principal.namespaces)
+    names = {name for name in active if open_console or principal.bound_to(name)}
     return sorted(names, key=lambda name: (name != DEFAULT, name))
 
 

@@ -125,7 +125,7 @@ async def namespace_of(
         requested = access.home_namespace(principal, active) if console.access.required else DEFAULT
     elif not is_valid_name(requested):
         raise ReadArgumentError(f"namespace must match {NAME_RULE}", field="namespace")
-    if console.access.required and not access.may_view_namespace(principal, requested):
+    if console.access.required and not principal.bound_to(requested):
         raise Refused(403, f"principal {principal.name!r} is not bound to namespace {requested!r}")
     if requested not in active:
         raise namespace_not_found(requested)

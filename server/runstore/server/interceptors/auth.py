@@ -23,7 +23,6 @@ from typing import Any, TypeAlias
 import grpc
 
 from runstore.contract.errors import PermissionDeniedError, RunstoreError, UnauthenticatedError
-from runstore.contract.namespaces import EVERY
 from runstore.server import call_principal
 from runstore.server.auth import roles
 from runstore.server.auth.principals import ANONYMOUS, Principal, Principals, PrincipalsFile
@@ -120,7 +119,7 @@ class Authentication:
             _DECISION.set(refusal)
             return
         assert principal is not None
-        call_principal.set_namespaces(principal.namespaces)
+        call_principal.set_admitted(principal)
         _DECISION.set(principal)
 
     def steps(self, method: str, handler: Handler) -> Steps | None:
@@ -265,9 +264,7 @@ class _Standing(EndableStream):
         """A refusal once the principal is no longer bound to the stream's
         namespace (docs/namespaces.md): as a new call into it would be refused."""
         namespace = self._namespace
-        if namespace is None or EVERY in principal.namespaces:
-            return None
-        if namespace in principal.namespaces:
+        if namespace is None or principal.bound_to(namespace):
             return None
         return PermissionDeniedError(
             f"principal {principal.name!r} is not bound to namespace {namespace!r}",
@@ -299,7 +296,7 @@ def _settle(method: str, decision: _Decision, context: Context) -> Principal:
         refusal = _refusal(method, principal, token_sent=False)
         if refusal is None:
             assert principal is not None
-            call_principal.set_namespaces(principal.namespaces)
+            call_principal.set_admitted(principal)
             return principal
         if principal is not None and method in roles.AUDITED_METHODS:
             _log_refused(method, principal)

@@ -6,22 +6,27 @@ is refused (INVALID_ARGUMENT, ``NAMESPACE_REQUIRED``); with authentication
 off, the header or ``default``. A principal not bound to the namespace is
 PERMISSION_DENIED, before anything says whether the namespace exists; then an
 unknown (or being deleted) namespace is NOT_FOUND, ``NAMESPACE_NOT_FOUND``.
-The namespace is set (``call_namespace``) for the rest of the call.
+The namespace is set (``call_namespace``) for the rest of the call. A
+response stream ends with ``NAMESPACE_NOT_FOUND`` once its namespace is
+deleted (``core.namespace_streams``), quotas or not.
 
-``runstore.v1.NamespaceAdmin`` acts on namespaces, not in one: it needs a
-principal bound to every namespace (``"*"``) and ignores the header. Health,
-reflection and any other service are left alone.
+Which methods act in a namespace is declared on each method
+(``method_rules``, ``namespace_scope``). ``runstore.v1.NamespaceAdmin`` acts
+on namespaces, not in one: it needs a principal bound to every namespace
+(``"*"``) and ignores the header. Health, reflection and any other service are
+left alone.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
-from typing import Final
+from typing import Any, Final
 
 import grpc
 
+from runstore.contract.auth_file import Principal
 from runstore.contract.errors import (
     NamespaceRequiredError,
     PermissionDeniedError,
@@ -32,18 +37,21 @@ from runstore.contract.errors import (
 from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.contract.namespaces import DEFAULT, EVERY, NAME_RULE, is_valid_name
 from runstore.server import call_namespace, call_principal
+from runstore.server.core.namespace_streams import NamespaceStreams
 from runstore.server.core.namespaces import NamespaceDirectory, namespace_not_found
-from runstore.server.interceptors.handlers import Handler, Steps
+from runstore.server.interceptors.handlers import Context, Handler, Steps
+from runstore.server.method_rules import DECLARED, IN_ONE, ON_ALL
+from runstore.server.stream_ending import until_ended
 
-NAMESPACED_SERVICES: Final = (
-    "/runstore.v1.RuntimeStore/",
-    "/runstore.v1.SessionAdmin/",
-    "/runstore.v1.MemoryStore/",
-    "/runstore.v1.ContextStore/",
+NAMESPACED: Final = frozenset(
+    method for method, declared in DECLARED.items() if declared.namespace_scope == IN_ONE
 )
-"""The services whose calls act in one namespace."""
+"""The methods whose calls act in one namespace (declared in ``method_rules``)."""
 
-ADMINISTRATION: Final = "/runstore.v1.NamespaceAdmin/"
+ADMINISTRATION: Final = frozenset(
+    method for method, declared in DECLARED.items() if declared.namespace_scope == ON_ALL
+)
+"""The methods that act on namespaces, not in one (NamespaceAdmin's)."""
 
 
 class _Malformed(Exception):
@@ -87,6 +95,8 @@ class NamespaceResolution:
     def __init__(self, directory: NamespaceDirectory | None, *, authenticated: bool) -> None:
         self._directory = directory
         self._authenticated = authenticated
+        self.streams = None if directory is None else NamespaceStreams(directory)
+        """The streams open per namespace, ended when it is deleted."""
 
     def admit(self, details: grpc.HandlerCallDetails) -> None:
         try:
@@ -97,18 +107,34 @@ class NamespaceResolution:
         _REQUESTED.set(requested)
 
     def steps(self, method: str, handler: Handler) -> Steps | None:
-        if method.startswith(ADMINISTRATION):
-            check = self._administrator
-        elif method.startswith(NAMESPACED_SERVICES):
-            check = self._resolve
-        else:
+        if method in ADMINISTRATION:
+            return Steps(check=functools.partial(self._administrator, method))
+        if method not in NAMESPACED:
             return None
-        return Steps(check=functools.partial(check, method))
+        if handler.response_streaming and self.streams is not None:
+            return Steps(
+                check=functools.partial(self._resolve, method), responses=self._until_deleted
+            )
+        return Steps(check=functools.partial(self._resolve, method))
 
-    def _bindings(self, method: str) -> tuple[str, ...] | RunstoreError | None:
+    async def _until_deleted(
+        self, state: None, responses: AsyncIterator[Any], context: Context
+    ) -> AsyncIterator[Any]:
+        """A stream's responses until its namespace is deleted; then the call
+        ends with ``NAMESPACE_NOT_FOUND``."""
+        namespace, streams = _RESOLVED.get(), self.streams
+        assert namespace is not None and streams is not None  # _resolve ran first
+        stream = streams.open(namespace)
+        try:
+            async for response in until_ended(stream, responses, context):
+                yield response
+        finally:
+            streams.close(namespace, stream)
+
+    def _bindings(self, method: str) -> Principal | RunstoreError | None:
         if not self._authenticated:
             return None
-        bound = call_principal.namespaces()
+        bound = call_principal.admitted()
         if bound is None:  # authentication refuses such a call before this runs
             return UnauthenticatedError("authentication required", details={"method": method})
         return bound
@@ -117,7 +143,7 @@ class NamespaceResolution:
         bound = self._bindings(method)
         if isinstance(bound, RunstoreError):
             return bound
-        if bound is not None and EVERY not in bound:
+        if bound is not None and not bound.bound_to(EVERY):
             return PermissionDeniedError(
                 f"principal {call_principal.current()!r} is not bound to every namespace "
                 '("*"), which NamespaceAdmin needs',
@@ -135,15 +161,15 @@ class NamespaceResolution:
         if requested is None:
             if bound is None:
                 requested = DEFAULT
-            elif len(bound) == 1 and bound[0] != EVERY:
-                requested = bound[0]
+            elif len(bound.namespaces) == 1 and bound.namespaces[0] != EVERY:
+                requested = bound.namespaces[0]
             else:
                 return NamespaceRequiredError(
                     f"principal {call_principal.current()!r} is bound to several namespaces: "
                     f"send {NAMESPACE_KEY}",
                     details={"metadata": NAMESPACE_KEY},
                 )
-        elif bound is not None and EVERY not in bound and requested not in bound:
+        elif bound is not None and not bound.bound_to(requested):
             return PermissionDeniedError(
                 f"principal {call_principal.current()!r} is not bound to namespace {requested!r}",
                 details={"method": method, "namespace": requested},

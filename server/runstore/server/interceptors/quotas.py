@@ -2,9 +2,10 @@
 
 Right after the namespace is decided and on the raw request, before it is
 parsed, so a refusal (RESOURCE_EXHAUSTED, ``QUOTA_EXCEEDED``) costs almost
-nothing. The rules and their state are ``core.quotas``'; this only calls them.
-A Watch stream holds its place in the namespace's ``watch_streams`` while it
-is open, and ends with ``NAMESPACE_NOT_FOUND`` when the namespace is deleted.
+nothing. What each method counts against is ``core.quota_rules`` (declared on
+the method); the state is ``core.quotas``'; this only calls them. A Watch
+stream holds its place in the namespace's ``watch_streams`` while it is open
+(a deleted namespace's streams are ended by the namespace concern).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from typing import Any
 
 from runstore.contract.errors import RunstoreError
 from runstore.contract.namespaces import DEFAULT
-from runstore.server.core.quotas import Quotas, Rule, StreamLease
+from runstore.server.core.quota_rules import Rule, rule
+from runstore.server.core.quotas import Quotas, StreamLease
 from runstore.server.interceptors.handlers import Context, Handler, Refused, Steps, admits_nothing
 from runstore.server.interceptors.namespaces import resolved
-from runstore.server.stream_ending import until_ended
 
 
 class QuotaEnforcement:
@@ -28,12 +29,12 @@ class QuotaEnforcement:
         self._quotas = quotas
 
     def steps(self, method: str, handler: Handler) -> Steps | None:
-        rule = self._quotas.rule(method)
-        if rule is None:
+        counted = rule(method)
+        if counted is None:
             return None
         if handler.response_streaming:
             return self._stream_steps()
-        return self._unary_steps(rule)
+        return self._unary_steps(counted)
 
     def _unary_steps(self, rule: Rule) -> Steps:
         quotas = self._quotas
@@ -67,7 +68,7 @@ class QuotaEnforcement:
         def close(lease: StreamLease, *_: Any) -> None:
             lease.close()
 
-        return Steps(enter=enter, responses=until_ended, after=close, fail=close)
+        return Steps(enter=enter, after=close, fail=close)
 
 
 def _size(request: Any) -> int:

@@ -1,10 +1,12 @@
-"""Record listings a caller allows to lag, served by the standby of
-``--read-database-url`` (``db.lagging``).
+"""The calls whose reads the standby of ``--read-database-url`` may serve
+(``db.lagging``; docs/failover.md): the one home of that decision for gRPC.
 
-Only the listings of records opt in, and only when the call carries
-``x-runstore-read-lag: tolerated`` (``runstore.contract.metadata``): ``runstore
-export`` sends it, a worker does not, so a worker keeps reading its own writes
-(docs/failover.md). Without a read database the header changes nothing.
+Each method declares it (``method_rules``, ``standby_reads``): the operator's
+listings always may (``ALWAYS``); the listings of records may when the call
+carries ``x-runstore-read-lag: tolerated`` (``runstore.contract.metadata``):
+``runstore export`` sends it, a worker does not, so a worker keeps reading its
+own writes. Every other method never does. Without a read database nothing
+changes (the concern is not in the chain).
 """
 
 from __future__ import annotations
@@ -15,15 +17,17 @@ from typing import Any, Final
 from runstore.contract.metadata import READ_LAG_KEY, READ_LAG_TOLERATED
 from runstore.server.db.lagging import lagging_reads
 from runstore.server.interceptors.handlers import Context, Handler, Steps, admits_nothing
+from runstore.server.method_rules import ALWAYS, DECLARED, WHEN_TOLERATED
 
 OPTING_IN: Final = frozenset(
-    {
-        "/runstore.v1.RuntimeStore/ListRunRecords",
-        "/runstore.v1.RuntimeStore/ListSessionRunRecords",
-        "/runstore.v1.RuntimeStore/ListRunTranscriptRecords",
-    }
+    method for method, declared in DECLARED.items() if declared.standby_reads == WHEN_TOLERATED
 )
 """The methods whose reads may go to the standby when the caller says so."""
+
+ALWAYS_LAGGING: Final = frozenset(
+    method for method, declared in DECLARED.items() if declared.standby_reads == ALWAYS
+)
+"""The methods whose reads may always go to the standby (an operator's listings)."""
 
 
 def _tolerates_lag(context: Context) -> bool:
@@ -42,6 +46,13 @@ def _entered(request: Any, context: Context) -> AbstractContextManager[None] | N
     return block
 
 
+def _always(request: Any, context: Context) -> AbstractContextManager[None]:
+    """The call's ``lagging_reads`` block, entered."""
+    block = lagging_reads()
+    block.__enter__()
+    return block
+
+
 def _left(block: AbstractContextManager[None] | None, response: Any, context: Context) -> Any:
     if block is not None:
         block.__exit__(None, None, None)
@@ -54,15 +65,21 @@ def _failed(
     _left(block, None, context)
 
 
-_STEPS = Steps(enter=_entered, after=_left, fail=_failed)
+_WHEN_TOLERATED = Steps(enter=_entered, after=_left, fail=_failed)
+_ALWAYS = Steps(enter=_always, after=_left, fail=_failed)
 
 
 class ReadLag:
-    """Steps for the record listings of ``OPTING_IN``; every other method is left alone."""
+    """Steps for the unary methods of ``OPTING_IN`` and ``ALWAYS_LAGGING``;
+    every other method is left alone."""
 
     admit = admits_nothing
 
     def steps(self, method: str, handler: Handler) -> Steps | None:
-        if method not in OPTING_IN or handler.unary_unary is None:
+        if handler.unary_unary is None:
             return None
-        return _STEPS
+        if method in ALWAYS_LAGGING:
+            return _ALWAYS
+        if method in OPTING_IN:
+            return _WHEN_TOLERATED
+        return None

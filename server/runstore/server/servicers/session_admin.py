@@ -8,7 +8,6 @@ import grpc
 
 from runstore.server import convert
 from runstore.server.core.store import RuntimeStore
-from runstore.server.db.lagging import lagging_reads
 from runstore.server.error_status import maps_errors
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import session_admin_pb2_grpc as sa_grpc
@@ -79,13 +78,12 @@ class SessionAdminServicer(sa_grpc.SessionAdminServicer):
     async def ListSessions(
         self, request: sa.ListSessionsRequest, context: Context
     ) -> sa.ListSessionsResponse:
-        with lagging_reads():  # an operator's listing: a standby may serve it
-            page = await self._store.list_sessions(
-                convert.session_filter_from_wire(request),
-                request.page_size,
-                request.page_token,
-                request.count_statuses,
-            )
+        page = await self._store.list_sessions(
+            convert.session_filter_from_wire(request),
+            request.page_size,
+            request.page_token,
+            request.count_statuses,
+        )
         return sa.ListSessionsResponse(
             sessions=[convert.session_to_wire(session) for session in page.items],
             next_page_token=page.next_page_token,
@@ -94,13 +92,12 @@ class SessionAdminServicer(sa_grpc.SessionAdminServicer):
 
     @maps_errors
     async def ListRuns(self, request: sa.ListRunsRequest, context: Context) -> sa.ListRunsResponse:
-        with lagging_reads():
-            page = await self._store.list_runs(
-                convert.run_filter_from_wire(request),
-                request.page_size,
-                request.page_token,
-                request.count_statuses,
-            )
+        page = await self._store.list_runs(
+            convert.run_filter_from_wire(request),
+            request.page_size,
+            request.page_token,
+            request.count_statuses,
+        )
         return sa.ListRunsResponse(
             runs=[convert.run_to_wire(run) for run in page.items],
             next_page_token=page.next_page_token,
