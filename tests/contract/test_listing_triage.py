@@ -8,12 +8,16 @@ its own.
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
 from typing import Any
 
 import grpc
 import pytest
 
+from runstore.client import RemoteSessionAdmin, RunStatus, SyncRemoteSessionAdmin
 from runstore.contract import lifecycle
+from runstore.contract.model import RunFailureSummary
 from runstore.server.core import listing
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
@@ -247,3 +251,43 @@ async def test_bad_triage_filters_name_their_field(store: Store) -> None:
             store.admin.ListSessions(session_request), INVALID, "INVALID_ARGUMENT_READ"
         )
         assert info.metadata["field"] == field
+
+
+async def test_the_python_client_lists_newest_failed_runs_with_counts_and_durations(
+    store: Store,
+) -> None:
+    base_ms = window() * 1000
+    agent = unique("agent")
+    runs = await started(store, base_ms, 3, agent_id=agent)
+    for offset, run in enumerate(runs[:2]):
+        await store.runtime.RecordRunTerminal(
+            run.terminal_request(pb.RUN_STATUS_FAILED, at_ms=base_ms + 1500 + offset)
+        )
+    async with RemoteSessionAdmin(store.target) as admin:
+        page = await admin.list_runs(
+            agent_id_prefix=agent,
+            statuses=[RunStatus.FAILED],
+            newest_first=True,
+            count_statuses=True,
+            page_size=1,
+        )
+        rest = await admin.list_runs(
+            agent_id_prefix=agent,
+            statuses=[RunStatus.FAILED],
+            newest_first=True,
+            page_size=1,
+            page_token=page.next_page_token,
+        )
+    (newest,) = page.items
+    assert [newest.run_id, *(r.run_id for r in rest.items)] == [runs[1].id, runs[0].id]
+    assert newest.failure == RunFailureSummary("boom", "internal", "", False)
+    assert newest.duration == timedelta(milliseconds=1500)
+    counts = {count.status: (count.count, count.estimated) for count in page.status_counts}
+    assert counts["failed"] == (2, False) and counts["running"] == (1, False)
+    sync_page = await asyncio.to_thread(_sync_sessions, store.target)
+    assert sync_page.status_counts
+
+
+def _sync_sessions(target: str) -> Any:
+    with SyncRemoteSessionAdmin(target) as admin:
+        return admin.list_sessions(newest_first=True, count_statuses=True, page_size=1)

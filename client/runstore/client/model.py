@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from runstore.contract import model as contract
 from runstore.contract.model import (
@@ -137,6 +137,11 @@ class RunMeta(contract.RunMeta[datetime]):
     """The published seed end the run started from; empty without a seed."""
     successor_run_id: str = ""
     """The first current-generation continuation of this run (§10.2); empty otherwise."""
+
+    @property
+    def duration(self) -> timedelta | None:
+        """From its start to the record that ended it; None until it ends."""
+        return None if self.ended_at is None else self.ended_at - self.started_at
 
 
 class Page(contract.Page[RunRecord]):
