@@ -32,7 +32,7 @@ from runstore.server.version import __version__ as server_version
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
-from tests.support import Run, Store, run_start, unique
+from tests.support import Run, Store, now_ms, run_start, unique
 
 
 @dataclass
@@ -262,6 +262,23 @@ async def test_runs_list_triage_flags(store: Store) -> None:
     assert bad.code != 0 and "KEY=VALUE" in bad.err
     both = await runstore(store, "runs", "list", "--run", "a", "--run-prefix", "a")
     assert both.code != 0
+
+
+async def test_since_lists_what_started_within_a_duration(store: Store) -> None:
+    agent = unique("since")
+    old = await started(store, agent_id=agent, started_ms=now_ms() - 2 * 3_600_000)
+    new = await started(store, agent_id=agent)
+    recent = await runstore(store, "runs", "list", "--agent", agent, "--since", "1h", "--json")
+    assert recent.code == 0, recent.err
+    assert [r["run_id"] for r in recent.lines()] == [new.id]
+    day = await runstore(store, "runs", "list", "--agent", agent, "--since", "1d", "--json")
+    assert [r["run_id"] for r in day.lines()] == [old.id, new.id]
+    both = await runstore(
+        store, "runs", "list", "--since", "1h", "--started-after", "2026-01-01T00:00:00Z"
+    )
+    assert both.code != 0
+    bad = await runstore(store, "sessions", "list", "--since", "soon")
+    assert bad.code != 0 and "--since" in bad.err
 
 
 async def test_sessions_list_triage_flags(store: Store) -> None:

@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TextIO
 
@@ -63,6 +63,34 @@ def timestamp(text: str) -> datetime:
             f"not an ISO 8601 time: {text!r} (e.g. 2026-12-01T10:00:00Z)"
         ) from None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def ago(text: str) -> datetime:
+    """A duration (``90s``, ``30m``, ``1h``, ``7d``) back from now, in UTC."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return datetime.now(UTC) - timedelta(seconds=seconds)
+
+
+def time_range_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--WHAT-after``/``--WHAT-before`` (ISO 8601) and ``--since`` (a duration
+    back from now, for ``--WHAT-after``)."""
+    lower = parser.add_mutually_exclusive_group()
+    lower.add_argument(
+        f"--{what}-after", type=timestamp, metavar="TIME", help="inclusive, ISO 8601"
+    )
+    lower.add_argument(
+        "--since",
+        type=ago,
+        metavar="DURATION",
+        dest=f"{what}_after",
+        help=f"{what} within the last DURATION (90s, 30m, 1h, 7d)",
+    )
+    parser.add_argument(
+        f"--{what}-before", type=timestamp, metavar="TIME", help="exclusive, ISO 8601"
+    )
 
 
 def connection_options(parser: argparse.ArgumentParser) -> None:

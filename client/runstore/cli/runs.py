@@ -151,12 +151,7 @@ def add_arguments(runs: argparse.ArgumentParser) -> None:
     listing.add_argument(
         "--status", action="append", choices=[s.value for s in RunStatus], help="repeatable"
     )
-    listing.add_argument(
-        "--started-after", type=remote.timestamp, metavar="TIME", help="inclusive, ISO 8601"
-    )
-    listing.add_argument(
-        "--started-before", type=remote.timestamp, metavar="TIME", help="exclusive, ISO 8601"
-    )
+    remote.time_range_options(listing, "started")
     listing.add_argument("--sessionless", action="store_true", help="only runs without a session")
     remote.page_options(listing)
     show = remote.action(actions, "show", runs_show, "a run's metadata, then its records")

@@ -131,12 +131,7 @@ def add_arguments(sessions: argparse.ArgumentParser) -> None:
     listing.add_argument(
         "--status", action="append", choices=[s.value for s in SessionStatus], help="repeatable"
     )
-    listing.add_argument(
-        "--created-after", type=remote.timestamp, metavar="TIME", help="inclusive, ISO 8601"
-    )
-    listing.add_argument(
-        "--created-before", type=remote.timestamp, metavar="TIME", help="exclusive, ISO 8601"
-    )
+    remote.time_range_options(listing, "created")
     ids = listing.add_mutually_exclusive_group()
     ids.add_argument("--session", metavar="ID", help="only the session with this exact ID")
     ids.add_argument("--session-prefix", metavar="PREFIX", help="only IDs starting with PREFIX")
