@@ -15,9 +15,8 @@ from typing import Any
 import grpc
 import pytest
 
-from runstore.client import RemoteSessionAdmin, RunStatus, SyncRemoteSessionAdmin
+from runstore.client import RemoteSessionAdmin, RunFailureSummary, RunStatus, SyncRemoteSessionAdmin
 from runstore.contract import lifecycle
-from runstore.contract.model import RunFailureSummary
 from runstore.server.core import listing
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa

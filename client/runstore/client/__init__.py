@@ -43,6 +43,7 @@ from runstore.client.model import (
     RootRunStart,
     RootRunStartResult,
     RunCancellation,
+    RunFailureSummary,
     RunMeta,
     RunPage,
     RunPreparation,
@@ -64,6 +65,7 @@ from runstore.client.model import (
     Session,
     SessionPage,
     SessionStatus,
+    StatusCount,
 )
 from runstore.client.namespaces import NamespaceInfo, NamespaceSettings, RemoteNamespaceAdmin
 from runstore.client.protocols import SeedStore, SessionAdmin, Store
@@ -208,6 +210,7 @@ __all__ = [
     "RunCancellation",
     "RunCancellationConflictError",
     "RunConflictError",
+    "RunFailureSummary",
     "RunMeta",
     "RunNotActiveError",
     "RunNotFoundError",
@@ -248,6 +251,7 @@ __all__ = [
     "SessionPage",
     "SessionPurgedError",
     "SessionStatus",
+    "StatusCount",
     "Store",
     "SyncRemoteSessionAdmin",
     "SyncRemoteStore",

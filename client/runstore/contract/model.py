@@ -90,11 +90,6 @@ class RunMeta(Generic[T]):
     status: RunStatus
     cancellation_reason: str
     updated_at: T
-    failure: RunFailureSummary | None = None
-    """A failed run's failure, as its ending record gave it; None otherwise."""
-    ended_at: T | None = None
-    """The time of the record that ended the run for good (completed, failed or
-    canceled); None while it runs or is suspended."""
 
 
 @dataclass(frozen=True, slots=True)

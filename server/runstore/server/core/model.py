@@ -61,6 +61,11 @@ class RunState(contract.RunMeta[Nanos]):
     """The published seed end the run started from; empty without a seed."""
     successor_run_id: str = ""
     """The first current-generation continuation of this run (§10.2); empty otherwise."""
+    failure: contract.RunFailureSummary | None = None
+    """A failed run's failure, as its ending record gave it; None otherwise."""
+    ended_at: Nanos | None = None
+    """The time of the record that ended the run for good (completed, failed or
+    canceled); None while it runs or is suspended."""
 
     @property
     def current(self) -> bool:
