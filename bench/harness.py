@@ -557,7 +557,7 @@ def summarise_with_modules(backend: str, raw: list[dict[str, Any]]) -> list[dict
     return summary
 
 
-OPTIONAL_MODULES = ("bench.retention", "bench.noisy")
+OPTIONAL_MODULES = ("bench.retention", "bench.noisy", "bench.triage")
 """Measurements taken once, after every backend's main plan, each module used
 when it is importable. It defines ``async def measure_report(args, report) ->
 dict | None`` (``report`` holds ``results`` so far) and optionally
@@ -701,7 +701,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--workloads",
         default="append,append_batch,append_shared_session,append_varied,start_terminal,turn,"
         "list_run,list_session,listings,"
-        "watch_latency,idle_watchers,retention,noisy_neighbour",
+        "watch_latency,idle_watchers,retention,noisy_neighbour,triage",
         help="comma-separated workloads (the ceiling is always measured)",
     )
     parser.add_argument(

@@ -350,10 +350,10 @@ def runstore_options() -> set[str]:
 
 
 def bench_options() -> set[str]:
-    from bench import arms, chain, harness, noisy, retention
+    from bench import arms, chain, harness, noisy, retention, triage
 
     found: set[str] = set()
-    for main in (harness.main, chain.main, retention.main, arms.main, noisy.main):
+    for main in (harness.main, chain.main, retention.main, arms.main, noisy.main, triage.main):
         found.update(options(parser_of(main, [])))
     return found
 

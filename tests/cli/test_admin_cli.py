@@ -32,7 +32,7 @@ from runstore.server.version import __version__ as server_version
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
-from tests.support import Run, Store, run_start, unique
+from tests.support import Run, Store, now_ms, run_start, unique
 
 
 @dataclass
@@ -225,8 +225,74 @@ async def test_runs_list_filters_in_both_formats(store: Store) -> None:
     assert [r["run_id"] for r in failed.lines()] == [in_session[0].id]
     human = await runstore(store, "runs", "list", "--session", session_id, "--status", "running")
     lines = human.out.splitlines()
-    assert lines[0].split() == ["RUN", "AGENT", "SESSION", "STATUS", "STARTED", "PARENT"]
+    assert lines[0].split() == [
+        "RUN", "AGENT", "SESSION", "STATUS", "STARTED", "PARENT", "ENDED", "DURATION", "FAILURE"
+    ]  # fmt: skip
     assert [line.split()[0] for line in lines[2:]] == [r.id for r in in_session[1:]]
+
+
+async def test_runs_list_triage_flags(store: Store) -> None:
+    agent = unique("triage")
+    session_id = unique("runs")
+    await create(store, session_id, 1_700_000_000)
+    runs = [await started(store, session_id=session_id, agent_id=f"{agent}-{i}") for i in range(3)]
+    await store.runtime.RecordRunTerminal(runs[1].terminal_request(pb.RUN_STATUS_FAILED))
+
+    async def ids(*flags: str) -> list[str]:
+        result = await runstore(store, "runs", "list", *flags, "--json")
+        assert result.code == 0, result.err
+        return [r["run_id"] for r in result.lines()]
+
+    newest = await ids("--agent-prefix", agent, "--newest-first")
+    assert newest == [r.id for r in reversed(runs)]
+    assert await ids("--run", runs[2].id) == [runs[2].id]
+    assert await ids("--run-prefix", runs[0].id) == [runs[0].id]
+    assert await ids("--agent-prefix", agent, "--label", "site=one", "--root-only") == [
+        r.id for r in runs
+    ]
+    assert await ids("--agent-prefix", agent, "--label", "site=two") == []
+    failed = await runstore(store, "runs", "list", "--agent-prefix", agent, "--counts", "--json")
+    row = next(r for r in failed.lines() if r["run_id"] == runs[1].id)
+    assert row["failure"] == {"message": "boom", "kind": "internal", "code": "", "retryable": False}
+    assert row["ended_at"] is not None
+    assert "counts: running 2, suspended 0, completed 0, failed 1, canceled 0" in failed.err
+    human = await runstore(store, "runs", "list", "--agent-prefix", agent, "--status", "failed")
+    assert "internal: boom" in human.out
+    bad = await runstore(store, "runs", "list", "--label", "nokey")
+    assert bad.code != 0 and "KEY=VALUE" in bad.err
+    both = await runstore(store, "runs", "list", "--run", "a", "--run-prefix", "a")
+    assert both.code != 0
+
+
+async def test_since_lists_what_started_within_a_duration(store: Store) -> None:
+    agent = unique("since")
+    old = await started(store, agent_id=agent, started_ms=now_ms() - 2 * 3_600_000)
+    new = await started(store, agent_id=agent)
+    recent = await runstore(store, "runs", "list", "--agent", agent, "--since", "1h", "--json")
+    assert recent.code == 0, recent.err
+    assert [r["run_id"] for r in recent.lines()] == [new.id]
+    day = await runstore(store, "runs", "list", "--agent", agent, "--since", "1d", "--json")
+    assert [r["run_id"] for r in day.lines()] == [old.id, new.id]
+    both = await runstore(
+        store, "runs", "list", "--since", "1h", "--started-after", "2026-01-01T00:00:00Z"
+    )
+    assert both.code != 0
+    bad = await runstore(store, "sessions", "list", "--since", "soon")
+    assert bad.code != 0 and "--since" in bad.err
+
+
+async def test_sessions_list_triage_flags(store: Store) -> None:
+    stem = unique("triage")
+    for i in range(3):
+        await create(store, f"{stem}-{i}", 1_700_000_000 + i)
+    result = await runstore(
+        store, "sessions", "list", "--session-prefix", stem, "--newest-first", "--counts", "--json"
+    )
+    assert result.code == 0, result.err
+    assert [s["id"] for s in result.lines()] == [f"{stem}-{i}" for i in (2, 1, 0)]
+    assert "counts: active 3, ended 0" in result.err
+    exact = await runstore(store, "sessions", "list", "--session", f"{stem}-1", "--json")
+    assert [s["id"] for s in exact.lines()] == [f"{stem}-1"]
 
 
 async def test_runs_show_has_metadata_then_records_with_a_payload_preview(store: Store) -> None:

@@ -8,6 +8,8 @@ writers keep appending opens and holds every record acknowledged before it began
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -19,8 +21,10 @@ from runstore.cli.jsonlines import record_from_line, record_line
 from runstore.client import RunRecord
 from runstore.server.db import backup
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import seeds_pb2 as sd
 from tests.cli.test_admin_cli import _main, runstore
-from tests.support import Store, now_ms, serving
+from tests.seeds import Upload, declaration, part, synchronous_request
+from tests.support import Store, now_ms, run_start, serving, started_record, unique
 
 PAYLOADS = [
     b'{"ok":true,"n":[1,2.5,-3e-07],"s":"x"}',  # compact JSON: inline
@@ -81,6 +85,32 @@ async def test_export_lines_decode_to_the_stored_records_byte_for_byte(store: St
     assert [record_from_line(line).run_id for line in one_run.out.splitlines()] == [first.id] * (
         1 + len(PAYLOADS[::2])
     )
+
+
+async def test_export_of_a_seed_writes_its_history_then_its_preparation(store: Store) -> None:
+    upload = Upload(store.runtime, declaration())
+    await upload.begin()
+    await upload.history(b'[{"role":"user","parts":[{"text":"hi"}]}]')
+    await upload.append(part(unique("p"), str(upload.end), b"\xff\x00", final=False))
+    await upload.append(part(unique("p"), str(upload.end), b'"tail"]', final=True))
+    await upload.compiled(b"compiled start")
+    await upload.publish()
+    run = run_start(run_id=upload.run_id, seed_end_id=str(upload.seed_end))
+    await store.runtime.StartSynchronousRun(
+        sd.StartSynchronousRunRequest(run=run.start, started=started_record(run.start))
+    )
+    result = await runstore(store, "export", "--seed", run.id)
+    assert result.code == 0, result.err
+    lines = [json.loads(line) for line in result.out.splitlines()]
+    assert [line["id"] for line in lines] == ["1", "2", "3", "4"]
+    assert {line["seed_of"] for line in lines} == {run.id}
+    assert lines[0]["messages"] == [{"role": "user", "parts": [{"text": "hi"}]}]
+    assert lines[1]["literal_part"] == {"final": False, "data_base64": "/wA="}
+    assert lines[2]["literal_part"] == {"final": True, "data_base64": "InRhaWwiXQ=="}
+    assert lines[3]["prepared_base64"] == base64.b64encode(b"compiled start").decode()
+    assert [line["key"] for line in lines] == upload.keys
+    unseeded = await runstore(store, "export", "--seed", (await store.one_shot()).id)
+    assert unseeded.code == 1 and "started without a seed" in unseeded.err
 
 
 async def test_export_of_an_unknown_run_fails_with_its_reason(store: Store) -> None:
@@ -161,6 +191,43 @@ async def test_backup_under_concurrent_writes_holds_every_acknowledged_record(
     assert before <= held
     assert result.records == len(held)
     assert not target.with_name(target.name + ".partial").exists()
+
+
+async def test_a_backup_holds_seeds_and_preparations_and_serves_them(
+    sqlite_server: tuple[Store, str], tmp_path: Path
+) -> None:
+    """Seeds, preparations and synchronous starts are in the copy (every table
+    is): a server over the copy loads them as the original did."""
+    store, database_url = sqlite_server
+    request = await synchronous_request(store.runtime)
+    await store.runtime.StartSynchronousRun(request)
+    open_attempt = Upload(store.runtime, declaration())
+    await open_attempt.begin()
+    await open_attempt.history()
+    await open_attempt.compiled()
+    published = await Upload(store.runtime, declaration()).published()
+    seed = sd.LoadRunSeedRequest(run_id=request.run.run_id, end_id="1")
+    before = await store.runtime.LoadRunSeed(seed)
+    result = await asyncio.to_thread(backup.backup_sqlite, database_url, tmp_path / "copy.db")
+    assert result.seed_records == 2 + 2 + 2  # each upload's history and prepared part
+    tables = ("seed_records", "seed_attempts", "seed_operations", "synchronous_runs")
+    original = sqlite3.connect(f"file:{tmp_path / 'served.db'}?mode=ro", uri=True)
+    copied = sqlite3.connect(f"file:{tmp_path / 'copy.db'}?mode=ro", uri=True)
+    try:
+        for table in tables:
+            rows = f"SELECT * FROM {table} ORDER BY 1, 2"
+            assert copied.execute(rows).fetchall() == original.execute(rows).fetchall(), table
+            assert original.execute(rows).fetchall(), table
+    finally:
+        original.close()
+        copied.close()
+    async with serving(f"sqlite:///{tmp_path / 'copy.db'}", migrate=False) as copy:
+        assert await copy.runtime.LoadRunSeed(seed) == before
+        for attempt in (open_attempt, published):
+            found = await copy.runtime.FindRunPreparation(attempt.find())
+            assert found == await store.runtime.FindRunPreparation(attempt.find())
+        run = await copy.runtime.LoadRun(rs.LoadRunRequest(run_id=request.run.run_id))
+        assert run.run.seed_end_id == "1"
 
 
 async def test_backup_command_refuses_postgres_and_an_existing_target(

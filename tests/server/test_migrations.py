@@ -379,3 +379,72 @@ def _started(start: RunStart) -> RecordDraft:
     return RecordDraft(
         "start", start.run_id, "a", "", "", "run_started", b"{}", start.started_at, DEFAULT
     )
+
+
+_FAILED_RUNS = 2100
+"""More than two of 0013's backfill batches, so the batches' keyset is exercised."""
+
+
+def _seed_failed_runs_0012(connection: Connection) -> None:
+    """Failed runs whose ending records carry a failure (one without), a
+    completed run, as 0012 stored them: no failure column yet."""
+    run = (
+        "INSERT INTO runs (run_id, agent_id, session_id, parent_run_id, started_at_ms, labels, "
+        "start_outcome, status, cancellation_reason, updated_at, start_key, parent_link_key, "
+        "cancellation_key, suspension_key, terminal_key, finished_at_ms) "
+        "VALUES (:run, 'a', '', '', 1000, '{}', 'proceed', :status, '', 5, 'start', '', '', "
+        "'', 'end', 3000)"
+    )
+    record = (
+        "INSERT INTO records (run_id, record_id, event_key, agent_id, session_id, turn_id, "
+        "type, payload, payload_size, timestamp_ms) VALUES (:run, :id, :key, 'a', '', '', "
+        "'run_completed', :payload, 2, 3000)"
+    )
+    failure = (
+        b'{"status":"failed","phase":"failed","failure":{"message":"disk full %d",'
+        b'"kind":"io","code":"ENOSPC","retryable":true,"debug_message":"x"}}'
+    )
+    names = [f"failed-{i:05d}" for i in range(_FAILED_RUNS)]
+    connection.execute(text(run), [{"run": name, "status": "failed"} for name in names])
+    connection.execute(
+        text(run), [{"run": "no-failure", "status": "failed"}, {"run": "ok", "status": "completed"}]
+    )
+    connection.execute(
+        text(record),
+        [
+            {"run": name, "id": 2, "key": "end", "payload": failure % i}
+            for i, name in enumerate(names)
+        ]
+        + [
+            {"run": "no-failure", "id": 2, "key": "end", "payload": b"not json"},
+            {"run": "ok", "id": 2, "key": "end", "payload": b'{"status":"success"}'},
+            # A record of the run that is not its ending one is never read.
+            {"run": "ok", "id": 3, "key": "other", "payload": failure % 0},
+        ],
+    )
+    connection.commit()
+
+
+async def test_failed_runs_get_their_failure_backfilled(empty_url: str) -> None:
+    await _run_sync(empty_url, _upgrade_to("0012_run_seeds"))
+    await _run_sync(empty_url, _seed_failed_runs_0012)
+    await migrate.upgrade(empty_url)
+    assert await _run_sync(empty_url, _differences) == []
+    config = ServerConfig(listen="127.0.0.1:0", database_url=empty_url)
+    async with open_database(config) as db:
+        stores = create_stores(config, db)
+        for i in (0, 999, 1000, _FAILED_RUNS - 1):
+            run = await stores.runtime.load_run(f"failed-{i:05d}")
+            assert run.failure is not None
+            assert (run.failure.message, run.failure.kind) == (f"disk full {i}", "io")
+            assert (run.failure.code, run.failure.retryable) == ("ENOSPC", True)
+            assert run.ended_at == 3000 * 1_000_000
+        for run_id in ("no-failure", "ok"):
+            assert (await stores.runtime.load_run(run_id)).failure is None
+
+    def unfilled(connection: Connection) -> int:
+        query = "SELECT count(*) FROM runs WHERE status = 'failed' AND failure IS NULL"
+        return int(connection.execute(text(query)).scalar_one())
+
+    assert await _run_sync(empty_url, unfilled) == 1  # only the one without a failure
+    await _run_sync(empty_url, _downgrade_to("0012_run_seeds"))

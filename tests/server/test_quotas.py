@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -47,9 +47,21 @@ from runstore.v1 import (
     session_admin_pb2,
 )
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import seeds_pb2 as sd
 from runstore.v1 import session_admin_pb2 as sa
 from tests import backends, postgres
-from tests.support import Failure, Store, fails, failure_of, now_ms, run_start, ts, unique
+from tests.seeds import Upload, declaration
+from tests.support import (
+    Failure,
+    Store,
+    fails,
+    failure_of,
+    now_ms,
+    run_start,
+    started_record,
+    ts,
+    unique,
+)
 
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 
@@ -396,6 +408,79 @@ async def test_the_stored_bytes_quota_refuses_new_data_lets_runs_end_and_recover
     await one.keeper.recount()
     assert one.quotas.stored_bytes(name) == 0
     await _one_shot(one, name, payload=b"v" * 15_000)
+
+
+class _Namespaced:
+    """A RuntimeStore stub whose every call sends one namespace (for ``Upload``)."""
+
+    def __init__(self, replica: Replica, namespace: str) -> None:
+        self._stub = replica.store.runtime
+        self._metadata = replica.md(namespace)
+
+    def __getattr__(self, method: str) -> Any:
+        call = getattr(self._stub, method)
+        return lambda request: call(request, metadata=self._metadata)
+
+
+async def test_seed_uploads_count_as_writes(one: Replica) -> None:
+    """Begin, append and publish of a seed and a preparation's settlement are
+    writes (docs/namespaces.md#quotas)."""
+    name = await _namespace(one, quota_writes_per_s=2.0)
+    upload = Upload(cast(Any, _Namespaced(one, name)), declaration())
+    await upload.begin()
+    await upload.history()
+    failure, delay = await refused(upload.compiled())
+    _assert_quota(failure, name, "writes_per_second", "2")
+    assert delay == pytest.approx(0.5)
+    one.clock.advance(0.5)
+    await upload.compiled()
+    failure, _ = await refused(upload.publish())
+    assert failure.metadata["quota"] == "writes_per_second"
+    one.clock.advance(0.5)
+    await upload.publish()
+    one.clock.advance(0.5)
+    await _Namespaced(one, name).SettleRunPreparation(upload.settle())
+    failure, _ = await refused(_Namespaced(one, name).SettleRunPreparation(upload.settle()))
+    assert failure.metadata["quota"] == "writes_per_second"
+
+
+async def test_seed_records_count_in_stored_bytes_and_their_uploads_are_refused(
+    one: Replica,
+) -> None:
+    """A seed's records and a preparation's parts are stored bytes: measured,
+    refused past the quota (a publication still goes through), freed when
+    their run is purged."""
+    name = await _namespace(one, quota_stored_bytes=1_000_000)
+    runtime = cast(Any, _Namespaced(one, name))
+    upload = Upload(runtime, declaration())
+    await upload.begin()
+    await upload.history(b'[{"role":"user","parts":[{"text":"' + b"h" * 6000 + b'"}]}]')
+    await upload.compiled(b"c" * 4000)
+    await one.keeper.recount()
+    assert one.quotas.stored_bytes(name) >= 10_000
+    async with RemoteNamespaceAdmin(one.target, retry=NO_RETRY) as admin:
+        await admin.update_namespace(name, quota_stored_bytes=5000)
+    failure, delay = await refused(upload.compiled(b"more"))
+    _assert_quota(failure, name, "stored_bytes", "5000")
+    assert delay is None
+    failure, _ = await refused(Upload(runtime, declaration()).begin())
+    assert failure.metadata["quota"] == "stored_bytes"
+    await upload.publish()  # marks the attempt, adds nothing
+    # The seeded run started, ended and purged takes its seed with it.
+    run = run_start(run_id=upload.run_id, agent_id="agent", seed_end_id=str(upload.seed_end))
+    async with RemoteNamespaceAdmin(one.target, retry=NO_RETRY) as admin:
+        await admin.update_namespace(name, quota_stored_bytes=1_000_000)
+    await runtime.StartSynchronousRun(
+        sd.StartSynchronousRunRequest(run=run.start, started=started_record(run.start))
+    )
+    await runtime.RecordRunTerminal(run.terminal_request())
+    purged = await one.store.admin.PurgeSessionlessRuns(
+        sa.PurgeSessionlessRunsRequest(finished_before=ts(now_ms() + 60_000), limit=10),
+        metadata=one.md(name),
+    )
+    assert list(purged.purged_run_ids) == [run.id]
+    await one.keeper.recount()
+    assert one.quotas.stored_bytes(name) == 0
 
 
 async def test_quotas_of_one_namespace_never_refuse_another(one: Replica) -> None:

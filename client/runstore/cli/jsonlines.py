@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from runstore.client import RunRecord
+from runstore.contract.seeds import SeedRecord
 
 _SEPARATORS: Final = (",", ":")
 
@@ -62,12 +63,55 @@ def record_object(record: RunRecord) -> dict[str, Any]:
     return line
 
 
-def record_line(record: RunRecord) -> str:
-    """One record as one JSON line (no trailing newline)."""
-    text = json.dumps(record_object(record), separators=_SEPARATORS, ensure_ascii=False)
+def _bytes_field(line: dict[str, Any], name: str, data: bytes) -> None:
+    """``name`` as JSON when the bytes are exactly its compact JSON, else
+    ``name_base64`` (the rule of a record's payload)."""
+    exact, value = _as_json(data)
+    if exact:
+        line[name] = value
+    else:
+        line[f"{name}_base64"] = base64.b64encode(data).decode()
+
+
+def seed_record_object(run_id: str, record: SeedRecord) -> dict[str, Any]:
+    """One record of a run's seed (docs/export.md#seeds): its ID, key and
+    previous ID, then its body: ``messages``, ``literal_part``, ``prefix`` or
+    ``prepared`` (bytes as a payload's are: JSON, or ``*_base64``)."""
+    line: dict[str, Any] = {
+        "seed_of": run_id,
+        "id": record.id,
+        "key": record.key,
+        "previous_id": record.previous_id,
+    }
+    if record.literal_part is not None:
+        part: dict[str, Any] = {"final": record.literal_part.final}
+        _bytes_field(part, "data", record.literal_part.data)
+        line["literal_part"] = part
+    elif record.prefix is not None:
+        line["prefix"] = {
+            "run_id": record.prefix.run_id,
+            "end_id": record.prefix.end_id,
+            "exclude_system": record.prefix.exclude_system,
+            "exclude_reasoning": record.prefix.exclude_reasoning,
+        }
+    elif record.prepared:
+        _bytes_field(line, "prepared", record.prepared)
+    else:
+        _bytes_field(line, "messages", record.messages)
+    return line
+
+
+def json_line(value: dict[str, Any]) -> str:
+    """A JSON object as one line: compact, UTF-8, U+2028/U+2029 escaped."""
     # Line and paragraph separators are legal in JSON strings but end a line for
     # many readers (``str.splitlines``, JavaScript): escape them, nothing else.
+    text = json.dumps(value, separators=_SEPARATORS, ensure_ascii=False)
     return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def record_line(record: RunRecord) -> str:
+    """One record as one JSON line (no trailing newline)."""
+    return json_line(record_object(record))
 
 
 def record_from_line(line: str) -> RunRecord:

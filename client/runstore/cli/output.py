@@ -17,6 +17,7 @@ from rich.table import Table
 
 from runstore.cli.jsonlines import record_object, rfc3339_millis
 from runstore.client import RunRecord
+from runstore.contract.durations import format_duration
 
 PREVIEW_CHARS: Final = 60
 
@@ -157,7 +158,17 @@ class StreamedTable:
 
 
 SESSION_HEADERS: Final = ("SESSION", "STATUS", "CREATED", "ENDED")
-RUN_HEADERS: Final = ("RUN", "AGENT", "SESSION", "STATUS", "STARTED", "PARENT")
+RUN_HEADERS: Final = (
+    "RUN",
+    "AGENT",
+    "SESSION",
+    "STATUS",
+    "STARTED",
+    "PARENT",
+    "ENDED",
+    "DURATION",
+    "FAILURE",
+)
 RECORD_HEADERS: Final = ("ID", "TYPE", "TIMESTAMP", "RUN", "TURN", "EVENT KEY", "BYTES", "PAYLOAD")
 
 
@@ -178,7 +189,33 @@ def run_row(run: Any) -> list[Any]:
         run.status.value,
         short_time(run.started_at),
         run.parent_run_id,
+        short_time(run.ended_at),
+        run_duration(run),
+        failure_text(run.failure),
     ]
+
+
+def run_duration(run: Any) -> str:
+    """From start to the ending record, as a duration (empty until it ends)."""
+    if run.ended_at is None:
+        return ""
+    return format_duration(max((run.ended_at - run.started_at).total_seconds(), 0.0))
+
+
+def failure_text(failure: Any) -> str:
+    """``kind/code: message`` (retryable marked) of a failed run; empty otherwise."""
+    if failure is None:
+        return ""
+    kind = f"{failure.kind}/{failure.code}" if failure.code else failure.kind
+    retry = " (retryable)" if failure.retryable else ""
+    return f"{kind}: {failure.message}{retry}"
+
+
+def status_counts_line(counts: Any) -> str:
+    """``running 2, failed 10000+`` (``+``: the count stopped at the server's cap)."""
+    return ", ".join(
+        f"{count.status} {count.count}{'+' if count.estimated else ''}" for count in counts
+    )
 
 
 def record_row(record: RunRecord) -> list[Any]:

@@ -18,11 +18,11 @@ import ssl
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from runstore.cli.output import Output
+from runstore.cli.output import Output, status_counts_line
 from runstore.client import (
     NO_RETRY,
     InvalidTokenError,
@@ -68,6 +68,34 @@ def timestamp(text: str) -> datetime:
             f"not an ISO 8601 time: {text!r} (e.g. 2026-12-01T10:00:00Z)"
         ) from None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def ago(text: str) -> datetime:
+    """A duration (``90s``, ``30m``, ``1h``, ``7d``) back from now, in UTC."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return datetime.now(UTC) - timedelta(seconds=seconds)
+
+
+def time_range_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--WHAT-after``/``--WHAT-before`` (ISO 8601) and ``--since`` (a duration
+    back from now, for ``--WHAT-after``)."""
+    lower = parser.add_mutually_exclusive_group()
+    lower.add_argument(
+        f"--{what}-after", type=timestamp, metavar="TIME", help="inclusive, ISO 8601"
+    )
+    lower.add_argument(
+        "--since",
+        type=ago,
+        metavar="DURATION",
+        dest=f"{what}_after",
+        help=f"{what} within the last DURATION (90s, 30m, 1h, 7d)",
+    )
+    parser.add_argument(
+        f"--{what}-before", type=timestamp, metavar="TIME", help="exclusive, ISO 8601"
+    )
 
 
 def connection_options(parser: argparse.ArgumentParser) -> None:
@@ -124,6 +152,14 @@ DEFAULT_TIMEOUT: Final = "10s"
 
 
 def page_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--newest-first", action="store_true", help="the newest first (default: the oldest)"
+    )
+    parser.add_argument(
+        "--counts",
+        action="store_true",
+        help="also print how many match per status, to stderr (N+: at least N)",
+    )
     parser.add_argument("--page-size", type=int, default=0, help="rows per page (server default)")
     parser.add_argument("--page-token", default="", help="continue from a previous page")
     parser.add_argument("--all", action="store_true", help="follow every page to the end")
@@ -412,6 +448,8 @@ async def listing(
             break
     if not out.as_json:
         out.table(None, headers, (row(item) for item in rows))
+    if counts := page.status_counts:
+        print(f"counts: {status_counts_line(counts)}", file=sys.stderr)
     if token:
         print(f"more: continue with --page-token {token} (or --all)", file=sys.stderr)
     return 0

@@ -12,9 +12,11 @@ from runstore.cli.output import (
     RECORD_HEADERS,
     RUN_HEADERS,
     Output,
+    failure_text,
     iso,
     jsonable,
     record_row,
+    run_duration,
     run_row,
 )
 from runstore.cli.plugins import Command
@@ -38,7 +40,10 @@ def _run_fields(run: Any) -> list[tuple[str, Any]]:
         ("start outcome", run.start_outcome.value),
         ("started", iso(run.started_at)),
         ("updated", iso(run.updated_at)),
+        ("ended", iso(run.ended_at)),
+        ("duration", run_duration(run)),
         ("cancellation", run.cancellation_reason),
+        ("failure", failure_text(run.failure)),
         ("labels", labels),
     ]
 
@@ -47,6 +52,7 @@ async def runs_list(args: argparse.Namespace, clients: Clients, out: Output) -> 
     if args.sessionless and args.session:
         raise UsageError("--sessionless lists runs without a session; not with --session")
     statuses = [RunStatus(s) for s in args.status or ()]
+    labels = dict(_label(text) for text in args.label or ())
 
     def fetch(token: str) -> Awaitable[ListPage[Any]]:
         return clients.admin.list_runs(
@@ -58,9 +64,23 @@ async def runs_list(args: argparse.Namespace, clients: Clients, out: Output) -> 
             sessionless_only=args.sessionless,
             page_size=args.page_size,
             page_token=token,
+            run_id=args.run or "",
+            run_id_prefix=args.run_prefix or "",
+            agent_id_prefix=args.agent_prefix or "",
+            labels=labels,
+            root_only=args.root_only,
+            newest_first=args.newest_first,
+            count_statuses=args.counts,
         )
 
     return await remote.listing(fetch, args, out, RUN_HEADERS, run_row)
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, separator, value = text.partition("=")
+    if not separator or not key:
+        raise UsageError(f"--label takes KEY=VALUE, not {text!r}")
+    return key, value
 
 
 async def runs_show(args: argparse.Namespace, clients: Clients, out: Output) -> int:
@@ -115,16 +135,23 @@ def add_arguments(runs: argparse.ArgumentParser) -> None:
     actions = runs.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = remote.action(actions, "list", runs_list, "runs by start time")
     listing.add_argument("--session", help="only this session's runs")
-    listing.add_argument("--agent", help="only this agent's runs")
+    agents = listing.add_mutually_exclusive_group()
+    agents.add_argument("--agent", help="only this agent's runs")
+    agents.add_argument("--agent-prefix", metavar="PREFIX", help="only agents starting with PREFIX")
+    ids = listing.add_mutually_exclusive_group()
+    ids.add_argument("--run", metavar="ID", help="only the run with this exact ID")
+    ids.add_argument("--run-prefix", metavar="PREFIX", help="only run IDs starting with PREFIX")
+    listing.add_argument(
+        "--label",
+        action="append",
+        metavar="KEY=VALUE",
+        help="only runs with this label; repeatable",
+    )
+    listing.add_argument("--root-only", action="store_true", help="only runs without a parent")
     listing.add_argument(
         "--status", action="append", choices=[s.value for s in RunStatus], help="repeatable"
     )
-    listing.add_argument(
-        "--started-after", type=remote.timestamp, metavar="TIME", help="inclusive, ISO 8601"
-    )
-    listing.add_argument(
-        "--started-before", type=remote.timestamp, metavar="TIME", help="exclusive, ISO 8601"
-    )
+    remote.time_range_options(listing, "started")
     listing.add_argument("--sessionless", action="store_true", help="only runs without a session")
     remote.page_options(listing)
     show = remote.action(actions, "show", runs_show, "a run's metadata, then its records")

@@ -36,6 +36,10 @@ async def sessions_list(args: argparse.Namespace, clients: Clients, out: Output)
             created_before=args.created_before,
             page_size=args.page_size,
             page_token=token,
+            session_id=args.session or "",
+            session_id_prefix=args.session_prefix or "",
+            newest_first=args.newest_first,
+            count_statuses=args.counts,
         )
 
     return await remote.listing(fetch, args, out, SESSION_HEADERS, session_row)
@@ -127,12 +131,10 @@ def add_arguments(sessions: argparse.ArgumentParser) -> None:
     listing.add_argument(
         "--status", action="append", choices=[s.value for s in SessionStatus], help="repeatable"
     )
-    listing.add_argument(
-        "--created-after", type=remote.timestamp, metavar="TIME", help="inclusive, ISO 8601"
-    )
-    listing.add_argument(
-        "--created-before", type=remote.timestamp, metavar="TIME", help="exclusive, ISO 8601"
-    )
+    remote.time_range_options(listing, "created")
+    ids = listing.add_mutually_exclusive_group()
+    ids.add_argument("--session", metavar="ID", help="only the session with this exact ID")
+    ids.add_argument("--session-prefix", metavar="PREFIX", help="only IDs starting with PREFIX")
     remote.page_options(listing)
     show = remote.action(actions, "show", sessions_show, "a session and its runs")
     show.add_argument("session_id", metavar="SESSION_ID")

@@ -43,6 +43,7 @@ from runstore.client.model import (
     RootRunStart,
     RootRunStartResult,
     RunCancellation,
+    RunFailureSummary,
     RunMeta,
     RunPage,
     RunPreparation,
@@ -64,6 +65,7 @@ from runstore.client.model import (
     Session,
     SessionPage,
     SessionStatus,
+    StatusCount,
 )
 from runstore.client.namespaces import NamespaceInfo, NamespaceSettings, RemoteNamespaceAdmin
 from runstore.client.protocols import SeedStore, SessionAdmin, Store
@@ -215,6 +217,7 @@ __all__ = [
     "RunCancellationConflictError",
     "RunConflictError",
     "RunFailure",
+    "RunFailureSummary",
     "RunMeta",
     "RunNotActiveError",
     "RunNotFoundError",
@@ -255,6 +258,7 @@ __all__ = [
     "SessionPage",
     "SessionPurgedError",
     "SessionStatus",
+    "StatusCount",
     "Store",
     "SyncRemoteSessionAdmin",
     "SyncRemoteStore",

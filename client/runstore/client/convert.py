@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -10,6 +10,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from runstore.client import arguments, model
 from runstore.contract import wire
+from runstore.contract.model import RunFailureSummary, StatusCount
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import types_pb2 as pb
 
@@ -93,7 +94,27 @@ def from_run_meta(message: pb.RunMeta) -> model.RunMeta:
         start_outcome=START_OUTCOME[message.start_outcome],
         status=RUN_STATUS[message.status],
         updated_at=from_timestamp(message.updated_at),
+        failure=(
+            RunFailureSummary(
+                message.failure.message,
+                message.failure.kind,
+                message.failure.code,
+                message.failure.retryable,
+            )
+            if message.HasField("failure")
+            else None
+        ),
+        ended_at=from_timestamp(message.ended_at) if message.HasField("ended_at") else None,
     )
+
+
+def _status_counts(counts: Any, statuses: Mapping[int, Any]) -> list[StatusCount]:
+    """A listing's status counts by status value; unknown statuses are left out."""
+    return [
+        StatusCount(statuses[count.status].value, count.count, count.estimated)
+        for count in counts
+        if count.status in statuses
+    ]
 
 
 def checkpoint(value: model.Checkpoint) -> pb.Checkpoint:
@@ -110,12 +131,18 @@ def from_page(message: Any) -> model.Page:
 
 def from_session_page(message: Any) -> model.SessionPage:
     return model.SessionPage(
-        [from_session(session) for session in message.sessions], message.next_page_token
+        [from_session(session) for session in message.sessions],
+        message.next_page_token,
+        _status_counts(message.status_counts, SESSION_STATUS),
     )
 
 
 def from_run_page(message: Any) -> model.RunPage:
-    return model.RunPage([from_run_meta(run) for run in message.runs], message.next_page_token)
+    return model.RunPage(
+        [from_run_meta(run) for run in message.runs],
+        message.next_page_token,
+        _status_counts(message.status_counts, RUN_STATUS),
+    )
 
 
 # --- Commands -------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from runstore.contract import model as contract
 from runstore.contract.model import (
@@ -25,11 +25,13 @@ from runstore.contract.model import (
     OneShotChildRunStartResult,
     OneShotRunStartResult,
     RootRunStartResult,
+    RunFailureSummary,
     RunRepairOutcome,
     RunRepairResult,
     RunStartOutcome,
     RunStatus,
     SessionStatus,
+    StatusCount,
 )
 from runstore.contract.seeds import (
     HistoryPrefix,
@@ -64,6 +66,7 @@ __all__ = [
     "RootRunStart",
     "RootRunStartResult",
     "RunCancellation",
+    "RunFailureSummary",
     "RunMeta",
     "RunPage",
     "RunPreparation",
@@ -85,6 +88,7 @@ __all__ = [
     "Session",
     "SessionPage",
     "SessionStatus",
+    "StatusCount",
 ]
 
 
@@ -137,6 +141,16 @@ class RunMeta(contract.RunMeta[datetime]):
     """The published seed end the run started from; empty without a seed."""
     successor_run_id: str = ""
     """The first current-generation continuation of this run (§10.2); empty otherwise."""
+    failure: RunFailureSummary | None = None
+    """A failed run's failure (message, kind, code, retryable); None otherwise."""
+    ended_at: datetime | None = None
+    """When the record that ended the run for good was written (completed,
+    failed or canceled); None while it runs or is suspended."""
+
+    @property
+    def duration(self) -> timedelta | None:
+        """From its start to the record that ended it; None until it ends."""
+        return None if self.ended_at is None else self.ended_at - self.started_at
 
 
 class Page(contract.Page[RunRecord]):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -780,17 +780,26 @@ class RemoteSessionAdmin(_Client):
         created_before: datetime | None = None,
         page_size: int = 0,
         page_token: str = "",
+        session_id: str = "",
+        session_id_prefix: str = "",
+        newest_first: bool = False,
+        count_statuses: bool = False,
     ) -> SessionPage:
         """One page of sessions by ``created_at``, then ID (§9.8.1).
 
         ``created_after`` is inclusive, ``created_before`` exclusive; an empty
         ``statuses`` keeps every status. Pass ``next_page_token`` back as
         ``page_token`` with the same filters for the next page.
+        ``count_statuses`` fills the page's ``status_counts`` (§9.8).
         """
         request = sa.ListSessionsRequest(
             statuses=[convert.SESSION_STATUS_TO_WIRE[status] for status in statuses],
             page_size=page_size,
             page_token=page_token,
+            session_id=session_id,
+            session_id_prefix=session_id_prefix,
+            order=sa.LIST_ORDER_NEWEST_FIRST if newest_first else sa.LIST_ORDER_UNSPECIFIED,
+            count_statuses=count_statuses,
         )
         if created_after is not None:
             request.created_after.CopyFrom(convert.timestamp(created_after))
@@ -809,9 +818,17 @@ class RemoteSessionAdmin(_Client):
         sessionless_only: bool = False,
         page_size: int = 0,
         page_token: str = "",
+        run_id: str = "",
+        run_id_prefix: str = "",
+        agent_id_prefix: str = "",
+        labels: Mapping[str, str] | None = None,
+        root_only: bool = False,
+        newest_first: bool = False,
+        count_statuses: bool = False,
     ) -> RunPage:
         """One page of runs by ``started_at``, then run ID (§9.8.2); filters as
-        in ``list_sessions``, and ``sessionless_only`` for one-shot runs."""
+        in ``list_sessions``, ``sessionless_only`` for one-shot runs,
+        ``labels`` (every pair, exactly) and ``root_only``."""
         request = sa.ListRunsRequest(
             session_id=session_id,
             agent_id=agent_id,
@@ -819,6 +836,13 @@ class RemoteSessionAdmin(_Client):
             sessionless_only=sessionless_only,
             page_size=page_size,
             page_token=page_token,
+            run_id=run_id,
+            run_id_prefix=run_id_prefix,
+            agent_id_prefix=agent_id_prefix,
+            labels=dict(labels or {}),
+            root_only=root_only,
+            order=sa.LIST_ORDER_NEWEST_FIRST if newest_first else sa.LIST_ORDER_UNSPECIFIED,
+            count_statuses=count_statuses,
         )
         if started_after is not None:
             request.started_after.CopyFrom(convert.timestamp(started_after))

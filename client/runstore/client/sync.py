@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Collection, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -269,6 +269,10 @@ class SyncRemoteSessionAdmin(_Facade):
         created_before: datetime | None = None,
         page_size: int = 0,
         page_token: str = "",
+        session_id: str = "",
+        session_id_prefix: str = "",
+        newest_first: bool = False,
+        count_statuses: bool = False,
     ) -> SessionPage:
         return self._thread.run(
             self._remote.list_sessions(
@@ -277,6 +281,10 @@ class SyncRemoteSessionAdmin(_Facade):
                 created_before=created_before,
                 page_size=page_size,
                 page_token=page_token,
+                session_id=session_id,
+                session_id_prefix=session_id_prefix,
+                newest_first=newest_first,
+                count_statuses=count_statuses,
             )
         )
 
@@ -291,6 +299,13 @@ class SyncRemoteSessionAdmin(_Facade):
         sessionless_only: bool = False,
         page_size: int = 0,
         page_token: str = "",
+        run_id: str = "",
+        run_id_prefix: str = "",
+        agent_id_prefix: str = "",
+        labels: Mapping[str, str] | None = None,
+        root_only: bool = False,
+        newest_first: bool = False,
+        count_statuses: bool = False,
     ) -> RunPage:
         return self._thread.run(
             self._remote.list_runs(
@@ -302,6 +317,13 @@ class SyncRemoteSessionAdmin(_Facade):
                 sessionless_only=sessionless_only,
                 page_size=page_size,
                 page_token=page_token,
+                run_id=run_id,
+                run_id_prefix=run_id_prefix,
+                agent_id_prefix=agent_id_prefix,
+                labels=labels,
+                root_only=root_only,
+                newest_first=newest_first,
+                count_statuses=count_statuses,
             )
         )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
 
 
@@ -103,6 +103,16 @@ class RunMeta(Generic[T]):
 
 
 @dataclass(frozen=True, slots=True)
+class RunFailureSummary:
+    """What triage needs of a failed run's ``failure`` (§5.3), stored on the run."""
+
+    message: str
+    kind: str
+    code: str = ""
+    retryable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class AppendResult:
     """The outcome of writing one record (§3.9); ``NO_RECORD`` is the zero value."""
 
@@ -163,6 +173,19 @@ class ListPage(Generic[Item]):
 
     items: Sequence[Item]
     next_page_token: str = ""
+    status_counts: Sequence[StatusCount] = ()
+    """With ``count_statuses``: the matching rows per status (§9.8)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusCount:
+    """How many rows of a listing have one status, whatever the page (§9.8)."""
+
+    status: str
+    """A ``SessionStatus`` or ``RunStatus`` value."""
+    count: int
+    estimated: bool = False
+    """The count stopped at the cap: at least ``count`` rows match."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +198,12 @@ class SessionFilter(Generic[T]):
     """Inclusive lower bound of ``created_at``."""
     created_before: T | None = None
     """Exclusive upper bound of ``created_at``."""
+    session_id: str = ""
+    """Only this session; not with ``session_id_prefix``."""
+    session_id_prefix: str = ""
+    """Only sessions whose ID starts with this (never a substring)."""
+    newest_first: bool = False
+    """Descending order (the newest first) rather than ascending."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +220,18 @@ class RunFilter(Generic[T]):
     """Exclusive upper bound of ``started_at``."""
     sessionless_only: bool = False
     """Only runs without a session; not together with ``session_id``."""
+    run_id: str = ""
+    """Only this run; not with ``run_id_prefix``."""
+    run_id_prefix: str = ""
+    """Only runs whose ID starts with this (never a substring)."""
+    agent_id_prefix: str = ""
+    """Only runs of agents whose ID starts with this; not with ``agent_id``."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Only runs carrying every one of these labels with this exact value."""
+    root_only: bool = False
+    """Only runs without a parent."""
+    newest_first: bool = False
+    """Descending order (the newest first) rather than ascending."""
 
 
 # --- Commands (§3.10) -----------------------------------------------------------

@@ -8,6 +8,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from runstore.v1 import types_pb2 as _types_pb2
 import builtins as _builtins
 import sys
@@ -19,6 +20,24 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _ListOrder:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ListOrderEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ListOrder.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    LIST_ORDER_UNSPECIFIED: _ListOrder.ValueType  # 0
+    LIST_ORDER_OLDEST_FIRST: _ListOrder.ValueType  # 1
+    LIST_ORDER_NEWEST_FIRST: _ListOrder.ValueType  # 2
+
+class ListOrder(_ListOrder, metaclass=_ListOrderEnumTypeWrapper):
+    """The order of a listing: its time, then its ID, ascending or descending."""
+
+LIST_ORDER_UNSPECIFIED: ListOrder.ValueType  # 0
+LIST_ORDER_OLDEST_FIRST: ListOrder.ValueType  # 1
+LIST_ORDER_NEWEST_FIRST: ListOrder.ValueType  # 2
+Global___ListOrder: _TypeAlias = ListOrder  # noqa: Y015
 
 @_typing.final
 class CreateSessionRequest(_message.Message):
@@ -240,8 +259,22 @@ class ListSessionsRequest(_message.Message):
     CREATED_BEFORE_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    SESSION_ID_PREFIX_FIELD_NUMBER: _builtins.int
+    ORDER_FIELD_NUMBER: _builtins.int
+    COUNT_STATUSES_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     page_token: _builtins.str
+    session_id: _builtins.str
+    """Only the session with this ID; not with session_id_prefix."""
+    session_id_prefix: _builtins.str
+    """Only sessions whose ID starts with this (read through the primary key's
+    index: a prefix, never a substring).
+    """
+    order: Global___ListOrder.ValueType
+    """Oldest first when unspecified."""
+    count_statuses: _builtins.bool
+    """Also count the matching sessions per status (§9.8)."""
     @_builtins.property
     def statuses(self) -> _containers.RepeatedScalarFieldContainer[_types_pb2.SessionStatus.ValueType]:
         """Only sessions in one of these statuses; empty lists both. Unknown values
@@ -264,10 +297,14 @@ class ListSessionsRequest(_message.Message):
         created_before: _timestamp_pb2.Timestamp | None = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        session_id_prefix: _builtins.str = ...,
+        order: Global___ListOrder.ValueType = ...,
+        count_statuses: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["created_after", b"created_after", "created_before", b"created_before"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_after", b"created_after", "created_before", b"created_before", "page_size", b"page_size", "page_token", b"page_token", "statuses", b"statuses"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count_statuses", b"count_statuses", "created_after", b"created_after", "created_before", b"created_before", "order", b"order", "page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id", "session_id_prefix", b"session_id_prefix", "statuses", b"statuses"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -279,26 +316,106 @@ class ListSessionsResponse(_message.Message):
 
     SESSIONS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    STATUS_COUNTS_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     @_builtins.property
     def sessions(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.Session]: ...
+    @_builtins.property
+    def status_counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionStatusCount]:
+        """With count_statuses: how many sessions match the filters, per status (the
+        status filter aside), each exact up to a cap and a lower bound beyond it.
+        """
+
     def __init__(
         self,
         *,
         sessions: _abc.Iterable[_types_pb2.Session] | None = ...,
         next_page_token: _builtins.str = ...,
+        status_counts: _abc.Iterable[Global___SessionStatusCount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "sessions", b"sessions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "sessions", b"sessions", "status_counts", b"status_counts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListSessionsResponse: _TypeAlias = ListSessionsResponse  # noqa: Y015
 
 @_typing.final
+class SessionStatusCount(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    ESTIMATED_FIELD_NUMBER: _builtins.int
+    status: _types_pb2.SessionStatus.ValueType
+    count: _builtins.int
+    estimated: _builtins.bool
+    """The count stopped at the cap: at least `count` match."""
+    def __init__(
+        self,
+        *,
+        status: _types_pb2.SessionStatus.ValueType = ...,
+        count: _builtins.int = ...,
+        estimated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "estimated", b"estimated", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionStatusCount: _TypeAlias = SessionStatusCount  # noqa: Y015
+
+@_typing.final
+class RunStatusCount(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    ESTIMATED_FIELD_NUMBER: _builtins.int
+    status: _types_pb2.RunStatus.ValueType
+    count: _builtins.int
+    estimated: _builtins.bool
+    """The count stopped at the cap: at least `count` match."""
+    def __init__(
+        self,
+        *,
+        status: _types_pb2.RunStatus.ValueType = ...,
+        count: _builtins.int = ...,
+        estimated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "estimated", b"estimated", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunStatusCount: _TypeAlias = RunStatusCount  # noqa: Y015
+
+@_typing.final
 class ListRunsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class LabelsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     AGENT_ID_FIELD_NUMBER: _builtins.int
@@ -308,6 +425,13 @@ class ListRunsRequest(_message.Message):
     SESSIONLESS_ONLY_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_PREFIX_FIELD_NUMBER: _builtins.int
+    AGENT_ID_PREFIX_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    ROOT_ONLY_FIELD_NUMBER: _builtins.int
+    ORDER_FIELD_NUMBER: _builtins.int
+    COUNT_STATUSES_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Only runs of this session."""
     agent_id: _builtins.str
@@ -318,6 +442,20 @@ class ListRunsRequest(_message.Message):
     """
     page_size: _builtins.int
     page_token: _builtins.str
+    run_id: _builtins.str
+    """Only the run with this ID; not with run_id_prefix."""
+    run_id_prefix: _builtins.str
+    """Only runs whose ID starts with this (read through the primary key's
+    index: a prefix, never a substring).
+    """
+    agent_id_prefix: _builtins.str
+    """Only runs of agents whose ID starts with this; not with agent_id."""
+    root_only: _builtins.bool
+    """Only runs without a parent (root and one-shot runs)."""
+    order: Global___ListOrder.ValueType
+    """Oldest first when unspecified."""
+    count_statuses: _builtins.bool
+    """Also count the matching runs per status (§9.8)."""
     @_builtins.property
     def statuses(self) -> _containers.RepeatedScalarFieldContainer[_types_pb2.RunStatus.ValueType]:
         """Only runs in one of these statuses; empty lists all. Unknown values match
@@ -332,6 +470,10 @@ class ListRunsRequest(_message.Message):
     def started_before(self) -> _timestamp_pb2.Timestamp:
         """Only runs started before this time (exclusive)."""
 
+    @_builtins.property
+    def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Only runs carrying every one of these labels with exactly this value."""
+
     def __init__(
         self,
         *,
@@ -343,10 +485,17 @@ class ListRunsRequest(_message.Message):
         sessionless_only: _builtins.bool = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        run_id_prefix: _builtins.str = ...,
+        agent_id_prefix: _builtins.str = ...,
+        labels: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        root_only: _builtins.bool = ...,
+        order: Global___ListOrder.ValueType = ...,
+        count_statuses: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["started_after", b"started_after", "started_before", b"started_before"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "page_size", b"page_size", "page_token", b"page_token", "session_id", b"session_id", "sessionless_only", b"sessionless_only", "started_after", b"started_after", "started_before", b"started_before", "statuses", b"statuses"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "agent_id_prefix", b"agent_id_prefix", "count_statuses", b"count_statuses", "labels", b"labels", "order", b"order", "page_size", b"page_size", "page_token", b"page_token", "root_only", b"root_only", "run_id", b"run_id", "run_id_prefix", b"run_id_prefix", "session_id", b"session_id", "sessionless_only", b"sessionless_only", "started_after", b"started_after", "started_before", b"started_before", "statuses", b"statuses"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -358,18 +507,26 @@ class ListRunsResponse(_message.Message):
 
     RUNS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    STATUS_COUNTS_FIELD_NUMBER: _builtins.int
     next_page_token: _builtins.str
     @_builtins.property
     def runs(self) -> _containers.RepeatedCompositeFieldContainer[_types_pb2.RunMeta]: ...
+    @_builtins.property
+    def status_counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunStatusCount]:
+        """With count_statuses: how many runs match the filters, per status (the
+        status filter aside), each exact up to a cap and a lower bound beyond it.
+        """
+
     def __init__(
         self,
         *,
         runs: _abc.Iterable[_types_pb2.RunMeta] | None = ...,
         next_page_token: _builtins.str = ...,
+        status_counts: _abc.Iterable[Global___RunStatusCount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "runs", b"runs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "runs", b"runs", "status_counts", b"status_counts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -22,10 +22,11 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17runstore/v1/types.proto\x12\x0brunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9f\x01\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x06status\x18\x02 \x01(\x0e\x32\x1a.runstore.v1.SessionStatus\x12.\n\ncreated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nded_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9a\x02\n\x08RunStart\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x15\n\rparent_run_id\x18\x04 \x01(\t\x12\x1a\n\x12predecessor_run_id\x18\x05 \x01(\t\x12.\n\nstarted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\x06labels\x18\x07 \x03(\x0b\x32!.runstore.v1.RunStart.LabelsEntry\x12\x13\n\x0bseed_end_id\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbf\x01\n\tRunRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tevent_key\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x04 \x01(\t\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x0f\n\x07turn_id\x18\x06 \x01(\t\x12\x0c\n\x04type\x18\x07 \x01(\t\x12\x0f\n\x07payload\x18\x08 \x01(\x0c\x12-\n\ttimestamp\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"`\n\x0c\x41ppendResult\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08inserted\x18\x02 \x01(\x08\x12\x32\n\x0esession_status\x18\x03 \x01(\x0e\x32\x1a.runstore.v1.SessionStatus\"\xc0\x03\n\x07RunMeta\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x15\n\rparent_run_id\x18\x04 \x01(\t\x12.\n\nstarted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x06labels\x18\x06 \x03(\x0b\x32 .runstore.v1.RunMeta.LabelsEntry\x12\x33\n\rstart_outcome\x18\x07 \x01(\x0e\x32\x1c.runstore.v1.RunStartOutcome\x12&\n\x06status\x18\x08 \x01(\x0e\x32\x16.runstore.v1.RunStatus\x12\x1b\n\x13\x63\x61ncellation_reason\x18\t \x01(\t\x12.\n\nupdated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bseed_end_id\x18\x0b \x01(\t\x12\x18\n\x10successor_run_id\x18\x0c \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"&\n\nCheckpoint\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c*d\n\rSessionStatus\x12\x1e\n\x1aSESSION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15SESSION_STATUS_ACTIVE\x10\x01\x12\x18\n\x14SESSION_STATUS_ENDED\x10\x02*\xa3\x01\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_RUNNING\x10\x01\x12\x18\n\x14RUN_STATUS_SUSPENDED\x10\x02\x12\x18\n\x14RUN_STATUS_COMPLETED\x10\x03\x12\x15\n\x11RUN_STATUS_FAILED\x10\x04\x12\x17\n\x13RUN_STATUS_CANCELED\x10\x05*o\n\x0fRunStartOutcome\x12!\n\x1dRUN_START_OUTCOME_UNSPECIFIED\x10\x00\x12\x1d\n\x19RUN_START_OUTCOME_PROCEED\x10\x01\x12\x1a\n\x16RUN_START_OUTCOME_STOP\x10\x02*\xa7\x01\n\x10RunRepairOutcome\x12\"\n\x1eRUN_REPAIR_OUTCOME_UNSPECIFIED\x10\x00\x12\x1d\n\x19RUN_REPAIR_OUTCOME_STORED\x10\x01\x12%\n!RUN_REPAIR_OUTCOME_ALREADY_STORED\x10\x02\x12)\n%RUN_REPAIR_OUTCOME_DIFFERENT_TERMINAL\x10\x03\x42\x8c\x01\n\x0f\x63om.runstore.v1B\nTypesProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\x0bRunstore.V1\xca\x02\x0bRunstore\\V1\xea\x02\x0cRunstore::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17runstore/v1/types.proto\x12\x0brunstore.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9f\x01\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12*\n\x06status\x18\x02 \x01(\x0e\x32\x1a.runstore.v1.SessionStatus\x12.\n\ncreated_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nded_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9a\x02\n\x08RunStart\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x15\n\rparent_run_id\x18\x04 \x01(\t\x12\x1a\n\x12predecessor_run_id\x18\x05 \x01(\t\x12.\n\nstarted_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x31\n\x06labels\x18\x07 \x03(\x0b\x32!.runstore.v1.RunStart.LabelsEntry\x12\x13\n\x0bseed_end_id\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xbf\x01\n\tRunRecord\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\tevent_key\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x04 \x01(\t\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x0f\n\x07turn_id\x18\x06 \x01(\t\x12\x0c\n\x04type\x18\x07 \x01(\t\x12\x0f\n\x07payload\x18\x08 \x01(\x0c\x12-\n\ttimestamp\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"`\n\x0c\x41ppendResult\x12\n\n\x02id\x18\x01 \x01(\t\x12\x10\n\x08inserted\x18\x02 \x01(\x08\x12\x32\n\x0esession_status\x18\x03 \x01(\x0e\x32\x1a.runstore.v1.SessionStatus\"\xc5\x04\n\x07RunMeta\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\x12\x15\n\rparent_run_id\x18\x04 \x01(\t\x12.\n\nstarted_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x06labels\x18\x06 \x03(\x0b\x32 .runstore.v1.RunMeta.LabelsEntry\x12\x33\n\rstart_outcome\x18\x07 \x01(\x0e\x32\x1c.runstore.v1.RunStartOutcome\x12&\n\x06status\x18\x08 \x01(\x0e\x32\x16.runstore.v1.RunStatus\x12\x1b\n\x13\x63\x61ncellation_reason\x18\t \x01(\t\x12.\n\nupdated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bseed_end_id\x18\x0b \x01(\t\x12\x18\n\x10successor_run_id\x18\x0c \x01(\t\x12(\n\x07\x66\x61ilure\x18\r \x01(\x0b\x32\x17.runstore.v1.RunFailure\x12,\n\x08\x65nded_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x08\x64uration\x18\x0f \x01(\x0b\x32\x19.google.protobuf.Duration\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"L\n\nRunFailure\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0c\n\x04\x63ode\x18\x03 \x01(\t\x12\x11\n\tretryable\x18\x04 \x01(\x08\"&\n\nCheckpoint\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c*d\n\rSessionStatus\x12\x1e\n\x1aSESSION_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15SESSION_STATUS_ACTIVE\x10\x01\x12\x18\n\x14SESSION_STATUS_ENDED\x10\x02*\xa3\x01\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x16\n\x12RUN_STATUS_RUNNING\x10\x01\x12\x18\n\x14RUN_STATUS_SUSPENDED\x10\x02\x12\x18\n\x14RUN_STATUS_COMPLETED\x10\x03\x12\x15\n\x11RUN_STATUS_FAILED\x10\x04\x12\x17\n\x13RUN_STATUS_CANCELED\x10\x05*o\n\x0fRunStartOutcome\x12!\n\x1dRUN_START_OUTCOME_UNSPECIFIED\x10\x00\x12\x1d\n\x19RUN_START_OUTCOME_PROCEED\x10\x01\x12\x1a\n\x16RUN_START_OUTCOME_STOP\x10\x02*\xa7\x01\n\x10RunRepairOutcome\x12\"\n\x1eRUN_REPAIR_OUTCOME_UNSPECIFIED\x10\x00\x12\x1d\n\x19RUN_REPAIR_OUTCOME_STORED\x10\x01\x12%\n!RUN_REPAIR_OUTCOME_ALREADY_STORED\x10\x02\x12)\n%RUN_REPAIR_OUTCOME_DIFFERENT_TERMINAL\x10\x03\x42\x8c\x01\n\x0f\x63om.runstore.v1B\nTypesProtoP\x01Z:github.com/runstore/runstore/gen/go/runstore/v1;runstorev1\xa2\x02\x03RXX\xaa\x02\x0bRunstore.V1\xca\x02\x0bRunstore\\V1\xea\x02\x0cRunstore::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,28 +38,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RUNSTART_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_RUNMETA_LABELSENTRY']._loaded_options = None
   _globals['_RUNMETA_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_SESSIONSTATUS']._serialized_start=1303
-  _globals['_SESSIONSTATUS']._serialized_end=1403
-  _globals['_RUNSTATUS']._serialized_start=1406
-  _globals['_RUNSTATUS']._serialized_end=1569
-  _globals['_RUNSTARTOUTCOME']._serialized_start=1571
-  _globals['_RUNSTARTOUTCOME']._serialized_end=1682
-  _globals['_RUNREPAIROUTCOME']._serialized_start=1685
-  _globals['_RUNREPAIROUTCOME']._serialized_end=1852
-  _globals['_SESSION']._serialized_start=74
-  _globals['_SESSION']._serialized_end=233
-  _globals['_RUNSTART']._serialized_start=236
-  _globals['_RUNSTART']._serialized_end=518
-  _globals['_RUNSTART_LABELSENTRY']._serialized_start=473
-  _globals['_RUNSTART_LABELSENTRY']._serialized_end=518
-  _globals['_RUNRECORD']._serialized_start=521
-  _globals['_RUNRECORD']._serialized_end=712
-  _globals['_APPENDRESULT']._serialized_start=714
-  _globals['_APPENDRESULT']._serialized_end=810
-  _globals['_RUNMETA']._serialized_start=813
-  _globals['_RUNMETA']._serialized_end=1261
-  _globals['_RUNMETA_LABELSENTRY']._serialized_start=473
-  _globals['_RUNMETA_LABELSENTRY']._serialized_end=518
-  _globals['_CHECKPOINT']._serialized_start=1263
-  _globals['_CHECKPOINT']._serialized_end=1301
+  _globals['_SESSIONSTATUS']._serialized_start=1546
+  _globals['_SESSIONSTATUS']._serialized_end=1646
+  _globals['_RUNSTATUS']._serialized_start=1649
+  _globals['_RUNSTATUS']._serialized_end=1812
+  _globals['_RUNSTARTOUTCOME']._serialized_start=1814
+  _globals['_RUNSTARTOUTCOME']._serialized_end=1925
+  _globals['_RUNREPAIROUTCOME']._serialized_start=1928
+  _globals['_RUNREPAIROUTCOME']._serialized_end=2095
+  _globals['_SESSION']._serialized_start=106
+  _globals['_SESSION']._serialized_end=265
+  _globals['_RUNSTART']._serialized_start=268
+  _globals['_RUNSTART']._serialized_end=550
+  _globals['_RUNSTART_LABELSENTRY']._serialized_start=505
+  _globals['_RUNSTART_LABELSENTRY']._serialized_end=550
+  _globals['_RUNRECORD']._serialized_start=553
+  _globals['_RUNRECORD']._serialized_end=744
+  _globals['_APPENDRESULT']._serialized_start=746
+  _globals['_APPENDRESULT']._serialized_end=842
+  _globals['_RUNMETA']._serialized_start=845
+  _globals['_RUNMETA']._serialized_end=1426
+  _globals['_RUNMETA_LABELSENTRY']._serialized_start=505
+  _globals['_RUNMETA_LABELSENTRY']._serialized_end=550
+  _globals['_RUNFAILURE']._serialized_start=1428
+  _globals['_RUNFAILURE']._serialized_end=1504
+  _globals['_CHECKPOINT']._serialized_start=1506
+  _globals['_CHECKPOINT']._serialized_end=1544
 # @@protoc_insertion_point(module_scope)

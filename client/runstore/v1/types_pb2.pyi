@@ -9,6 +9,7 @@ The API evolves by adding fields and RPCs only; numbers are never reused.
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -346,6 +347,9 @@ class RunMeta(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _builtins.int
     SEED_END_ID_FIELD_NUMBER: _builtins.int
     SUCCESSOR_RUN_ID_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
+    ENDED_AT_FIELD_NUMBER: _builtins.int
+    DURATION_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     agent_id: _builtins.str
     session_id: _builtins.str
@@ -370,6 +374,22 @@ class RunMeta(_message.Message):
     def updated_at(self) -> _timestamp_pb2.Timestamp:
         """Wall clock of the last state change, full precision."""
 
+    @_builtins.property
+    def failure(self) -> Global___RunFailure:
+        """A failed run's failure as its ending record gave it (§5.3), stored on the
+        run when it ends; absent unless the status is RUN_STATUS_FAILED.
+        """
+
+    @_builtins.property
+    def ended_at(self) -> _timestamp_pb2.Timestamp:
+        """The timestamp of the record that ended the run for good (completed,
+        failed or canceled); absent while it runs or is suspended.
+        """
+
+    @_builtins.property
+    def duration(self) -> _duration_pb2.Duration:
+        """ended_at - started_at; absent while ended_at is."""
+
     def __init__(
         self,
         *,
@@ -385,14 +405,47 @@ class RunMeta(_message.Message):
         updated_at: _timestamp_pb2.Timestamp | None = ...,
         seed_end_id: _builtins.str = ...,
         successor_run_id: _builtins.str = ...,
+        failure: Global___RunFailure | None = ...,
+        ended_at: _timestamp_pb2.Timestamp | None = ...,
+        duration: _duration_pb2.Duration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["duration", b"duration", "ended_at", b"ended_at", "failure", b"failure", "started_at", b"started_at", "updated_at", b"updated_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "cancellation_reason", b"cancellation_reason", "labels", b"labels", "parent_run_id", b"parent_run_id", "run_id", b"run_id", "seed_end_id", b"seed_end_id", "session_id", b"session_id", "start_outcome", b"start_outcome", "started_at", b"started_at", "status", b"status", "successor_run_id", b"successor_run_id", "updated_at", b"updated_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "cancellation_reason", b"cancellation_reason", "duration", b"duration", "ended_at", b"ended_at", "failure", b"failure", "labels", b"labels", "parent_run_id", b"parent_run_id", "run_id", b"run_id", "seed_end_id", b"seed_end_id", "session_id", b"session_id", "start_outcome", b"start_outcome", "started_at", b"started_at", "status", b"status", "successor_run_id", b"successor_run_id", "updated_at", b"updated_at"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RunMeta: _TypeAlias = RunMeta  # noqa: Y015
+
+@_typing.final
+class RunFailure(_message.Message):
+    """The triage fields of a run_completed record's `failure` object (§5.3)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    RETRYABLE_FIELD_NUMBER: _builtins.int
+    message: _builtins.str
+    kind: _builtins.str
+    code: _builtins.str
+    retryable: _builtins.bool
+    def __init__(
+        self,
+        *,
+        message: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        code: _builtins.str = ...,
+        retryable: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "kind", b"kind", "message", b"message", "retryable", b"retryable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunFailure: _TypeAlias = RunFailure  # noqa: Y015
 
 @_typing.final
 class Checkpoint(_message.Message):

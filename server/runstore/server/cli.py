@@ -152,7 +152,8 @@ def _backup(args: argparse.Namespace) -> int:
         return 2
     print(
         f"backed up to {result.path} ({result.bytes} bytes, schema {result.schema_revision}; "
-        f"verified: {result.sessions} sessions, {result.runs} runs, {result.records} records)"
+        f"verified: {result.sessions} sessions, {result.runs} runs, {result.records} records, "
+        f"{result.seed_records} seed records)"
     )
     return 0
 

@@ -14,7 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from runstore.contract import model as vocab
 from runstore.contract import wire
-from runstore.contract.errors import ValidationError
+from runstore.contract.errors import ReadArgumentError, ValidationError
 from runstore.contract.wire import (
     RUN_STATUS_FROM_WIRE,
     RUN_STATUS_TO_WIRE,
@@ -27,6 +27,7 @@ from runstore.server.core import model, validation
 from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import seeds_pb2 as sd
+from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
 
 # --- Times ------------------------------------------------------------------
@@ -186,12 +187,26 @@ def _statuses_from_wire(statuses: Any, table: Any) -> frozenset[Any] | None:
     return frozenset(table[value] for value in statuses if value in table)
 
 
+def newest_first_from_wire(order: int) -> bool:
+    """A listing's ``order``: unspecified is the oldest first (§9.8)."""
+    if order not in (
+        sa.LIST_ORDER_UNSPECIFIED,
+        sa.LIST_ORDER_OLDEST_FIRST,
+        sa.LIST_ORDER_NEWEST_FIRST,
+    ):
+        raise ReadArgumentError(f"order {order} is not a ListOrder", field="order")
+    return order == sa.LIST_ORDER_NEWEST_FIRST
+
+
 def session_filter_from_wire(request: Any) -> vocab.SessionFilter[model.Nanos]:
     """The filters of a ListSessionsRequest."""
     return vocab.SessionFilter(
         statuses=_statuses_from_wire(request.statuses, wire.SESSION_STATUS_FROM_WIRE),
         created_after=nanos_from_wire(request, "created_after", "created_after"),
         created_before=nanos_from_wire(request, "created_before", "created_before"),
+        session_id=request.session_id,
+        session_id_prefix=request.session_id_prefix,
+        newest_first=newest_first_from_wire(request.order),
     )
 
 
@@ -204,6 +219,12 @@ def run_filter_from_wire(request: Any) -> vocab.RunFilter[model.Nanos]:
         started_after=nanos_from_wire(request, "started_after", "started_after"),
         started_before=nanos_from_wire(request, "started_before", "started_before"),
         sessionless_only=request.sessionless_only,
+        run_id=request.run_id,
+        run_id_prefix=request.run_id_prefix,
+        agent_id_prefix=request.agent_id_prefix,
+        labels=dict(request.labels),
+        root_only=request.root_only,
+        newest_first=newest_first_from_wire(request.order),
     )
 
 
@@ -239,7 +260,7 @@ def session_to_wire(session: model.Session) -> pb.Session:
 
 
 def run_to_wire(run: model.RunState) -> pb.RunMeta:
-    return pb.RunMeta(
+    message = pb.RunMeta(
         **wire.copy_fields(run, wire.RUN_META_FIELDS),
         started_at=timestamp_to_wire(run.started_at),
         labels=run.labels,
@@ -247,6 +268,42 @@ def run_to_wire(run: model.RunState) -> pb.RunMeta:
         status=RUN_STATUS_TO_WIRE[run.status],
         updated_at=timestamp_to_wire(run.updated_at),
     )
+    if run.failure is not None:
+        failure = run.failure
+        message.failure.CopyFrom(
+            pb.RunFailure(
+                message=failure.message,
+                kind=failure.kind,
+                code=failure.code,
+                retryable=failure.retryable,
+            )
+        )
+    if run.ended_at is not None:
+        message.ended_at.CopyFrom(timestamp_to_wire(run.ended_at))
+        message.duration.FromNanoseconds(max(run.ended_at - run.started_at, 0))
+    return message
+
+
+def session_counts_to_wire(counts: Iterable[vocab.StatusCount]) -> list[sa.SessionStatusCount]:
+    return [
+        sa.SessionStatusCount(
+            status=SESSION_STATUS_TO_WIRE[vocab.SessionStatus(count.status)],
+            count=count.count,
+            estimated=count.estimated,
+        )
+        for count in counts
+    ]
+
+
+def run_counts_to_wire(counts: Iterable[vocab.StatusCount]) -> list[sa.RunStatusCount]:
+    return [
+        sa.RunStatusCount(
+            status=RUN_STATUS_TO_WIRE[vocab.RunStatus(count.status)],
+            count=count.count,
+            estimated=count.estimated,
+        )
+        for count in counts
+    ]
 
 
 def record_to_wire(record: model.RunRecord) -> pb.RunRecord:

@@ -24,6 +24,56 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// The order of a listing: its time, then its ID, ascending or descending.
+type ListOrder int32
+
+const (
+	ListOrder_LIST_ORDER_UNSPECIFIED  ListOrder = 0
+	ListOrder_LIST_ORDER_OLDEST_FIRST ListOrder = 1
+	ListOrder_LIST_ORDER_NEWEST_FIRST ListOrder = 2
+)
+
+// Enum value maps for ListOrder.
+var (
+	ListOrder_name = map[int32]string{
+		0: "LIST_ORDER_UNSPECIFIED",
+		1: "LIST_ORDER_OLDEST_FIRST",
+		2: "LIST_ORDER_NEWEST_FIRST",
+	}
+	ListOrder_value = map[string]int32{
+		"LIST_ORDER_UNSPECIFIED":  0,
+		"LIST_ORDER_OLDEST_FIRST": 1,
+		"LIST_ORDER_NEWEST_FIRST": 2,
+	}
+)
+
+func (x ListOrder) Enum() *ListOrder {
+	p := new(ListOrder)
+	*p = x
+	return p
+}
+
+func (x ListOrder) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ListOrder) Descriptor() protoreflect.EnumDescriptor {
+	return file_runstore_v1_session_admin_proto_enumTypes[0].Descriptor()
+}
+
+func (ListOrder) Type() protoreflect.EnumType {
+	return &file_runstore_v1_session_admin_proto_enumTypes[0]
+}
+
+func (x ListOrder) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ListOrder.Descriptor instead.
+func (ListOrder) EnumDescriptor() ([]byte, []int) {
+	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{0}
+}
+
 type CreateSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -497,6 +547,15 @@ type ListSessionsRequest struct {
 	CreatedBefore *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_before,json=createdBefore,proto3" json:"created_before,omitempty"`
 	PageSize      int32                  `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken     string                 `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only the session with this ID; not with session_id_prefix.
+	SessionId string `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Only sessions whose ID starts with this (read through the primary key's
+	// index: a prefix, never a substring).
+	SessionIdPrefix string `protobuf:"bytes,7,opt,name=session_id_prefix,json=sessionIdPrefix,proto3" json:"session_id_prefix,omitempty"`
+	// Oldest first when unspecified.
+	Order ListOrder `protobuf:"varint,8,opt,name=order,proto3,enum=runstore.v1.ListOrder" json:"order,omitempty"`
+	// Also count the matching sessions per status (§9.8).
+	CountStatuses bool `protobuf:"varint,9,opt,name=count_statuses,json=countStatuses,proto3" json:"count_statuses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -566,10 +625,41 @@ func (x *ListSessionsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListSessionsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ListSessionsRequest) GetSessionIdPrefix() string {
+	if x != nil {
+		return x.SessionIdPrefix
+	}
+	return ""
+}
+
+func (x *ListSessionsRequest) GetOrder() ListOrder {
+	if x != nil {
+		return x.Order
+	}
+	return ListOrder_LIST_ORDER_UNSPECIFIED
+}
+
+func (x *ListSessionsRequest) GetCountStatuses() bool {
+	if x != nil {
+		return x.CountStatuses
+	}
+	return false
+}
+
 type ListSessionsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sessions      []*Session             `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
 	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// With count_statuses: how many sessions match the filters, per status (the
+	// status filter aside), each exact up to a cap and a lower bound beyond it.
+	StatusCounts  []*SessionStatusCount `protobuf:"bytes,3,rep,name=status_counts,json=statusCounts,proto3" json:"status_counts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -618,6 +708,135 @@ func (x *ListSessionsResponse) GetNextPageToken() string {
 	return ""
 }
 
+func (x *ListSessionsResponse) GetStatusCounts() []*SessionStatusCount {
+	if x != nil {
+		return x.StatusCounts
+	}
+	return nil
+}
+
+type SessionStatusCount struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status SessionStatus          `protobuf:"varint,1,opt,name=status,proto3,enum=runstore.v1.SessionStatus" json:"status,omitempty"`
+	Count  int64                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// The count stopped at the cap: at least `count` match.
+	Estimated     bool `protobuf:"varint,3,opt,name=estimated,proto3" json:"estimated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionStatusCount) Reset() {
+	*x = SessionStatusCount{}
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionStatusCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionStatusCount) ProtoMessage() {}
+
+func (x *SessionStatusCount) ProtoReflect() protoreflect.Message {
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionStatusCount.ProtoReflect.Descriptor instead.
+func (*SessionStatusCount) Descriptor() ([]byte, []int) {
+	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SessionStatusCount) GetStatus() SessionStatus {
+	if x != nil {
+		return x.Status
+	}
+	return SessionStatus_SESSION_STATUS_UNSPECIFIED
+}
+
+func (x *SessionStatusCount) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *SessionStatusCount) GetEstimated() bool {
+	if x != nil {
+		return x.Estimated
+	}
+	return false
+}
+
+type RunStatusCount struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Status RunStatus              `protobuf:"varint,1,opt,name=status,proto3,enum=runstore.v1.RunStatus" json:"status,omitempty"`
+	Count  int64                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// The count stopped at the cap: at least `count` match.
+	Estimated     bool `protobuf:"varint,3,opt,name=estimated,proto3" json:"estimated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunStatusCount) Reset() {
+	*x = RunStatusCount{}
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunStatusCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunStatusCount) ProtoMessage() {}
+
+func (x *RunStatusCount) ProtoReflect() protoreflect.Message {
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunStatusCount.ProtoReflect.Descriptor instead.
+func (*RunStatusCount) Descriptor() ([]byte, []int) {
+	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RunStatusCount) GetStatus() RunStatus {
+	if x != nil {
+		return x.Status
+	}
+	return RunStatus_RUN_STATUS_UNSPECIFIED
+}
+
+func (x *RunStatusCount) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *RunStatusCount) GetEstimated() bool {
+	if x != nil {
+		return x.Estimated
+	}
+	return false
+}
+
 type ListRunsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only runs of this session.
@@ -636,13 +855,28 @@ type ListRunsRequest struct {
 	SessionlessOnly bool   `protobuf:"varint,6,opt,name=sessionless_only,json=sessionlessOnly,proto3" json:"sessionless_only,omitempty"`
 	PageSize        int32  `protobuf:"varint,7,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	PageToken       string `protobuf:"bytes,8,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Only the run with this ID; not with run_id_prefix.
+	RunId string `protobuf:"bytes,9,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// Only runs whose ID starts with this (read through the primary key's
+	// index: a prefix, never a substring).
+	RunIdPrefix string `protobuf:"bytes,10,opt,name=run_id_prefix,json=runIdPrefix,proto3" json:"run_id_prefix,omitempty"`
+	// Only runs of agents whose ID starts with this; not with agent_id.
+	AgentIdPrefix string `protobuf:"bytes,11,opt,name=agent_id_prefix,json=agentIdPrefix,proto3" json:"agent_id_prefix,omitempty"`
+	// Only runs carrying every one of these labels with exactly this value.
+	Labels map[string]string `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Only runs without a parent (root and one-shot runs).
+	RootOnly bool `protobuf:"varint,13,opt,name=root_only,json=rootOnly,proto3" json:"root_only,omitempty"`
+	// Oldest first when unspecified.
+	Order ListOrder `protobuf:"varint,14,opt,name=order,proto3,enum=runstore.v1.ListOrder" json:"order,omitempty"`
+	// Also count the matching runs per status (§9.8).
+	CountStatuses bool `protobuf:"varint,15,opt,name=count_statuses,json=countStatuses,proto3" json:"count_statuses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_runstore_v1_session_admin_proto_msgTypes[12]
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +888,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_session_admin_proto_msgTypes[12]
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +901,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{12}
+	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRunsRequest) GetSessionId() string {
@@ -726,17 +960,69 @@ func (x *ListRunsRequest) GetPageToken() string {
 	return ""
 }
 
+func (x *ListRunsRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetRunIdPrefix() string {
+	if x != nil {
+		return x.RunIdPrefix
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetAgentIdPrefix() string {
+	if x != nil {
+		return x.AgentIdPrefix
+	}
+	return ""
+}
+
+func (x *ListRunsRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ListRunsRequest) GetRootOnly() bool {
+	if x != nil {
+		return x.RootOnly
+	}
+	return false
+}
+
+func (x *ListRunsRequest) GetOrder() ListOrder {
+	if x != nil {
+		return x.Order
+	}
+	return ListOrder_LIST_ORDER_UNSPECIFIED
+}
+
+func (x *ListRunsRequest) GetCountStatuses() bool {
+	if x != nil {
+		return x.CountStatuses
+	}
+	return false
+}
+
 type ListRunsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Runs          []*RunMeta             `protobuf:"bytes,1,rep,name=runs,proto3" json:"runs,omitempty"`
 	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// With count_statuses: how many runs match the filters, per status (the
+	// status filter aside), each exact up to a cap and a lower bound beyond it.
+	StatusCounts  []*RunStatusCount `protobuf:"bytes,3,rep,name=status_counts,json=statusCounts,proto3" json:"status_counts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_runstore_v1_session_admin_proto_msgTypes[13]
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +1034,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_session_admin_proto_msgTypes[13]
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +1047,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{13}
+	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListRunsResponse) GetRuns() []*RunMeta {
@@ -778,6 +1064,13 @@ func (x *ListRunsResponse) GetNextPageToken() string {
 	return ""
 }
 
+func (x *ListRunsResponse) GetStatusCounts() []*RunStatusCount {
+	if x != nil {
+		return x.StatusCounts
+	}
+	return nil
+}
+
 type PurgeEndedSessionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required: sessions whose ended_at is before this time (exclusive).
@@ -790,7 +1083,7 @@ type PurgeEndedSessionsRequest struct {
 
 func (x *PurgeEndedSessionsRequest) Reset() {
 	*x = PurgeEndedSessionsRequest{}
-	mi := &file_runstore_v1_session_admin_proto_msgTypes[14]
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +1095,7 @@ func (x *PurgeEndedSessionsRequest) String() string {
 func (*PurgeEndedSessionsRequest) ProtoMessage() {}
 
 func (x *PurgeEndedSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_session_admin_proto_msgTypes[14]
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +1108,7 @@ func (x *PurgeEndedSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeEndedSessionsRequest.ProtoReflect.Descriptor instead.
 func (*PurgeEndedSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{14}
+	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PurgeEndedSessionsRequest) GetEndedBefore() *timestamppb.Timestamp {
@@ -845,7 +1138,7 @@ type PurgeEndedSessionsResponse struct {
 
 func (x *PurgeEndedSessionsResponse) Reset() {
 	*x = PurgeEndedSessionsResponse{}
-	mi := &file_runstore_v1_session_admin_proto_msgTypes[15]
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +1150,7 @@ func (x *PurgeEndedSessionsResponse) String() string {
 func (*PurgeEndedSessionsResponse) ProtoMessage() {}
 
 func (x *PurgeEndedSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_session_admin_proto_msgTypes[15]
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1163,7 @@ func (x *PurgeEndedSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeEndedSessionsResponse.ProtoReflect.Descriptor instead.
 func (*PurgeEndedSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{15}
+	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PurgeEndedSessionsResponse) GetPurgedSessionIds() []string {
@@ -901,7 +1194,7 @@ type PurgeSessionlessRunsRequest struct {
 
 func (x *PurgeSessionlessRunsRequest) Reset() {
 	*x = PurgeSessionlessRunsRequest{}
-	mi := &file_runstore_v1_session_admin_proto_msgTypes[16]
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1206,7 @@ func (x *PurgeSessionlessRunsRequest) String() string {
 func (*PurgeSessionlessRunsRequest) ProtoMessage() {}
 
 func (x *PurgeSessionlessRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_session_admin_proto_msgTypes[16]
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1219,7 @@ func (x *PurgeSessionlessRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeSessionlessRunsRequest.ProtoReflect.Descriptor instead.
 func (*PurgeSessionlessRunsRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{16}
+	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PurgeSessionlessRunsRequest) GetFinishedBefore() *timestamppb.Timestamp {
@@ -956,7 +1249,7 @@ type PurgeSessionlessRunsResponse struct {
 
 func (x *PurgeSessionlessRunsResponse) Reset() {
 	*x = PurgeSessionlessRunsResponse{}
-	mi := &file_runstore_v1_session_admin_proto_msgTypes[17]
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1261,7 @@ func (x *PurgeSessionlessRunsResponse) String() string {
 func (*PurgeSessionlessRunsResponse) ProtoMessage() {}
 
 func (x *PurgeSessionlessRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_session_admin_proto_msgTypes[17]
+	mi := &file_runstore_v1_session_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1274,7 @@ func (x *PurgeSessionlessRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PurgeSessionlessRunsResponse.ProtoReflect.Descriptor instead.
 func (*PurgeSessionlessRunsResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{17}
+	return file_runstore_v1_session_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PurgeSessionlessRunsResponse) GetPurgedRunIds() []string {
@@ -1030,17 +1323,31 @@ const file_runstore_v1_session_admin_proto_rawDesc = "" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x122\n" +
 	"\bstatuses\x18\x02 \x03(\x0e2\x16.runstore.v1.RunStatusR\bstatuses\"E\n" +
 	"\x19ListRunsBySessionResponse\x12(\n" +
-	"\x04runs\x18\x01 \x03(\v2\x14.runstore.v1.RunMetaR\x04runs\"\x8d\x02\n" +
+	"\x04runs\x18\x01 \x03(\v2\x14.runstore.v1.RunMetaR\x04runs\"\xad\x03\n" +
 	"\x13ListSessionsRequest\x126\n" +
 	"\bstatuses\x18\x01 \x03(\x0e2\x1a.runstore.v1.SessionStatusR\bstatuses\x12?\n" +
 	"\rcreated_after\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12A\n" +
 	"\x0ecreated_before\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\rcreatedBefore\x12\x1b\n" +
 	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x05 \x01(\tR\tpageToken\"p\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x06 \x01(\tR\tsessionId\x12*\n" +
+	"\x11session_id_prefix\x18\a \x01(\tR\x0fsessionIdPrefix\x12,\n" +
+	"\x05order\x18\b \x01(\x0e2\x16.runstore.v1.ListOrderR\x05order\x12%\n" +
+	"\x0ecount_statuses\x18\t \x01(\bR\rcountStatuses\"\xb6\x01\n" +
 	"\x14ListSessionsResponse\x120\n" +
 	"\bsessions\x18\x01 \x03(\v2\x14.runstore.v1.SessionR\bsessions\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xea\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12D\n" +
+	"\rstatus_counts\x18\x03 \x03(\v2\x1f.runstore.v1.SessionStatusCountR\fstatusCounts\"|\n" +
+	"\x12SessionStatusCount\x122\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x1a.runstore.v1.SessionStatusR\x06status\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x1c\n" +
+	"\testimated\x18\x03 \x01(\bR\testimated\"t\n" +
+	"\x0eRunStatusCount\x12.\n" +
+	"\x06status\x18\x01 \x01(\x0e2\x16.runstore.v1.RunStatusR\x06status\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x1c\n" +
+	"\testimated\x18\x03 \x01(\bR\testimated\"\xbc\x05\n" +
 	"\x0fListRunsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
@@ -1051,10 +1358,22 @@ const file_runstore_v1_session_admin_proto_rawDesc = "" +
 	"\x10sessionless_only\x18\x06 \x01(\bR\x0fsessionlessOnly\x12\x1b\n" +
 	"\tpage_size\x18\a \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\b \x01(\tR\tpageToken\"d\n" +
+	"page_token\x18\b \x01(\tR\tpageToken\x12\x15\n" +
+	"\x06run_id\x18\t \x01(\tR\x05runId\x12\"\n" +
+	"\rrun_id_prefix\x18\n" +
+	" \x01(\tR\vrunIdPrefix\x12&\n" +
+	"\x0fagent_id_prefix\x18\v \x01(\tR\ragentIdPrefix\x12@\n" +
+	"\x06labels\x18\f \x03(\v2(.runstore.v1.ListRunsRequest.LabelsEntryR\x06labels\x12\x1b\n" +
+	"\troot_only\x18\r \x01(\bR\brootOnly\x12,\n" +
+	"\x05order\x18\x0e \x01(\x0e2\x16.runstore.v1.ListOrderR\x05order\x12%\n" +
+	"\x0ecount_statuses\x18\x0f \x01(\bR\rcountStatuses\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa6\x01\n" +
 	"\x10ListRunsResponse\x12(\n" +
 	"\x04runs\x18\x01 \x03(\v2\x14.runstore.v1.RunMetaR\x04runs\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"p\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12@\n" +
+	"\rstatus_counts\x18\x03 \x03(\v2\x1b.runstore.v1.RunStatusCountR\fstatusCounts\"p\n" +
 	"\x19PurgeEndedSessionsRequest\x12=\n" +
 	"\fended_before\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\vendedBefore\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"^\n" +
@@ -1066,7 +1385,11 @@ const file_runstore_v1_session_admin_proto_rawDesc = "" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"X\n" +
 	"\x1cPurgeSessionlessRunsResponse\x12$\n" +
 	"\x0epurged_run_ids\x18\x01 \x03(\tR\fpurgedRunIds\x12\x12\n" +
-	"\x04more\x18\x02 \x01(\bR\x04more2\xd8\a\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more*a\n" +
+	"\tListOrder\x12\x1a\n" +
+	"\x16LIST_ORDER_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17LIST_ORDER_OLDEST_FIRST\x10\x01\x12\x1b\n" +
+	"\x17LIST_ORDER_NEWEST_FIRST\x10\x022\xd8\a\n" +
 	"\fSessionAdmin\x12h\n" +
 	"\rCreateSession\x12!.runstore.v1.CreateSessionRequest\x1a\".runstore.v1.CreateSessionResponse\"\x10\xb2\xa1\x19\f\n" +
 	"\x02\x01\x02\x10\x03\x18\x01 \x01(\x01\x12c\n" +
@@ -1101,73 +1424,85 @@ func file_runstore_v1_session_admin_proto_rawDescGZIP() []byte {
 	return file_runstore_v1_session_admin_proto_rawDescData
 }
 
-var file_runstore_v1_session_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_runstore_v1_session_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_runstore_v1_session_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_runstore_v1_session_admin_proto_goTypes = []any{
-	(*CreateSessionRequest)(nil),         // 0: runstore.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),        // 1: runstore.v1.CreateSessionResponse
-	(*LoadSessionRequest)(nil),           // 2: runstore.v1.LoadSessionRequest
-	(*LoadSessionResponse)(nil),          // 3: runstore.v1.LoadSessionResponse
-	(*EndSessionRequest)(nil),            // 4: runstore.v1.EndSessionRequest
-	(*EndSessionResponse)(nil),           // 5: runstore.v1.EndSessionResponse
-	(*PurgeSessionRequest)(nil),          // 6: runstore.v1.PurgeSessionRequest
-	(*PurgeSessionResponse)(nil),         // 7: runstore.v1.PurgeSessionResponse
-	(*ListRunsBySessionRequest)(nil),     // 8: runstore.v1.ListRunsBySessionRequest
-	(*ListRunsBySessionResponse)(nil),    // 9: runstore.v1.ListRunsBySessionResponse
-	(*ListSessionsRequest)(nil),          // 10: runstore.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),         // 11: runstore.v1.ListSessionsResponse
-	(*ListRunsRequest)(nil),              // 12: runstore.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),             // 13: runstore.v1.ListRunsResponse
-	(*PurgeEndedSessionsRequest)(nil),    // 14: runstore.v1.PurgeEndedSessionsRequest
-	(*PurgeEndedSessionsResponse)(nil),   // 15: runstore.v1.PurgeEndedSessionsResponse
-	(*PurgeSessionlessRunsRequest)(nil),  // 16: runstore.v1.PurgeSessionlessRunsRequest
-	(*PurgeSessionlessRunsResponse)(nil), // 17: runstore.v1.PurgeSessionlessRunsResponse
-	(*timestamppb.Timestamp)(nil),        // 18: google.protobuf.Timestamp
-	(*Session)(nil),                      // 19: runstore.v1.Session
-	(RunStatus)(0),                       // 20: runstore.v1.RunStatus
-	(*RunMeta)(nil),                      // 21: runstore.v1.RunMeta
-	(SessionStatus)(0),                   // 22: runstore.v1.SessionStatus
+	(ListOrder)(0),                       // 0: runstore.v1.ListOrder
+	(*CreateSessionRequest)(nil),         // 1: runstore.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),        // 2: runstore.v1.CreateSessionResponse
+	(*LoadSessionRequest)(nil),           // 3: runstore.v1.LoadSessionRequest
+	(*LoadSessionResponse)(nil),          // 4: runstore.v1.LoadSessionResponse
+	(*EndSessionRequest)(nil),            // 5: runstore.v1.EndSessionRequest
+	(*EndSessionResponse)(nil),           // 6: runstore.v1.EndSessionResponse
+	(*PurgeSessionRequest)(nil),          // 7: runstore.v1.PurgeSessionRequest
+	(*PurgeSessionResponse)(nil),         // 8: runstore.v1.PurgeSessionResponse
+	(*ListRunsBySessionRequest)(nil),     // 9: runstore.v1.ListRunsBySessionRequest
+	(*ListRunsBySessionResponse)(nil),    // 10: runstore.v1.ListRunsBySessionResponse
+	(*ListSessionsRequest)(nil),          // 11: runstore.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),         // 12: runstore.v1.ListSessionsResponse
+	(*SessionStatusCount)(nil),           // 13: runstore.v1.SessionStatusCount
+	(*RunStatusCount)(nil),               // 14: runstore.v1.RunStatusCount
+	(*ListRunsRequest)(nil),              // 15: runstore.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),             // 16: runstore.v1.ListRunsResponse
+	(*PurgeEndedSessionsRequest)(nil),    // 17: runstore.v1.PurgeEndedSessionsRequest
+	(*PurgeEndedSessionsResponse)(nil),   // 18: runstore.v1.PurgeEndedSessionsResponse
+	(*PurgeSessionlessRunsRequest)(nil),  // 19: runstore.v1.PurgeSessionlessRunsRequest
+	(*PurgeSessionlessRunsResponse)(nil), // 20: runstore.v1.PurgeSessionlessRunsResponse
+	nil,                                  // 21: runstore.v1.ListRunsRequest.LabelsEntry
+	(*timestamppb.Timestamp)(nil),        // 22: google.protobuf.Timestamp
+	(*Session)(nil),                      // 23: runstore.v1.Session
+	(RunStatus)(0),                       // 24: runstore.v1.RunStatus
+	(*RunMeta)(nil),                      // 25: runstore.v1.RunMeta
+	(SessionStatus)(0),                   // 26: runstore.v1.SessionStatus
 }
 var file_runstore_v1_session_admin_proto_depIdxs = []int32{
-	18, // 0: runstore.v1.CreateSessionRequest.created_at:type_name -> google.protobuf.Timestamp
-	19, // 1: runstore.v1.CreateSessionResponse.session:type_name -> runstore.v1.Session
-	19, // 2: runstore.v1.LoadSessionResponse.session:type_name -> runstore.v1.Session
-	18, // 3: runstore.v1.EndSessionRequest.ended_at:type_name -> google.protobuf.Timestamp
-	19, // 4: runstore.v1.EndSessionResponse.session:type_name -> runstore.v1.Session
-	20, // 5: runstore.v1.ListRunsBySessionRequest.statuses:type_name -> runstore.v1.RunStatus
-	21, // 6: runstore.v1.ListRunsBySessionResponse.runs:type_name -> runstore.v1.RunMeta
-	22, // 7: runstore.v1.ListSessionsRequest.statuses:type_name -> runstore.v1.SessionStatus
-	18, // 8: runstore.v1.ListSessionsRequest.created_after:type_name -> google.protobuf.Timestamp
-	18, // 9: runstore.v1.ListSessionsRequest.created_before:type_name -> google.protobuf.Timestamp
-	19, // 10: runstore.v1.ListSessionsResponse.sessions:type_name -> runstore.v1.Session
-	20, // 11: runstore.v1.ListRunsRequest.statuses:type_name -> runstore.v1.RunStatus
-	18, // 12: runstore.v1.ListRunsRequest.started_after:type_name -> google.protobuf.Timestamp
-	18, // 13: runstore.v1.ListRunsRequest.started_before:type_name -> google.protobuf.Timestamp
-	21, // 14: runstore.v1.ListRunsResponse.runs:type_name -> runstore.v1.RunMeta
-	18, // 15: runstore.v1.PurgeEndedSessionsRequest.ended_before:type_name -> google.protobuf.Timestamp
-	18, // 16: runstore.v1.PurgeSessionlessRunsRequest.finished_before:type_name -> google.protobuf.Timestamp
-	0,  // 17: runstore.v1.SessionAdmin.CreateSession:input_type -> runstore.v1.CreateSessionRequest
-	2,  // 18: runstore.v1.SessionAdmin.LoadSession:input_type -> runstore.v1.LoadSessionRequest
-	4,  // 19: runstore.v1.SessionAdmin.EndSession:input_type -> runstore.v1.EndSessionRequest
-	6,  // 20: runstore.v1.SessionAdmin.PurgeSession:input_type -> runstore.v1.PurgeSessionRequest
-	8,  // 21: runstore.v1.SessionAdmin.ListRunsBySession:input_type -> runstore.v1.ListRunsBySessionRequest
-	10, // 22: runstore.v1.SessionAdmin.ListSessions:input_type -> runstore.v1.ListSessionsRequest
-	12, // 23: runstore.v1.SessionAdmin.ListRuns:input_type -> runstore.v1.ListRunsRequest
-	14, // 24: runstore.v1.SessionAdmin.PurgeEndedSessions:input_type -> runstore.v1.PurgeEndedSessionsRequest
-	16, // 25: runstore.v1.SessionAdmin.PurgeSessionlessRuns:input_type -> runstore.v1.PurgeSessionlessRunsRequest
-	1,  // 26: runstore.v1.SessionAdmin.CreateSession:output_type -> runstore.v1.CreateSessionResponse
-	3,  // 27: runstore.v1.SessionAdmin.LoadSession:output_type -> runstore.v1.LoadSessionResponse
-	5,  // 28: runstore.v1.SessionAdmin.EndSession:output_type -> runstore.v1.EndSessionResponse
-	7,  // 29: runstore.v1.SessionAdmin.PurgeSession:output_type -> runstore.v1.PurgeSessionResponse
-	9,  // 30: runstore.v1.SessionAdmin.ListRunsBySession:output_type -> runstore.v1.ListRunsBySessionResponse
-	11, // 31: runstore.v1.SessionAdmin.ListSessions:output_type -> runstore.v1.ListSessionsResponse
-	13, // 32: runstore.v1.SessionAdmin.ListRuns:output_type -> runstore.v1.ListRunsResponse
-	15, // 33: runstore.v1.SessionAdmin.PurgeEndedSessions:output_type -> runstore.v1.PurgeEndedSessionsResponse
-	17, // 34: runstore.v1.SessionAdmin.PurgeSessionlessRuns:output_type -> runstore.v1.PurgeSessionlessRunsResponse
-	26, // [26:35] is the sub-list for method output_type
-	17, // [17:26] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	22, // 0: runstore.v1.CreateSessionRequest.created_at:type_name -> google.protobuf.Timestamp
+	23, // 1: runstore.v1.CreateSessionResponse.session:type_name -> runstore.v1.Session
+	23, // 2: runstore.v1.LoadSessionResponse.session:type_name -> runstore.v1.Session
+	22, // 3: runstore.v1.EndSessionRequest.ended_at:type_name -> google.protobuf.Timestamp
+	23, // 4: runstore.v1.EndSessionResponse.session:type_name -> runstore.v1.Session
+	24, // 5: runstore.v1.ListRunsBySessionRequest.statuses:type_name -> runstore.v1.RunStatus
+	25, // 6: runstore.v1.ListRunsBySessionResponse.runs:type_name -> runstore.v1.RunMeta
+	26, // 7: runstore.v1.ListSessionsRequest.statuses:type_name -> runstore.v1.SessionStatus
+	22, // 8: runstore.v1.ListSessionsRequest.created_after:type_name -> google.protobuf.Timestamp
+	22, // 9: runstore.v1.ListSessionsRequest.created_before:type_name -> google.protobuf.Timestamp
+	0,  // 10: runstore.v1.ListSessionsRequest.order:type_name -> runstore.v1.ListOrder
+	23, // 11: runstore.v1.ListSessionsResponse.sessions:type_name -> runstore.v1.Session
+	13, // 12: runstore.v1.ListSessionsResponse.status_counts:type_name -> runstore.v1.SessionStatusCount
+	26, // 13: runstore.v1.SessionStatusCount.status:type_name -> runstore.v1.SessionStatus
+	24, // 14: runstore.v1.RunStatusCount.status:type_name -> runstore.v1.RunStatus
+	24, // 15: runstore.v1.ListRunsRequest.statuses:type_name -> runstore.v1.RunStatus
+	22, // 16: runstore.v1.ListRunsRequest.started_after:type_name -> google.protobuf.Timestamp
+	22, // 17: runstore.v1.ListRunsRequest.started_before:type_name -> google.protobuf.Timestamp
+	21, // 18: runstore.v1.ListRunsRequest.labels:type_name -> runstore.v1.ListRunsRequest.LabelsEntry
+	0,  // 19: runstore.v1.ListRunsRequest.order:type_name -> runstore.v1.ListOrder
+	25, // 20: runstore.v1.ListRunsResponse.runs:type_name -> runstore.v1.RunMeta
+	14, // 21: runstore.v1.ListRunsResponse.status_counts:type_name -> runstore.v1.RunStatusCount
+	22, // 22: runstore.v1.PurgeEndedSessionsRequest.ended_before:type_name -> google.protobuf.Timestamp
+	22, // 23: runstore.v1.PurgeSessionlessRunsRequest.finished_before:type_name -> google.protobuf.Timestamp
+	1,  // 24: runstore.v1.SessionAdmin.CreateSession:input_type -> runstore.v1.CreateSessionRequest
+	3,  // 25: runstore.v1.SessionAdmin.LoadSession:input_type -> runstore.v1.LoadSessionRequest
+	5,  // 26: runstore.v1.SessionAdmin.EndSession:input_type -> runstore.v1.EndSessionRequest
+	7,  // 27: runstore.v1.SessionAdmin.PurgeSession:input_type -> runstore.v1.PurgeSessionRequest
+	9,  // 28: runstore.v1.SessionAdmin.ListRunsBySession:input_type -> runstore.v1.ListRunsBySessionRequest
+	11, // 29: runstore.v1.SessionAdmin.ListSessions:input_type -> runstore.v1.ListSessionsRequest
+	15, // 30: runstore.v1.SessionAdmin.ListRuns:input_type -> runstore.v1.ListRunsRequest
+	17, // 31: runstore.v1.SessionAdmin.PurgeEndedSessions:input_type -> runstore.v1.PurgeEndedSessionsRequest
+	19, // 32: runstore.v1.SessionAdmin.PurgeSessionlessRuns:input_type -> runstore.v1.PurgeSessionlessRunsRequest
+	2,  // 33: runstore.v1.SessionAdmin.CreateSession:output_type -> runstore.v1.CreateSessionResponse
+	4,  // 34: runstore.v1.SessionAdmin.LoadSession:output_type -> runstore.v1.LoadSessionResponse
+	6,  // 35: runstore.v1.SessionAdmin.EndSession:output_type -> runstore.v1.EndSessionResponse
+	8,  // 36: runstore.v1.SessionAdmin.PurgeSession:output_type -> runstore.v1.PurgeSessionResponse
+	10, // 37: runstore.v1.SessionAdmin.ListRunsBySession:output_type -> runstore.v1.ListRunsBySessionResponse
+	12, // 38: runstore.v1.SessionAdmin.ListSessions:output_type -> runstore.v1.ListSessionsResponse
+	16, // 39: runstore.v1.SessionAdmin.ListRuns:output_type -> runstore.v1.ListRunsResponse
+	18, // 40: runstore.v1.SessionAdmin.PurgeEndedSessions:output_type -> runstore.v1.PurgeEndedSessionsResponse
+	20, // 41: runstore.v1.SessionAdmin.PurgeSessionlessRuns:output_type -> runstore.v1.PurgeSessionlessRunsResponse
+	33, // [33:42] is the sub-list for method output_type
+	24, // [24:33] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_runstore_v1_session_admin_proto_init() }
@@ -1182,13 +1517,14 @@ func file_runstore_v1_session_admin_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runstore_v1_session_admin_proto_rawDesc), len(file_runstore_v1_session_admin_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   18,
+			NumEnums:      1,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_runstore_v1_session_admin_proto_goTypes,
 		DependencyIndexes: file_runstore_v1_session_admin_proto_depIdxs,
+		EnumInfos:         file_runstore_v1_session_admin_proto_enumTypes,
 		MessageInfos:      file_runstore_v1_session_admin_proto_msgTypes,
 	}.Build()
 	File_runstore_v1_session_admin_proto = out.File

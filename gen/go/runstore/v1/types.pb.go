@@ -14,6 +14,7 @@ package runstorev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -625,8 +626,16 @@ type RunMeta struct {
 	// Set once, by the first current-generation continuation of this suspended
 	// run (§10.2); empty otherwise.
 	SuccessorRunId string `protobuf:"bytes,12,opt,name=successor_run_id,json=successorRunId,proto3" json:"successor_run_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// A failed run's failure as its ending record gave it (§5.3), stored on the
+	// run when it ends; absent unless the status is RUN_STATUS_FAILED.
+	Failure *RunFailure `protobuf:"bytes,13,opt,name=failure,proto3" json:"failure,omitempty"`
+	// The timestamp of the record that ended the run for good (completed,
+	// failed or canceled); absent while it runs or is suspended.
+	EndedAt *timestamppb.Timestamp `protobuf:"bytes,14,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// ended_at - started_at; absent while ended_at is.
+	Duration      *durationpb.Duration `protobuf:"bytes,15,opt,name=duration,proto3" json:"duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunMeta) Reset() {
@@ -743,6 +752,96 @@ func (x *RunMeta) GetSuccessorRunId() string {
 	return ""
 }
 
+func (x *RunMeta) GetFailure() *RunFailure {
+	if x != nil {
+		return x.Failure
+	}
+	return nil
+}
+
+func (x *RunMeta) GetEndedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndedAt
+	}
+	return nil
+}
+
+func (x *RunMeta) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+// The triage fields of a run_completed record's `failure` object (§5.3).
+type RunFailure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Message       string                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Code          string                 `protobuf:"bytes,3,opt,name=code,proto3" json:"code,omitempty"`
+	Retryable     bool                   `protobuf:"varint,4,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunFailure) Reset() {
+	*x = RunFailure{}
+	mi := &file_runstore_v1_types_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunFailure) ProtoMessage() {}
+
+func (x *RunFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_runstore_v1_types_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunFailure.ProtoReflect.Descriptor instead.
+func (*RunFailure) Descriptor() ([]byte, []int) {
+	return file_runstore_v1_types_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RunFailure) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RunFailure) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RunFailure) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *RunFailure) GetRetryable() bool {
+	if x != nil {
+		return x.Retryable
+	}
+	return false
+}
+
 // A continuation checkpoint (§3.6): at most one per run, write-once.
 type Checkpoint struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -754,7 +853,7 @@ type Checkpoint struct {
 
 func (x *Checkpoint) Reset() {
 	*x = Checkpoint{}
-	mi := &file_runstore_v1_types_proto_msgTypes[5]
+	mi := &file_runstore_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +865,7 @@ func (x *Checkpoint) String() string {
 func (*Checkpoint) ProtoMessage() {}
 
 func (x *Checkpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_types_proto_msgTypes[5]
+	mi := &file_runstore_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +878,7 @@ func (x *Checkpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Checkpoint.ProtoReflect.Descriptor instead.
 func (*Checkpoint) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_runstore_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Checkpoint) GetId() string {
@@ -800,7 +899,7 @@ var File_runstore_v1_types_proto protoreflect.FileDescriptor
 
 const file_runstore_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x17runstore/v1/types.proto\x12\vrunstore.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbf\x01\n" +
+	"\x17runstore/v1/types.proto\x12\vrunstore.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbf\x01\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x122\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1a.runstore.v1.SessionStatusR\x06status\x129\n" +
@@ -835,7 +934,7 @@ const file_runstore_v1_types_proto_rawDesc = "" +
 	"\fAppendResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\binserted\x18\x02 \x01(\bR\binserted\x12A\n" +
-	"\x0esession_status\x18\x03 \x01(\x0e2\x1a.runstore.v1.SessionStatusR\rsessionStatus\"\xd7\x04\n" +
+	"\x0esession_status\x18\x03 \x01(\x0e2\x1a.runstore.v1.SessionStatusR\rsessionStatus\"\xf8\x05\n" +
 	"\aRunMeta\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x1d\n" +
@@ -852,10 +951,19 @@ const file_runstore_v1_types_proto_rawDesc = "" +
 	"updated_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x1e\n" +
 	"\vseed_end_id\x18\v \x01(\tR\tseedEndId\x12(\n" +
-	"\x10successor_run_id\x18\f \x01(\tR\x0esuccessorRunId\x1a9\n" +
+	"\x10successor_run_id\x18\f \x01(\tR\x0esuccessorRunId\x121\n" +
+	"\afailure\x18\r \x01(\v2\x17.runstore.v1.RunFailureR\afailure\x125\n" +
+	"\bended_at\x18\x0e \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x125\n" +
+	"\bduration\x18\x0f \x01(\v2\x19.google.protobuf.DurationR\bduration\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"0\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"l\n" +
+	"\n" +
+	"RunFailure\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\tR\x04code\x12\x1c\n" +
+	"\tretryable\x18\x04 \x01(\bR\tretryable\"0\n" +
 	"\n" +
 	"Checkpoint\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -896,7 +1004,7 @@ func file_runstore_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_runstore_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_runstore_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_runstore_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_runstore_v1_types_proto_goTypes = []any{
 	(SessionStatus)(0),            // 0: runstore.v1.SessionStatus
 	(RunStatus)(0),                // 1: runstore.v1.RunStatus
@@ -907,29 +1015,34 @@ var file_runstore_v1_types_proto_goTypes = []any{
 	(*RunRecord)(nil),             // 6: runstore.v1.RunRecord
 	(*AppendResult)(nil),          // 7: runstore.v1.AppendResult
 	(*RunMeta)(nil),               // 8: runstore.v1.RunMeta
-	(*Checkpoint)(nil),            // 9: runstore.v1.Checkpoint
-	nil,                           // 10: runstore.v1.RunStart.LabelsEntry
-	nil,                           // 11: runstore.v1.RunMeta.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*RunFailure)(nil),            // 9: runstore.v1.RunFailure
+	(*Checkpoint)(nil),            // 10: runstore.v1.Checkpoint
+	nil,                           // 11: runstore.v1.RunStart.LabelsEntry
+	nil,                           // 12: runstore.v1.RunMeta.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
 }
 var file_runstore_v1_types_proto_depIdxs = []int32{
 	0,  // 0: runstore.v1.Session.status:type_name -> runstore.v1.SessionStatus
-	12, // 1: runstore.v1.Session.created_at:type_name -> google.protobuf.Timestamp
-	12, // 2: runstore.v1.Session.ended_at:type_name -> google.protobuf.Timestamp
-	12, // 3: runstore.v1.RunStart.started_at:type_name -> google.protobuf.Timestamp
-	10, // 4: runstore.v1.RunStart.labels:type_name -> runstore.v1.RunStart.LabelsEntry
-	12, // 5: runstore.v1.RunRecord.timestamp:type_name -> google.protobuf.Timestamp
+	13, // 1: runstore.v1.Session.created_at:type_name -> google.protobuf.Timestamp
+	13, // 2: runstore.v1.Session.ended_at:type_name -> google.protobuf.Timestamp
+	13, // 3: runstore.v1.RunStart.started_at:type_name -> google.protobuf.Timestamp
+	11, // 4: runstore.v1.RunStart.labels:type_name -> runstore.v1.RunStart.LabelsEntry
+	13, // 5: runstore.v1.RunRecord.timestamp:type_name -> google.protobuf.Timestamp
 	0,  // 6: runstore.v1.AppendResult.session_status:type_name -> runstore.v1.SessionStatus
-	12, // 7: runstore.v1.RunMeta.started_at:type_name -> google.protobuf.Timestamp
-	11, // 8: runstore.v1.RunMeta.labels:type_name -> runstore.v1.RunMeta.LabelsEntry
+	13, // 7: runstore.v1.RunMeta.started_at:type_name -> google.protobuf.Timestamp
+	12, // 8: runstore.v1.RunMeta.labels:type_name -> runstore.v1.RunMeta.LabelsEntry
 	2,  // 9: runstore.v1.RunMeta.start_outcome:type_name -> runstore.v1.RunStartOutcome
 	1,  // 10: runstore.v1.RunMeta.status:type_name -> runstore.v1.RunStatus
-	12, // 11: runstore.v1.RunMeta.updated_at:type_name -> google.protobuf.Timestamp
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	13, // 11: runstore.v1.RunMeta.updated_at:type_name -> google.protobuf.Timestamp
+	9,  // 12: runstore.v1.RunMeta.failure:type_name -> runstore.v1.RunFailure
+	13, // 13: runstore.v1.RunMeta.ended_at:type_name -> google.protobuf.Timestamp
+	14, // 14: runstore.v1.RunMeta.duration:type_name -> google.protobuf.Duration
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_runstore_v1_types_proto_init() }
@@ -943,7 +1056,7 @@ func file_runstore_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runstore_v1_types_proto_rawDesc), len(file_runstore_v1_types_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -18,6 +18,7 @@ from runstore.contract.model import (
     TERMINAL_COMMAND_STATUSES,
     AppendResult,
     Checkpoint,
+    RunFailureSummary,
     RunRepairOutcome,
     RunRepairResult,
     RunStartOutcome,
@@ -173,6 +174,11 @@ class LifecycleChanges(Section):
                 updated_at=self._clock(),
                 terminal_key=record.event_key,
                 finished_at=record.timestamp,
+                failure=(
+                    failure_summary(validation.terminal_record(record)[1])
+                    if terminal is RunStatus.FAILED
+                    else None
+                ),
             ),
         )
 
@@ -279,7 +285,15 @@ def run_ending(
     if status is RunStatus.CANCELED:
         reason = payload.cancellation_reason or ""
         reasons = (reason, "" if reason == lifecycle.REASON_ENGINE_CANCELED else reason)
-    return RunEnding(record, status, updated_at, payload.labels, reasons)
+    return RunEnding(record, status, updated_at, payload.labels, reasons, failure_summary(payload))
+
+
+def failure_summary(payload: lifecycle.RunCompletedPayload) -> RunFailureSummary | None:
+    """What a failed ending stores on its run for triage (``RunMeta.failure``)."""
+    failure = payload.failure
+    if failure is None:
+        return None
+    return RunFailureSummary(failure.message, failure.kind, failure.code, failure.retryable)
 
 
 async def _close_run(

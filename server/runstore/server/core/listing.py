@@ -13,15 +13,22 @@ accepted with the filters that produced it (AIP-158).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Callable, Collection, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
 from runstore.contract.errors import ReadArgumentError
-from runstore.contract.model import ListPage, RunFilter, RunStatus, SessionFilter, SessionStatus
+from runstore.contract.model import (
+    ListPage,
+    RunFilter,
+    RunStatus,
+    SessionFilter,
+    SessionStatus,
+    StatusCount,
+)
 from runstore.server.core import input_rules, page_tokens
 from runstore.server.core.model import Nanos, PageKey, RunState, Session
-from runstore.server.core.ports import Transaction
+from runstore.server.core.ports import Counted, Transaction
 from runstore.server.core.section import Section
 
 DEFAULT_PAGE_SIZE: Final = 100
@@ -55,7 +62,17 @@ def status_filter(statuses: Collection[E] | None, every: Collection[E]) -> froze
 def session_filter_digest(query: SessionFilter[Nanos]) -> str:
     statuses = sorted(s.value for s in query.statuses) if query.statuses is not None else None
     return page_tokens.filter_digest(
-        "sessions", [statuses, query.created_after, query.created_before]
+        "sessions",
+        [
+            statuses,
+            query.created_after,
+            query.created_before,
+            *_given(
+                session_id=query.session_id,
+                session_id_prefix=query.session_id_prefix,
+                newest_first=query.newest_first,
+            ),
+        ],
     )
 
 
@@ -70,12 +87,26 @@ def run_filter_digest(query: RunFilter[Nanos]) -> str:
             query.started_after,
             query.started_before,
             query.sessionless_only,
+            *_given(
+                run_id=query.run_id,
+                run_id_prefix=query.run_id_prefix,
+                agent_id_prefix=query.agent_id_prefix,
+                labels=dict(sorted(query.labels.items())),
+                root_only=query.root_only,
+                newest_first=query.newest_first,
+            ),
         ],
     )
 
 
 _KEY_SHAPE: Final = {"t": int, "id": str}
 """A listing's position: the last row's time and ID."""
+
+
+def _given(**filters: object) -> list[object]:
+    """Filters added after the first release, in the digest only when one is
+    given: a token issued before they existed stays valid for its listing."""
+    return [filters] if any(filters.values()) else []
 
 
 def encode_token(digest: str, key: PageKey) -> str:
@@ -91,6 +122,22 @@ def decode_token(digest: str, token: str) -> PageKey | None:
 
 def _empty_range(after: Nanos | None, before: Nanos | None) -> bool:
     return after is not None and before is not None and after >= before
+
+
+def _one_of(exact: str, prefix: str, exact_field: str, prefix_field: str) -> None:
+    """An exact ID and a prefix of one ID are two ways to say one thing."""
+    input_rules.check_ids(**{exact_field: exact, prefix_field: prefix})
+    if exact and prefix:
+        raise ReadArgumentError(
+            f"{prefix_field} is a prefix of {exact_field}; give one of them", field=prefix_field
+        )
+
+
+def _check_labels(labels: Mapping[str, str]) -> None:
+    for key, value in labels.items():
+        if not key:
+            raise ReadArgumentError("a label filter needs a key (key=value)", field="labels")
+        input_rules.check_ids(**{"labels.key": key, "labels.value": value})
 
 
 @dataclass(frozen=True)
@@ -120,10 +167,11 @@ def session_listing(
     query: SessionFilter[Nanos], size: int, token: str
 ) -> Listing[SessionFilter[Nanos], Session]:
     """ListSessions (§9.8.1): by created_at, then session ID."""
+    _one_of(query.session_id, query.session_id_prefix, "session_id", "session_id_prefix")
     digest = session_filter_digest(query)
     statuses = status_filter(query.statuses, list(SessionStatus))
     return Listing(
-        SessionFilter(statuses, query.created_after, query.created_before),
+        dataclasses.replace(query, statuses=statuses),
         page_size(size),
         decode_token(digest, token),
         statuses == frozenset() or _empty_range(query.created_after, query.created_before),
@@ -141,6 +189,9 @@ def run_listing(
             "sessionless_only lists runs without a session; do not also give session_id",
             field="sessionless_only",
         )
+    _one_of(query.run_id, query.run_id_prefix, "run_id", "run_id_prefix")
+    _one_of(query.agent_id, query.agent_id_prefix, "agent_id", "agent_id_prefix")
+    _check_labels(query.labels)
     digest = run_filter_digest(query)
     statuses = status_filter(query.statuses, list(RunStatus))
     return Listing(
@@ -153,40 +204,85 @@ def run_listing(
     )
 
 
+COUNT_CAP: Final = 10_000
+"""A status count stops here and is then a lower bound (``estimated``): each
+count reads at most this many index entries, whatever the table's size."""
+
+
+def _counts(found: Mapping[Any, Counted], every: Collection[Any]) -> list[StatusCount]:
+    """One count per status in the enum's order; one that stopped at the cap
+    is a lower bound, marked ``estimated``."""
+    counts = []
+    for status in every:
+        counted = found.get(status, Counted(0, True))
+        estimated = not counted.complete or counted.matched > COUNT_CAP
+        counts.append(StatusCount(status.value, min(counted.matched, COUNT_CAP), estimated))
+    return counts
+
+
 class Listings(Section):
     """The listings of §9.8 over a ``Database``."""
 
     async def list_sessions(
-        self, query: SessionFilter[Nanos], page_size: int, page_token: str
+        self,
+        query: SessionFilter[Nanos],
+        page_size: int,
+        page_token: str,
+        count_statuses: bool = False,
     ) -> ListPage[Session]:
         """§9.8.1: live sessions by created_at, then ID; keyset pages."""
         listing = session_listing(query, page_size, page_token)
         input_rules.check_page_key(listing.after)
+        counted = dataclasses.replace(listing.query, statuses=None)
 
-        async def tx_fn(tx: Transaction) -> list[Session]:
-            return await tx.list_sessions(listing.query, listing.after, listing.size + 1)
+        async def tx_fn(tx: Transaction) -> tuple[list[Session], list[StatusCount]]:
+            rows = (
+                []
+                if listing.matches_nothing
+                else await tx.list_sessions(listing.query, listing.after, listing.size + 1)
+            )
+            if not count_statuses:
+                return rows, []
+            found = await tx.count_sessions(counted, COUNT_CAP + 1)
+            return rows, _counts(found, list(SessionStatus))
 
-        return await self._listed(listing, tx_fn)
+        return await self._listed(listing, tx_fn, count_statuses)
 
     async def list_runs(
-        self, query: RunFilter[Nanos], page_size: int, page_token: str
+        self,
+        query: RunFilter[Nanos],
+        page_size: int,
+        page_token: str,
+        count_statuses: bool = False,
     ) -> ListPage[RunState]:
         """§9.8.2: runs by started_at, then run ID; keyset pages."""
         input_rules.check_ids(session_id=query.session_id, agent_id=query.agent_id)
         listing = run_listing(query, page_size, page_token)
         input_rules.check_page_key(listing.after)
+        counted = dataclasses.replace(listing.query, statuses=None)
 
-        async def tx_fn(tx: Transaction) -> list[RunState]:
-            return await tx.list_runs(listing.query, listing.after, listing.size + 1)
+        async def tx_fn(tx: Transaction) -> tuple[list[RunState], list[StatusCount]]:
+            rows = (
+                []
+                if listing.matches_nothing
+                else await tx.list_runs(listing.query, listing.after, listing.size + 1)
+            )
+            if not count_statuses:
+                return rows, []
+            found = await tx.count_runs(counted, COUNT_CAP + 1)
+            return rows, _counts(found, list(RunStatus))
 
-        return await self._listed(listing, tx_fn)
+        return await self._listed(listing, tx_fn, count_statuses)
 
     async def _listed(
         self,
         listing: Listing[Any, Row],
-        fetch: Callable[[Transaction], Coroutine[Any, Any, list[Row]]],
+        fetch: Callable[[Transaction], Coroutine[Any, Any, tuple[list[Row], list[StatusCount]]]],
+        count_statuses: bool,
     ) -> ListPage[Row]:
-        """One page read in one snapshot, with one row more than the page."""
-        if listing.matches_nothing:
+        """One page read in one snapshot, with one row more than the page, and
+        the counts in the same snapshot."""
+        if listing.matches_nothing and not count_statuses:
             return ListPage([])
-        return listing.page(await self._db.read(fetch))
+        rows, counts = await self._db.read(fetch)
+        return dataclasses.replace(listing.page(rows), status_counts=counts)

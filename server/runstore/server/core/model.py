@@ -60,6 +60,11 @@ class RunState(contract.RunMeta[Nanos]):
     """The published seed end the run started from; empty without a seed."""
     successor_run_id: str = ""
     """The first current-generation continuation of this run (§10.2); empty otherwise."""
+    failure: contract.RunFailureSummary | None = None
+    """A failed run's failure, as its ending record gave it; None otherwise."""
+    ended_at: Nanos | None = None
+    """The time of the record that ended the run for good (completed, failed or
+    canceled); None while it runs or is suspended."""
 
     @property
     def current(self) -> bool:
@@ -81,6 +86,8 @@ class RunChange:
     successor_run_id: str | None = None
     finished_at: Nanos | None = None
     """The ending record's timestamp, when the change ends the run for good."""
+    failure: contract.RunFailureSummary | None = None
+    """A failed ending's failure (§5.3), stored on the run for listings."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +221,8 @@ class RunEnding:
     labels: Mapping[str, str]
     reasons: tuple[str, str] | None
     """The stored cancellation reasons the record agrees with (both may be equal)."""
+    failure: contract.RunFailureSummary | None = None
+    """A failed ending's failure, stored on the run (``RunChange.failure``)."""
 
 
 # --- Results ----------------------------------------------------------------

@@ -14,9 +14,9 @@ import asyncio
 from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
-from runstore.contract.model import RunFilter, SessionFilter
+from runstore.contract.model import RunFilter, RunStatus, SessionFilter, SessionStatus
 from runstore.server.core.model import (
     ContextHead,
     ContextVersion,
@@ -69,6 +69,15 @@ class RecordTarget:
     """The run's session (None for a sessionless run)."""
     existing: RunRecord | None
     """The run's record under the event key, if any."""
+
+
+class Counted(NamedTuple):
+    """A listing's count of one status (``Transaction.count_runs``)."""
+
+    matched: int
+    """Rows that matched among those read."""
+    complete: bool
+    """Every row of the status was read: ``matched`` is exact, not a lower bound."""
 
 
 class Transaction(NamespaceTransaction, SeedTransaction, Protocol):
@@ -172,14 +181,28 @@ class Transaction(NamespaceTransaction, SeedTransaction, Protocol):
         self, query: SessionFilter[Nanos], after: PageKey | None, limit: int
     ) -> list[Session]:
         """At most ``limit`` live sessions matching ``query`` with (created_at,
-        session_id) greater than ``after``, in that order."""
+        session_id) after ``after`` in the query's order (ascending, or
+        descending when ``newest_first``), in that order."""
+        ...
+
+    async def count_sessions(
+        self, query: SessionFilter[Nanos], cap: int
+    ) -> dict[SessionStatus, Counted]:
+        """How many live sessions match ``query`` per status, reading at most
+        ``cap`` rows of each (statuses with none may be missing)."""
         ...
 
     async def list_runs(
         self, query: RunFilter[Nanos], after: PageKey | None, limit: int
     ) -> list[RunState]:
         """At most ``limit`` runs matching ``query`` with (started_at, run_id)
-        greater than ``after``, in that order; without their checkpoints."""
+        after ``after`` in the query's order, in that order; without their
+        checkpoints."""
+        ...
+
+    async def count_runs(self, query: RunFilter[Nanos], cap: int) -> dict[RunStatus, Counted]:
+        """How many runs match ``query`` per status, reading at most ``cap``
+        rows of each (statuses with none may be missing)."""
         ...
 
     async def insert_session(self, session: Session) -> None: ...

@@ -34,6 +34,8 @@ class BackupResult:
     runs: int
     records: int
     bytes: int
+    seed_records: int = 0
+    """Records of seeds and preparations (docs/contract.md §9.7), published or not."""
 
 
 def sqlite_path(database_url: str) -> Path:
@@ -104,9 +106,14 @@ def _verify(partial: Path, target: Path) -> BackupResult:
             raise BackupError(f"the copy failed its integrity check: {check}")
         try:
             (revision,) = conn.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchone()
+            tables = (
+                schema.sessions.name,
+                schema.runs.name,
+                schema.records.name,
+                schema.seed_records.name,
+            )
             counts = [
-                conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-                for table in (schema.sessions.name, schema.runs.name, schema.records.name)
+                conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in tables
             ]
         except (sqlite3.Error, TypeError) as exc:
             raise BackupError(f"the copy is not a runstore database: {exc}") from exc
@@ -119,4 +126,5 @@ def _verify(partial: Path, target: Path) -> BackupResult:
         runs=int(counts[1]),
         records=int(counts[2]),
         bytes=partial.stat().st_size,
+        seed_records=int(counts[3]),
     )

@@ -202,6 +202,8 @@ def _end_if_running(in_session: bool, fused: bool, row_locks: bool) -> Any:
             terminal_key=event_key,
             # The ending record's time: sessionless retention cuts on it (§9.10.2).
             finished_at_ms=bindparam("timestamp_ms", type_=BigInteger),
+            # A failed ending's failure, for listings (schema.runs.failure).
+            failure=bindparam("failure", type_=Text),
         )
         .returning(runs.c.run_id)
     )

@@ -10,7 +10,13 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from runstore.contract.model import Checkpoint, RunStartOutcome, RunStatus, SessionStatus
+from runstore.contract.model import (
+    Checkpoint,
+    RunFailureSummary,
+    RunStartOutcome,
+    RunStatus,
+    SessionStatus,
+)
 from runstore.server.core.model import (
     NANOS_PER_MILLI,
     LifecycleKeys,
@@ -54,6 +60,8 @@ RUN_COLUMNS = (
     runs.c.request_digest,
     runs.c.successor_run_id,
     runs.c.seed_end_id,
+    runs.c.finished_at_ms,
+    runs.c.failure,
     runs.c.checkpoint_id,
     runs.c.checkpoint_data,
 )
@@ -126,7 +134,9 @@ def run_from_row(row: Sequence[Any]) -> RunState:
         seed_end_id=row[17] or "",
         successor_run_id=row[16] or "",
         keys=LifecycleKeys(row[10], row[11], row[12], row[13], row[14]),
-        checkpoint=Checkpoint(row[18], bytes(row[19])) if row[18] is not None else None,
+        ended_at=row[18] * NANOS_PER_MILLI if row[18] is not None else None,
+        failure=failure_from_text(row[19]) if row[19] is not None else None,
+        checkpoint=Checkpoint(row[20], bytes(row[21])) if row[20] is not None else None,
         # NULL (a seed-era run) reads as empty; a stored digest is kept as it
         # is, whatever its length, so that the start's checks can see it corrupt.
         request_digest=bytes(row[15]) if row[15] is not None else b"",
@@ -136,6 +146,31 @@ def run_from_row(row: Sequence[Any]) -> RunState:
 def listed_run_from_row(row: Sequence[Any]) -> RunState:
     """A run read by a listing: every column but the checkpoint's."""
     return run_from_row((*row, None, None))
+
+
+def failure_from_text(text: str) -> RunFailureSummary:
+    """A stored failure (see ``schema.runs.failure``)."""
+    data = json.loads(text)
+    return RunFailureSummary(
+        str(data.get("message", "")),
+        str(data.get("kind", "")),
+        str(data.get("code", "")),
+        bool(data.get("retryable", False)),
+    )
+
+
+def failure_to_text(failure: RunFailureSummary | None) -> str | None:
+    if failure is None:
+        return None
+    return json.dumps(
+        {
+            "message": failure.message,
+            "kind": failure.kind,
+            "code": failure.code,
+            "retryable": failure.retryable,
+        },
+        ensure_ascii=False,
+    )
 
 
 def record_from_row(row: Sequence[Any]) -> RunRecord:
@@ -177,6 +212,8 @@ def run_params(run: RunState) -> dict[str, Any]:
         "request_digest": run.request_digest or None,
         "successor_run_id": run.successor_run_id or None,
         "seed_end_id": run.seed_end_id or None,
+        "finished_at_ms": to_millis(run.ended_at) if run.ended_at is not None else None,
+        "failure": failure_to_text(run.failure),
         "checkpoint_id": checkpoint.id if checkpoint else None,
         "checkpoint_data": checkpoint.data if checkpoint else None,
     }
@@ -198,6 +235,7 @@ def change_params(run_id: str, change: RunChange) -> dict[str, Any]:
         "finished_at_ms": (
             to_millis(change.finished_at) if change.finished_at is not None else None
         ),
+        "failure": failure_to_text(change.failure),
     }
 
 

@@ -170,6 +170,7 @@ def _run_change() -> Any:
             checkpoint_id=keep("checkpoint_id"),
             checkpoint_data=keep("checkpoint_data"),
             finished_at_ms=keep("finished_at_ms"),
+            failure=keep("failure"),
         )
     )
 

@@ -123,6 +123,10 @@ runs = Table(
     Column("request_digest", LargeBinary, nullable=True),
     Column("successor_run_id", Text, nullable=True),
     Column("seed_end_id", Text, nullable=True),
+    # A failed run's failure (0013): the JSON object {message, kind, code,
+    # retryable} of its ending record's `failure`, stored when it ends, so
+    # listings show it without reading records. NULL for every other run.
+    Column("failure", Text, nullable=True),
     # ListRunsBySession (ordered, Q10) and PurgeSession's running-run check;
     # ListRuns by session, and sessionless runs (session_id '').
     Index(None, "namespace", "session_id", "started_at_ms", "run_id"),

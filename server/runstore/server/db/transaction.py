@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from runstore.contract.model import RunFilter, RunStatus, SessionFilter
+from runstore.contract.model import RunFilter, RunStatus, SessionFilter, SessionStatus
 from runstore.server.call_scope import Scope
 from runstore.server.core.model import (
     NANOS_PER_MILLI,
@@ -27,6 +27,7 @@ from runstore.server.core.model import (
 )
 from runstore.server.core.ports import (
     PURGED,
+    Counted,
     RecordTarget,
     SessionLookup,
     Transaction,
@@ -241,6 +242,18 @@ class SqlTransaction(NamespaceOperations, SeedOperations, MemoryContextOperation
         statement, params = self._sql.listings.runs(query, after, limit)
         return [row_codecs.listed_run_from_row(row) for row in await self._all(statement, **params)]
 
+    async def count_sessions(
+        self, query: SessionFilter[Nanos], cap: int
+    ) -> dict[SessionStatus, Counted]:
+        statement, params = self._sql.listings.session_counts(query, cap)
+        rows = await self._all(statement, **params)
+        return {SessionStatus(row[0]): Counted(int(row[1]), int(row[2]) < cap) for row in rows}
+
+    async def count_runs(self, query: RunFilter[Nanos], cap: int) -> dict[RunStatus, Counted]:
+        statement, params = self._sql.listings.run_counts(query, cap)
+        rows = await self._all(statement, **params)
+        return {RunStatus(row[0]): Counted(int(row[1]), int(row[2]) < cap) for row in rows}
+
     async def session_has_running_runs(self, session_id: str) -> bool:
         row = await self._one(self._sql.session_has_running_runs, session_id=session_id)
         return bool(row[0])
@@ -376,6 +389,7 @@ class SqlTransaction(NamespaceOperations, SeedOperations, MemoryContextOperation
             statement,
             **row_codecs.record_params(record),
             labels=row_codecs.labels_to_text(ending.labels),
+            failure=row_codecs.failure_to_text(ending.failure),
             any_reason=reasons is None,
             reason=reasons[0] if reasons is not None else "",
             or_reason=reasons[1] if reasons is not None else "",

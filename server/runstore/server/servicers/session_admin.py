@@ -79,19 +79,27 @@ class SessionAdminServicer(sa_grpc.SessionAdminServicer):
         self, request: sa.ListSessionsRequest, context: Context
     ) -> sa.ListSessionsResponse:
         page = await self._store.list_sessions(
-            convert.session_filter_from_wire(request), request.page_size, request.page_token
+            convert.session_filter_from_wire(request),
+            request.page_size,
+            request.page_token,
+            request.count_statuses,
         )
         return sa.ListSessionsResponse(
             sessions=[convert.session_to_wire(session) for session in page.items],
             next_page_token=page.next_page_token,
+            status_counts=convert.session_counts_to_wire(page.status_counts),
         )
 
     @maps_errors
     async def ListRuns(self, request: sa.ListRunsRequest, context: Context) -> sa.ListRunsResponse:
         page = await self._store.list_runs(
-            convert.run_filter_from_wire(request), request.page_size, request.page_token
+            convert.run_filter_from_wire(request),
+            request.page_size,
+            request.page_token,
+            request.count_statuses,
         )
         return sa.ListRunsResponse(
             runs=[convert.run_to_wire(run) for run in page.items],
             next_page_token=page.next_page_token,
+            status_counts=convert.run_counts_to_wire(page.status_counts),
         )
