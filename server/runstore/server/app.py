@@ -360,7 +360,7 @@ async def build_server(
         options=server_options(config, reuse_port=reuse_port), interceptors=interceptors
     )
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
-        RuntimeStoreServicer(stores.runtime, stores.watch), server
+        RuntimeStoreServicer(stores.runtime, stores.watch, interceptors), server
     )
     session_admin_pb2_grpc.add_SessionAdminServicer_to_server(
         SessionAdminServicer(stores.runtime), server
