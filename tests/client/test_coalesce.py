@@ -16,13 +16,14 @@ import pytest
 from runstore.client import RemoteStore, RunNotFoundError, RunRecord
 from runstore.client.coalesce import AppendCoalescer, AppendCoalescing
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import types_pb2 as pb
 from tests.support import Run, unique
 from tests.support import Store as StubStore
 
 RUNTIME = "/runstore.v1.RuntimeStore/"
 
 
-class Methods(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+class Methods(grpc.aio.UnaryUnaryClientInterceptor):
     """Records the method of every message the client sends."""
 
     def __init__(self) -> None:
@@ -157,7 +158,7 @@ async def test_at_the_queued_bytes_bound_a_caller_waits_within_its_deadline() ->
     coalescer = AppendCoalescer(bounds, send, send_one)
 
     def request(size: int) -> rs.AppendRunRecordRequest:
-        return rs.AppendRunRecordRequest(record={"payload": b"x" * size})
+        return rs.AppendRunRecordRequest(record=pb.RunRecord(payload=b"x" * size))
 
     first = asyncio.create_task(coalescer.append(request(10), None))
     queued = asyncio.create_task(coalescer.append(request(100), None))

@@ -190,15 +190,17 @@ class AppendCoalescer:
             timeout = None if len(known) < len(batch) else max(0.0, max(known) - now)
             try:
                 response = await self._send(rs.AppendRunRecordCallsRequest(calls=calls), timeout)
-            except grpc.aio.AioRpcError as error:
-                if error.code() != grpc.StatusCode.UNIMPLEMENTED:
-                    raise
-                # A server older than AppendRunRecordCalls: every append alone from now on.
-                self.bounds = dataclasses.replace(self.bounds, max_calls=1)
-                for queued in batch:
-                    await self._send_alone(queued)
-                return
             except BaseException as error:
+                if (
+                    isinstance(error, grpc.aio.AioRpcError)
+                    and error.code() == grpc.StatusCode.UNIMPLEMENTED
+                ):
+                    # A server older than AppendRunRecordCalls: every append alone from now on.
+                    self.bounds = dataclasses.replace(self.bounds, max_calls=1)
+                    for queued in batch:
+                        await self._send_alone(queued)
+                    return
+                # The message failed as a whole: each of its appends failed so.
                 for queued in batch:
                     if not queued.done.done():
                         if isinstance(error, Exception):
