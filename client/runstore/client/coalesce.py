@@ -30,6 +30,7 @@ from runstore.contract.errors import RunstoreError
 from runstore.v1 import runtime_store_pb2 as rs
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
+_REQUEST_ID_KEY = "x-request-id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +68,14 @@ Send = Callable[[rs.AppendRunRecordCallsRequest, float | None], Awaitable[Any]]
 SendOne = Callable[[rs.AppendRunRecordRequest, float | None], Awaitable[Any]]
 
 
-def _rebuilt(status: rs.CallStatus) -> RunstoreError:
-    """The error a lone call ending with ``status`` would have raised."""
+def _rebuilt(outcome: rs.AppendRunRecordCallOutcome) -> RunstoreError:
+    """The error a lone call ending as ``outcome`` would have raised (its
+    status details and its x-request-id trailer)."""
+    status = outcome.error
     code = next((c for c in grpc.StatusCode if c.value[0] == status.code), grpc.StatusCode.UNKNOWN)
-    trailers = grpc.aio.Metadata((_STATUS_DETAILS_KEY, status.SerializeToString()))
+    trailers = grpc.aio.Metadata(
+        (_STATUS_DETAILS_KEY, status.SerializeToString()), (_REQUEST_ID_KEY, outcome.request_id)
+    )
     return from_rpc_error(
         grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailers, details=status.message)
     )
@@ -214,7 +219,7 @@ class AppendCoalescer:
                 if queued.done.done():
                     continue
                 if outcome.HasField("error"):
-                    queued.done.set_exception(_rebuilt(outcome.error))
+                    queued.done.set_exception(_rebuilt(outcome))
                 else:
                     queued.done.set_result(outcome.response)
         finally:
