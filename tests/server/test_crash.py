@@ -435,7 +435,7 @@ async def test_postgres_survives_server_kills_and_database_crashes(
         await cluster.start()
 
     figures = await _campaign(
-        "postgres",
+        "postgres" + (" coalesced" if coalesce else ""),
         ("--database-url", url, "--pg-pool-max", "8"),
         ["server", "database"] * ROUNDS,
         crash_database,
