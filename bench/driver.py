@@ -24,6 +24,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -34,6 +35,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from bench import cpu
 from bench.messages import now
 from bench.messages import record as run_record
+from runstore.client.model import RunRecord
+from runstore.client.remote import RemoteStore
 from runstore.contract import lifecycle
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
@@ -62,7 +65,15 @@ VARIED_SIZES = (200, 1024, 4096, 16 * 1024, 64 * 1024)
 """Payload sizes of ``append_varied``, cycled per call (200 B to 64 KiB; mean ~17 KiB)."""
 
 COMMITTING_WORKLOADS = frozenset(
-    {"append", "append_batch", "append_shared_session", "append_varied", "start_terminal", "turn"}
+    {
+        "append",
+        "append_client",
+        "append_batch",
+        "append_shared_session",
+        "append_varied",
+        "start_terminal",
+        "turn",
+    }
 )
 """Workloads whose PostgreSQL commits per operation are counted: the
 ``pg_stat_database.xact_commit`` delta over the timed window. Each backend
@@ -93,6 +104,9 @@ def _bearer(token: str) -> Metadata:
 class Client:
     def __init__(self, channel: grpc.aio.Channel, tokens: dict[str, str] | None = None) -> None:
         self.runtime = rs_grpc.RuntimeStoreStub(channel)
+        self.store = RemoteStore(channel=channel, token=(tokens or {}).get("worker") or None)
+        """The typed client a worker process uses (``append_client``): one for
+        all the measurement's tasks, as a worker's runs share it."""
         self.admin = sa_grpc.SessionAdminStub(channel)
         self.health = health_pb2_grpc.HealthStub(channel)
         tokens = tokens or {}
@@ -198,6 +212,24 @@ async def _make_op(
             return client.runtime.AppendRunRecord(request, metadata=metadata)
 
         return append
+    if workload == "append_client":
+        run = await client.start(await client.session())
+        started = datetime.fromtimestamp(run.started_at.seconds, UTC)
+
+        def append_client() -> Any:
+            return client.store.append_run_record(
+                RunRecord(
+                    event_key=f"k{next(keys)}",
+                    run_id=run.run_id,
+                    agent_id=run.agent_id,
+                    session_id=run.session_id,
+                    type="tool_result_received",
+                    payload=PAYLOAD_1K,
+                    timestamp=started,
+                )
+            )
+
+        return append_client
     if workload == "append_shared_session":
         group = index // RUNS_PER_SESSION
         if group not in shared:

@@ -56,13 +56,16 @@ _METRICS_LINE = re.compile(rb"metrics at \S+ \(port (\d+)\)")
 
 WRITE_WORKLOADS = (
     "append",
+    "append_client",
     "append_batch",
     "append_shared_session",
     "append_varied",
     "start_terminal",
     "turn",
 )
-"""``append_batch``: AppendRunRecords of 4 × ~1 KiB records (its ops/s are records/s);
+"""``append_client``: the typed Python client's ``append_run_record``, one
+record per call from every task of one process (what a worker makes);
+``append_batch``: AppendRunRecords of 4 × ~1 KiB records (its ops/s are records/s);
 ``append_shared_session``: 4 runs of each session appending at once;
 ``append_varied``: records of 200 B to 64 KiB (``bench/driver.py``)."""
 
@@ -699,7 +702,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sqlite-synchronous", default="FULL", help="FULL or NORMAL")
     parser.add_argument(
         "--workloads",
-        default="append,append_batch,append_shared_session,append_varied,start_terminal,turn,"
+        default="append,append_client,append_batch,append_shared_session,append_varied,start_terminal,turn,"
         "list_run,list_session,listings,"
         "watch_latency,idle_watchers,retention,noisy_neighbour,triage",
         help="comma-separated workloads (the ceiling is always measured)",

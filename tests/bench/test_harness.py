@@ -66,6 +66,7 @@ def _check_report(report: dict, backend: str) -> None:
         for workload in (
             "ceiling",
             "append",
+            "append_client",
             "append_batch",
             "append_shared_session",
             "append_varied",
@@ -106,7 +107,13 @@ def _check_report(report: dict, backend: str) -> None:
     # PostgreSQL: every write workload's commits per operation (its database's
     # xact_commit, published by the backends at most once a second: only present).
     for row in report["results"]:
-        if row["workload"] in ("append", "append_batch", "append_shared_session", "turn"):
+        if row["workload"] in (
+            "append",
+            "append_client",
+            "append_batch",
+            "append_shared_session",
+            "turn",
+        ):
             assert (row["commits_per_op"] is not None) == (backend == "postgres")
     # Retention: every seeded session and run was purged (the module checks the counts).
     [retained] = report["retention"]

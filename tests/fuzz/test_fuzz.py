@@ -439,6 +439,18 @@ BUILDERS: dict[str, Builder] = {
             records=[w.root.record(unique("key"), turn_id="t1") for _ in range(3)]
         )
     ),
+    "/runstore.v1.RuntimeStore/AppendRunRecordCalls": _static(
+        lambda w: rs.AppendRunRecordCallsRequest(
+            calls=[
+                rs.AppendRunRecordCall(
+                    request=rs.AppendRunRecordRequest(
+                        record=w.root.record(unique("key"), turn_id="t1")
+                    )
+                )
+                for _ in range(3)
+            ]
+        )
+    ),
     "/runstore.v1.RuntimeStore/RecordRunCancellation": _cancellation,
     "/runstore.v1.RuntimeStore/RecordRunSuspension": _suspension,
     "/runstore.v1.RuntimeStore/RecordRunTerminal": _terminal,

@@ -183,6 +183,18 @@ async def _append_batch(store: Store) -> Any:
     return rs.AppendRunRecordsRequest(records=[run.record(unique("key")) for _ in range(2)])
 
 
+async def _append_calls(store: Store) -> Any:
+    run = await store.root()
+    return rs.AppendRunRecordCallsRequest(
+        calls=[
+            rs.AppendRunRecordCall(
+                request=rs.AppendRunRecordRequest(record=run.record(unique("k")))
+            )
+            for _ in range(2)
+        ]
+    )
+
+
 async def _cancel(store: Store) -> Any:
     return (await store.root()).cancellation_request()
 
@@ -425,6 +437,7 @@ BUILDERS: dict[str, tuple[str, Builder]] = {
     "/runstore.v1.RuntimeStore/StartSynchronousRun": ("runtime", _synchronous_start),
     "/runstore.v1.RuntimeStore/AppendRunRecord": ("runtime", _append),
     "/runstore.v1.RuntimeStore/AppendRunRecords": ("runtime", _append_batch),
+    "/runstore.v1.RuntimeStore/AppendRunRecordCalls": ("runtime", _append_calls),
     "/runstore.v1.RuntimeStore/RecordRunCancellation": ("runtime", _cancel),
     "/runstore.v1.RuntimeStore/RecordRunSuspension": ("runtime", _suspend),
     "/runstore.v1.RuntimeStore/RecordRunTerminal": ("runtime", _terminal),

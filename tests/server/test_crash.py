@@ -6,7 +6,8 @@ moment (after a random number of acknowledged writes) and restarted on the
 same database; on PostgreSQL the database itself is also crashed
 (``pg_ctl stop -m immediate`` on a private cluster) and restarted while the
 server keeps running. A writer whose command was in flight retries exactly
-that command until it succeeds.
+that command until it succeeds. With ``coalesce`` the writers' appends share
+AppendRunRecordCalls messages through the Python client's coalescer.
 
 After every fault: every acknowledged record is stored byte for byte under
 its acknowledged ID, every acknowledged ending is the run's status, and no run
@@ -35,7 +36,9 @@ import grpc
 import pytest
 from grpc_status import rpc_status
 
+from runstore.client.coalesce import AppendCoalescer, AppendCoalescing
 from runstore.contract import lifecycle
+from runstore.contract.errors import RunstoreError
 from runstore.server.db import migrate
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
@@ -66,9 +69,12 @@ class Ledger(Acknowledgements):
 class Harness:
     """The server process of the moment and the calls that ride out its death."""
 
-    def __init__(self, args: tuple[str, ...], ledger: Ledger) -> None:
+    def __init__(self, args: tuple[str, ...], ledger: Ledger, *, coalesce: bool = False) -> None:
         self.args = args
         self.ledger = ledger
+        self.coalesce = coalesce
+        """Appends go through the Python client's coalescer (AppendRunRecordCalls)."""
+        self._coalescers: dict[int, AppendCoalescer] = {}
         self.store: Store | None = None
         self.up = asyncio.Event()
         self.stopping = False
@@ -96,6 +102,30 @@ class Harness:
 
     async def close(self) -> None:
         await self._stack.aclose()
+
+    async def append(self, store: Store, request: rs.AppendRunRecordRequest) -> Any:
+        """One AppendRunRecord, alone or (``coalesce``) sharing messages with
+        the other writers' appends to ``store``; a failed append raises the
+        status it ended with, as a unary call would."""
+        if not self.coalesce:
+            return await store.runtime.AppendRunRecord(request)
+        coalescer = self._coalescers.get(id(store))
+        if coalescer is None:
+
+            async def send(calls: rs.AppendRunRecordCallsRequest, seconds: float | None) -> Any:
+                self.ledger.codes["(appends carried together)"] += len(calls.calls)
+                return await store.runtime.AppendRunRecordCalls(calls, timeout=seconds)
+
+            async def send_one(one: rs.AppendRunRecordRequest, seconds: float | None) -> Any:
+                return await store.runtime.AppendRunRecord(one, timeout=seconds)
+
+            coalescer = AppendCoalescer(AppendCoalescing(), send, send_one)
+            self._coalescers[id(store)] = coalescer
+        try:
+            return await coalescer.append(request, CALL_TIMEOUT)
+        except RunstoreError as error:
+            assert isinstance(error.__cause__, grpc.aio.AioRpcError), error
+            raise error.__cause__ from None
 
     async def call(
         self,
@@ -169,7 +199,7 @@ async def _writer(harness: Harness, index: int) -> None:
             record = run.record(f"r{number}", payload=_payload(rng))
             request = rs.AppendRunRecordRequest(record=record)
             appended = await harness.call(
-                lambda s, r=request: s.runtime.AppendRunRecord(r),
+                lambda s, r=request: harness.append(s, r),
                 lambda r: r.id,
                 lambda r: r.inserted,
             )
@@ -295,9 +325,11 @@ async def _campaign(
     args: tuple[str, ...],
     faults: list[str],
     crash_database: Callable[[], Awaitable[None]] | None = None,
+    *,
+    coalesce: bool = False,
 ) -> Figures:
     ledger = Ledger()
-    harness = Harness(args, ledger)
+    harness = Harness(args, ledger, coalesce=coalesce)
     figures = Figures(backend)
     started = time.monotonic()
     rng = random.Random()
@@ -337,15 +369,18 @@ async def _campaign(
     return figures
 
 
-async def test_sqlite_full_survives_server_kills(tmp_path: Path) -> None:
+@pytest.mark.parametrize("coalesce", [False, True], ids=["unary", "coalesced"])
+async def test_sqlite_full_survives_server_kills(tmp_path: Path, coalesce: bool) -> None:
     url = f"sqlite:///{tmp_path / 'crash.db'}"
     await migrate.ensure_schema(url, migrate=True)
     figures = await _campaign(
-        "sqlite FULL",
+        "sqlite FULL" + (" coalesced" if coalesce else ""),
         ("--database-url", url, "--sqlite-synchronous", "FULL"),
         ["server"] * ROUNDS,
+        coalesce=coalesce,
     )
     assert figures.kills == ROUNDS
+    assert bool(figures.codes.get("(appends carried together)")) == coalesce
 
 
 @pytest.fixture
@@ -357,8 +392,9 @@ async def private_url() -> AsyncIterator[tuple[pg_cluster.Cluster, str]]:
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("coalesce", [False, True], ids=["unary", "coalesced"])
 async def test_postgres_survives_server_kills_and_database_crashes(
-    private_url: tuple[pg_cluster.Cluster, str],
+    private_url: tuple[pg_cluster.Cluster, str], coalesce: bool
 ) -> None:
     cluster, url = private_url
 
@@ -367,9 +403,11 @@ async def test_postgres_survives_server_kills_and_database_crashes(
         await cluster.start()
 
     figures = await _campaign(
-        "postgres",
+        "postgres" + (" coalesced" if coalesce else ""),
         ("--database-url", url, "--pg-pool-max", "8"),
         ["server", "database"] * ROUNDS,
         crash_database,
+        coalesce=coalesce,
     )
     assert (figures.kills, figures.database_crashes) == (ROUNDS, ROUNDS)
+    assert bool(figures.codes.get("(appends carried together)")) == coalesce

@@ -24,6 +24,7 @@ import grpc
 
 from runstore.client import arguments, convert, handshake
 from runstore.client import tracing as client_tracing
+from runstore.client.coalesce import DEFAULT_COALESCING, AppendCoalescer, AppendCoalescing
 from runstore.client.errors import from_rpc_error
 from runstore.client.handshake import TLSHandshakeError, TLSProblem
 from runstore.client.model import (
@@ -74,6 +75,7 @@ from runstore.client.retry import (
 from runstore.client.tokens import clean_token
 from runstore.contract import seed_wire
 from runstore.contract.errors import (
+    DeadlineExceededError,
     OverloadedError,
     QuotaExceededError,
     RunstoreError,
@@ -388,12 +390,64 @@ class RemoteStore(_Client):
             ``runstore.client`` logger. ``retry.refusal_deadline`` (60 s) bounds
             how long refusals are retried before the refusal is raised.
         clock (RetryClock): Time, sleep and jitter of the retries (tests inject one).
+        coalescing (AppendCoalescing | None): The bounds within which concurrent
+            ``append_run_record`` calls share messages (``AppendCoalescing``);
+            None turns it off, so every append is its own AppendRunRecord call.
     """
 
-    def __init__(self, target: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        coalescing: AppendCoalescing | None = DEFAULT_COALESCING,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(target, **kwargs)
         self.stub = rs_grpc.RuntimeStoreStub(self.channel)
         """The generated stub, for anything this client does not model."""
+        self.coalescer = (
+            None
+            if coalescing is None
+            else AppendCoalescer(coalescing, self._send_calls, self._send_append)
+        )
+        """Shares messages among concurrent ``append_run_record`` calls; None: off."""
+
+    async def _send_calls(
+        self, request: rs.AppendRunRecordCallsRequest, seconds: float | None
+    ) -> rs.AppendRunRecordCallsResponse:
+        metadata = await self._call_metadata()
+        return await self.stub.AppendRunRecordCalls(
+            request, timeout=seconds, metadata=metadata or None
+        )
+
+    async def _send_append(
+        self, request: rs.AppendRunRecordRequest, seconds: float | None
+    ) -> rs.AppendRunRecordResponse:
+        metadata = await self._call_metadata()
+        return await self.stub.AppendRunRecord(request, timeout=seconds, metadata=metadata or None)
+
+    async def _coalesced(
+        self, coalescer: AppendCoalescer, request: rs.AppendRunRecordRequest
+    ) -> rs.AppendRunRecordResponse:
+        """One append through ``coalescer``, retried on its own like any call."""
+
+        async def attempt(seconds: float | None) -> rs.AppendRunRecordResponse:
+            try:
+                return await coalescer.append(request, seconds)
+            except grpc.aio.AioRpcError as error:
+                raise await self._rebuilt(error) from error
+            except TimeoutError as error:  # the queued-bytes bound outlasted the attempt
+                raise DeadlineExceededError(
+                    "the append waited for room in the coalescing queue past its deadline"
+                ) from error
+
+        return await call_with_retry(
+            attempt,
+            self.retry,
+            attempt_timeout=self.timeout,
+            clock=self._clock,
+            on_retry=self._on_retry,
+        )
 
     async def load_session_status(self, session_id: str) -> SessionStatus:
         arguments.text("session_id", session_id)
@@ -447,9 +501,15 @@ class RemoteStore(_Client):
         )
 
     async def append_run_record(self, record: RunRecord) -> AppendResult:
+        """Stores one record (§9.3). Concurrent calls share messages
+        (``runstore.client.coalesce``, docs/limits.md "Coalesced appends")
+        unless the client was made with ``coalescing=None``; each call keeps
+        its own result, error, retry and deadline either way."""
         arguments.instance("record", record, RunRecord)
         request = rs.AppendRunRecordRequest(record=convert.record(record))
-        return convert.from_append_result(await self._call(self.stub.AppendRunRecord, request))
+        if self.coalescer is None:
+            return convert.from_append_result(await self._call(self.stub.AppendRunRecord, request))
+        return convert.from_append_result(await self._coalesced(self.coalescer, request))
 
     async def append_run_records(self, records: Sequence[RunRecord]) -> list[AppendResult]:
         """Several records of one run in one call and one transaction, all or

@@ -14,7 +14,9 @@ in error_reason.proto, metadata "permanent", and "run_id", "session_id",
 """
 
 from collections import abc as _abc
+from google.protobuf import any_pb2 as _any_pb2
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from runstore.v1 import types_pb2 as _types_pb2
@@ -469,6 +471,149 @@ class AppendRunRecordsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___AppendRunRecordsResponse: _TypeAlias = AppendRunRecordsResponse  # noqa: Y015
+
+@_typing.final
+class AppendRunRecordCallsRequest(_message.Message):
+    """At most 128 calls and 4 MiB of payload in all (docs/limits.md)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CALLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppendRunRecordCall]: ...
+    def __init__(
+        self,
+        *,
+        calls: _abc.Iterable[Global___AppendRunRecordCall] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calls", b"calls"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendRunRecordCallsRequest: _TypeAlias = AppendRunRecordCallsRequest  # noqa: Y015
+
+@_typing.final
+class AppendRunRecordCall(_message.Message):
+    """One AppendRunRecord call inside AppendRunRecordCalls."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEST_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """This call's x-request-id (docs/observability.md); empty: the server makes one."""
+    @_builtins.property
+    def request(self) -> Global___AppendRunRecordRequest: ...
+    @_builtins.property
+    def timeout(self) -> _duration_pb2.Duration:
+        """This call's own deadline, counted from the server receiving the message
+        (never later than the outer call's); unset: the outer call's deadline.
+        """
+
+    def __init__(
+        self,
+        *,
+        request: Global___AppendRunRecordRequest | None = ...,
+        timeout: _duration_pb2.Duration | None = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["request", b"request", "timeout", b"timeout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["request", b"request", "request_id", b"request_id", "timeout", b"timeout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendRunRecordCall: _TypeAlias = AppendRunRecordCall  # noqa: Y015
+
+@_typing.final
+class AppendRunRecordCallsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def outcomes(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppendRunRecordCallOutcome]:
+        """One outcome per call, in request order."""
+
+    def __init__(
+        self,
+        *,
+        outcomes: _abc.Iterable[Global___AppendRunRecordCallOutcome] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcomes", b"outcomes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendRunRecordCallsResponse: _TypeAlias = AppendRunRecordCallsResponse  # noqa: Y015
+
+@_typing.final
+class AppendRunRecordCallOutcome(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
+    request_id: _builtins.str
+    """The call's request id, as a lone call's x-request-id trailer."""
+    @_builtins.property
+    def response(self) -> Global___AppendRunRecordResponse:
+        """What AppendRunRecord answered."""
+
+    @_builtins.property
+    def error(self) -> Global___CallStatus:
+        """The status AppendRunRecord ended with, exactly as a lone call's."""
+
+    def __init__(
+        self,
+        *,
+        response: Global___AppendRunRecordResponse | None = ...,
+        error: Global___CallStatus | None = ...,
+        request_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "outcome", b"outcome", "response", b"response"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "outcome", b"outcome", "request_id", b"request_id", "response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["response", "error"]  # noqa: Y015
+    _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
+
+Global___AppendRunRecordCallOutcome: _TypeAlias = AppendRunRecordCallOutcome  # noqa: Y015
+
+@_typing.final
+class CallStatus(_message.Message):
+    """A call's status: google.rpc.Status field for field (the same wire form, so
+    its bytes parse as one): the gRPC code, the message and the details (the
+    ErrorInfo, RetryInfo, ...).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    DETAILS_FIELD_NUMBER: _builtins.int
+    code: _builtins.int
+    message: _builtins.str
+    @_builtins.property
+    def details(self) -> _containers.RepeatedCompositeFieldContainer[_any_pb2.Any]: ...
+    def __init__(
+        self,
+        *,
+        code: _builtins.int = ...,
+        message: _builtins.str = ...,
+        details: _abc.Iterable[_any_pb2.Any] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CallStatus: _TypeAlias = CallStatus  # noqa: Y015
 
 @_typing.final
 class RecordRunCancellationRequest(_message.Message):

@@ -75,6 +75,11 @@ class RuntimeStoreStub:
                 request_serializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordsRequest.SerializeToString,
                 response_deserializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordsResponse.FromString,
                 _registered_method=True)
+        self.AppendRunRecordCalls = channel.unary_unary(
+                '/runstore.v1.RuntimeStore/AppendRunRecordCalls',
+                request_serializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordCallsRequest.SerializeToString,
+                response_deserializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordCallsResponse.FromString,
+                _registered_method=True)
         self.RecordRunCancellation = channel.unary_unary(
                 '/runstore.v1.RuntimeStore/RecordRunCancellation',
                 request_serializer=runstore_dot_v1_dot_runtime__store__pb2.RecordRunCancellationRequest.SerializeToString,
@@ -234,6 +239,21 @@ class RuntimeStoreServicer:
     def AppendRunRecords(self, request, context):
         """Stores several ordinary records of one run in one transaction, each by
         the rules of AppendRunRecord, all or none (§9.3.1).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendRunRecordCalls(self, request, context):
+        """Several independent AppendRunRecord calls carried by one message
+        (docs/limits.md "Coalesced appends"): each call is served exactly as if
+        it had come alone (its own roles check, quota token, access-log line,
+        metric count, request id and deadline) and gets its own result or error;
+        one call failing never fails another. The calls run concurrently, so no
+        order among them is promised. A client sends it to share the wire among
+        appends that arrive together (the Python and Go clients do it for
+        AppendRunRecord by themselves). The outer call takes no quota token of
+        its own: each carried call takes one.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -425,6 +445,11 @@ def add_RuntimeStoreServicer_to_server(servicer, server):
                     servicer.AppendRunRecords,
                     request_deserializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordsRequest.FromString,
                     response_serializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordsResponse.SerializeToString,
+            ),
+            'AppendRunRecordCalls': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendRunRecordCalls,
+                    request_deserializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordCallsRequest.FromString,
+                    response_serializer=runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordCallsResponse.SerializeToString,
             ),
             'RecordRunCancellation': grpc.unary_unary_rpc_method_handler(
                     servicer.RecordRunCancellation,
@@ -743,6 +768,33 @@ class RuntimeStore:
             '/runstore.v1.RuntimeStore/AppendRunRecords',
             runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordsRequest.SerializeToString,
             runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendRunRecordCalls(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/runstore.v1.RuntimeStore/AppendRunRecordCalls',
+            runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordCallsRequest.SerializeToString,
+            runstore_dot_v1_dot_runtime__store__pb2.AppendRunRecordCallsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -63,6 +63,17 @@ class RuntimeStoreStub:
     """Stores several ordinary records of one run in one transaction, each by
     the rules of AppendRunRecord, all or none (§9.3.1).
     """
+    AppendRunRecordCalls: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordCallsRequest, _runtime_store_pb2.AppendRunRecordCallsResponse]
+    """Several independent AppendRunRecord calls carried by one message
+    (docs/limits.md "Coalesced appends"): each call is served exactly as if
+    it had come alone (its own roles check, quota token, access-log line,
+    metric count, request id and deadline) and gets its own result or error;
+    one call failing never fails another. The calls run concurrently, so no
+    order among them is promised. A client sends it to share the wire among
+    appends that arrive together (the Python and Go clients do it for
+    AppendRunRecord by themselves). The outer call takes no quota token of
+    its own: each carried call takes one.
+    """
     RecordRunCancellation: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.RecordRunCancellationRequest, _runtime_store_pb2.RecordRunCancellationResponse]
     """Records the first cancellation reason with its intent record (§9.4.1)."""
     RecordRunSuspension: _grpc.UnaryUnaryMultiCallable[_runtime_store_pb2.RecordRunSuspensionRequest, _runtime_store_pb2.RecordRunSuspensionResponse]
@@ -134,6 +145,17 @@ class RuntimeStoreAsyncStub(RuntimeStoreStub):
     AppendRunRecords: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordsRequest, _runtime_store_pb2.AppendRunRecordsResponse]  # type: ignore[assignment]
     """Stores several ordinary records of one run in one transaction, each by
     the rules of AppendRunRecord, all or none (§9.3.1).
+    """
+    AppendRunRecordCalls: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.AppendRunRecordCallsRequest, _runtime_store_pb2.AppendRunRecordCallsResponse]  # type: ignore[assignment]
+    """Several independent AppendRunRecord calls carried by one message
+    (docs/limits.md "Coalesced appends"): each call is served exactly as if
+    it had come alone (its own roles check, quota token, access-log line,
+    metric count, request id and deadline) and gets its own result or error;
+    one call failing never fails another. The calls run concurrently, so no
+    order among them is promised. A client sends it to share the wire among
+    appends that arrive together (the Python and Go clients do it for
+    AppendRunRecord by themselves). The outer call takes no quota token of
+    its own: each carried call takes one.
     """
     RecordRunCancellation: _aio.UnaryUnaryMultiCallable[_runtime_store_pb2.RecordRunCancellationRequest, _runtime_store_pb2.RecordRunCancellationResponse]  # type: ignore[assignment]
     """Records the first cancellation reason with its intent record (§9.4.1)."""
@@ -251,6 +273,23 @@ class RuntimeStoreServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_runtime_store_pb2.AppendRunRecordsResponse, _abc.Awaitable[_runtime_store_pb2.AppendRunRecordsResponse]]:
         """Stores several ordinary records of one run in one transaction, each by
         the rules of AppendRunRecord, all or none (§9.3.1).
+        """
+
+    @_abc_1.abstractmethod
+    def AppendRunRecordCalls(
+        self,
+        request: _runtime_store_pb2.AppendRunRecordCallsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_runtime_store_pb2.AppendRunRecordCallsResponse, _abc.Awaitable[_runtime_store_pb2.AppendRunRecordCallsResponse]]:
+        """Several independent AppendRunRecord calls carried by one message
+        (docs/limits.md "Coalesced appends"): each call is served exactly as if
+        it had come alone (its own roles check, quota token, access-log line,
+        metric count, request id and deadline) and gets its own result or error;
+        one call failing never fails another. The calls run concurrently, so no
+        order among them is promised. A client sends it to share the wire among
+        appends that arrive together (the Python and Go clients do it for
+        AppendRunRecord by themselves). The outer call takes no quota token of
+        its own: each carried call takes one.
         """
 
     @_abc_1.abstractmethod

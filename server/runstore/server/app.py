@@ -10,6 +10,7 @@ gRPC core's settings are ``grpc_options``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -91,10 +92,15 @@ class RunningServer:
     """The quotas' background refresh and heartbeat (docs/namespaces.md#quotas)."""
 
 
-def _add_services(server: grpc.aio.Server, stores: Stores) -> HealthServicer:
-    """Every runstore service over ``stores``, health and reflection."""
+def _add_services(
+    server: grpc.aio.Server,
+    stores: Stores,
+    interceptors: Sequence[grpc.aio.ServerInterceptor],
+) -> HealthServicer:
+    """Every runstore service over ``stores``, health and reflection; the calls
+    AppendRunRecordCalls carries pass ``interceptors`` as calls of their own."""
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
-        RuntimeStoreServicer(stores.runtime, stores.watch), server
+        RuntimeStoreServicer(stores.runtime, stores.watch, interceptors), server
     )
     session_admin_pb2_grpc.add_SessionAdminServicer_to_server(
         SessionAdminServicer(stores.runtime), server
@@ -197,7 +203,7 @@ async def build_server(
     server = grpc.aio.server(
         options=server_options(config, reuse_port=reuse_port), interceptors=interceptors
     )
-    health = _add_services(server, stores)
+    health = _add_services(server, stores, interceptors)
     port = _bind(server, config, security)
     await server.start()
     monitor = await _start_background(config, stores, health, telemetry.metrics)

@@ -20,6 +20,8 @@ package runstorev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	anypb "google.golang.org/protobuf/types/known/anypb"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -916,6 +918,316 @@ func (x *AppendRunRecordsResponse) GetResults() []*AppendResult {
 	return nil
 }
 
+// At most 128 calls and 4 MiB of payload in all (docs/limits.md).
+type AppendRunRecordCallsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Calls         []*AppendRunRecordCall `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendRunRecordCallsRequest) Reset() {
+	*x = AppendRunRecordCallsRequest{}
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendRunRecordCallsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendRunRecordCallsRequest) ProtoMessage() {}
+
+func (x *AppendRunRecordCallsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendRunRecordCallsRequest.ProtoReflect.Descriptor instead.
+func (*AppendRunRecordCallsRequest) Descriptor() ([]byte, []int) {
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AppendRunRecordCallsRequest) GetCalls() []*AppendRunRecordCall {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+// One AppendRunRecord call inside AppendRunRecordCalls.
+type AppendRunRecordCall struct {
+	state   protoimpl.MessageState  `protogen:"open.v1"`
+	Request *AppendRunRecordRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// This call's own deadline, counted from the server receiving the message
+	// (never later than the outer call's); unset: the outer call's deadline.
+	Timeout *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// This call's x-request-id (docs/observability.md); empty: the server makes one.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendRunRecordCall) Reset() {
+	*x = AppendRunRecordCall{}
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendRunRecordCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendRunRecordCall) ProtoMessage() {}
+
+func (x *AppendRunRecordCall) ProtoReflect() protoreflect.Message {
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendRunRecordCall.ProtoReflect.Descriptor instead.
+func (*AppendRunRecordCall) Descriptor() ([]byte, []int) {
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AppendRunRecordCall) GetRequest() *AppendRunRecordRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *AppendRunRecordCall) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *AppendRunRecordCall) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type AppendRunRecordCallsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One outcome per call, in request order.
+	Outcomes      []*AppendRunRecordCallOutcome `protobuf:"bytes,1,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendRunRecordCallsResponse) Reset() {
+	*x = AppendRunRecordCallsResponse{}
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendRunRecordCallsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendRunRecordCallsResponse) ProtoMessage() {}
+
+func (x *AppendRunRecordCallsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendRunRecordCallsResponse.ProtoReflect.Descriptor instead.
+func (*AppendRunRecordCallsResponse) Descriptor() ([]byte, []int) {
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AppendRunRecordCallsResponse) GetOutcomes() []*AppendRunRecordCallOutcome {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
+type AppendRunRecordCallOutcome struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*AppendRunRecordCallOutcome_Response
+	//	*AppendRunRecordCallOutcome_Error
+	Outcome isAppendRunRecordCallOutcome_Outcome `protobuf_oneof:"outcome"`
+	// The call's request id, as a lone call's x-request-id trailer.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppendRunRecordCallOutcome) Reset() {
+	*x = AppendRunRecordCallOutcome{}
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppendRunRecordCallOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppendRunRecordCallOutcome) ProtoMessage() {}
+
+func (x *AppendRunRecordCallOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppendRunRecordCallOutcome.ProtoReflect.Descriptor instead.
+func (*AppendRunRecordCallOutcome) Descriptor() ([]byte, []int) {
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AppendRunRecordCallOutcome) GetOutcome() isAppendRunRecordCallOutcome_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *AppendRunRecordCallOutcome) GetResponse() *AppendRunRecordResponse {
+	if x != nil {
+		if x, ok := x.Outcome.(*AppendRunRecordCallOutcome_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *AppendRunRecordCallOutcome) GetError() *CallStatus {
+	if x != nil {
+		if x, ok := x.Outcome.(*AppendRunRecordCallOutcome_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+func (x *AppendRunRecordCallOutcome) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type isAppendRunRecordCallOutcome_Outcome interface {
+	isAppendRunRecordCallOutcome_Outcome()
+}
+
+type AppendRunRecordCallOutcome_Response struct {
+	// What AppendRunRecord answered.
+	Response *AppendRunRecordResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type AppendRunRecordCallOutcome_Error struct {
+	// The status AppendRunRecord ended with, exactly as a lone call's.
+	Error *CallStatus `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*AppendRunRecordCallOutcome_Response) isAppendRunRecordCallOutcome_Outcome() {}
+
+func (*AppendRunRecordCallOutcome_Error) isAppendRunRecordCallOutcome_Outcome() {}
+
+// A call's status: google.rpc.Status field for field (the same wire form, so
+// its bytes parse as one): the gRPC code, the message and the details (the
+// ErrorInfo, RetryInfo, ...).
+type CallStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Details       []*anypb.Any           `protobuf:"bytes,3,rep,name=details,proto3" json:"details,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallStatus) Reset() {
+	*x = CallStatus{}
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallStatus) ProtoMessage() {}
+
+func (x *CallStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallStatus.ProtoReflect.Descriptor instead.
+func (*CallStatus) Descriptor() ([]byte, []int) {
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CallStatus) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CallStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CallStatus) GetDetails() []*anypb.Any {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
 type RecordRunCancellationRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	RunId  string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
@@ -928,7 +1240,7 @@ type RecordRunCancellationRequest struct {
 
 func (x *RecordRunCancellationRequest) Reset() {
 	*x = RecordRunCancellationRequest{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[14]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1252,7 @@ func (x *RecordRunCancellationRequest) String() string {
 func (*RecordRunCancellationRequest) ProtoMessage() {}
 
 func (x *RecordRunCancellationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[14]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1265,7 @@ func (x *RecordRunCancellationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRunCancellationRequest.ProtoReflect.Descriptor instead.
 func (*RecordRunCancellationRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{14}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RecordRunCancellationRequest) GetRunId() string {
@@ -988,7 +1300,7 @@ type RecordRunCancellationResponse struct {
 
 func (x *RecordRunCancellationResponse) Reset() {
 	*x = RecordRunCancellationResponse{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[15]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1312,7 @@ func (x *RecordRunCancellationResponse) String() string {
 func (*RecordRunCancellationResponse) ProtoMessage() {}
 
 func (x *RecordRunCancellationResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[15]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1325,7 @@ func (x *RecordRunCancellationResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRunCancellationResponse.ProtoReflect.Descriptor instead.
 func (*RecordRunCancellationResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{15}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RecordRunCancellationResponse) GetId() string {
@@ -1049,7 +1361,7 @@ type RecordRunSuspensionRequest struct {
 
 func (x *RecordRunSuspensionRequest) Reset() {
 	*x = RecordRunSuspensionRequest{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[16]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1373,7 @@ func (x *RecordRunSuspensionRequest) String() string {
 func (*RecordRunSuspensionRequest) ProtoMessage() {}
 
 func (x *RecordRunSuspensionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[16]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1386,7 @@ func (x *RecordRunSuspensionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRunSuspensionRequest.ProtoReflect.Descriptor instead.
 func (*RecordRunSuspensionRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{16}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RecordRunSuspensionRequest) GetRunId() string {
@@ -1109,7 +1421,7 @@ type RecordRunSuspensionResponse struct {
 
 func (x *RecordRunSuspensionResponse) Reset() {
 	*x = RecordRunSuspensionResponse{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[17]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1433,7 @@ func (x *RecordRunSuspensionResponse) String() string {
 func (*RecordRunSuspensionResponse) ProtoMessage() {}
 
 func (x *RecordRunSuspensionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[17]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1446,7 @@ func (x *RecordRunSuspensionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRunSuspensionResponse.ProtoReflect.Descriptor instead.
 func (*RecordRunSuspensionResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{17}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RecordRunSuspensionResponse) GetId() string {
@@ -1171,7 +1483,7 @@ type RecordRunTerminalRequest struct {
 
 func (x *RecordRunTerminalRequest) Reset() {
 	*x = RecordRunTerminalRequest{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[18]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1495,7 @@ func (x *RecordRunTerminalRequest) String() string {
 func (*RecordRunTerminalRequest) ProtoMessage() {}
 
 func (x *RecordRunTerminalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[18]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1508,7 @@ func (x *RecordRunTerminalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRunTerminalRequest.ProtoReflect.Descriptor instead.
 func (*RecordRunTerminalRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{18}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RecordRunTerminalRequest) GetRunId() string {
@@ -1231,7 +1543,7 @@ type RecordRunTerminalResponse struct {
 
 func (x *RecordRunTerminalResponse) Reset() {
 	*x = RecordRunTerminalResponse{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[19]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1555,7 @@ func (x *RecordRunTerminalResponse) String() string {
 func (*RecordRunTerminalResponse) ProtoMessage() {}
 
 func (x *RecordRunTerminalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[19]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1568,7 @@ func (x *RecordRunTerminalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRunTerminalResponse.ProtoReflect.Descriptor instead.
 func (*RecordRunTerminalResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{19}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RecordRunTerminalResponse) GetId() string {
@@ -1291,7 +1603,7 @@ type RepairRunSuspensionRequest struct {
 
 func (x *RepairRunSuspensionRequest) Reset() {
 	*x = RepairRunSuspensionRequest{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[20]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1615,7 @@ func (x *RepairRunSuspensionRequest) String() string {
 func (*RepairRunSuspensionRequest) ProtoMessage() {}
 
 func (x *RepairRunSuspensionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[20]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1628,7 @@ func (x *RepairRunSuspensionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRunSuspensionRequest.ProtoReflect.Descriptor instead.
 func (*RepairRunSuspensionRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{20}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RepairRunSuspensionRequest) GetRunId() string {
@@ -1353,7 +1665,7 @@ type RepairRunSuspensionResponse struct {
 
 func (x *RepairRunSuspensionResponse) Reset() {
 	*x = RepairRunSuspensionResponse{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[21]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1677,7 @@ func (x *RepairRunSuspensionResponse) String() string {
 func (*RepairRunSuspensionResponse) ProtoMessage() {}
 
 func (x *RepairRunSuspensionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[21]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1690,7 @@ func (x *RepairRunSuspensionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRunSuspensionResponse.ProtoReflect.Descriptor instead.
 func (*RepairRunSuspensionResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{21}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RepairRunSuspensionResponse) GetOutcome() RunRepairOutcome {
@@ -1413,7 +1725,7 @@ type RepairRunTerminalRequest struct {
 
 func (x *RepairRunTerminalRequest) Reset() {
 	*x = RepairRunTerminalRequest{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[22]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1737,7 @@ func (x *RepairRunTerminalRequest) String() string {
 func (*RepairRunTerminalRequest) ProtoMessage() {}
 
 func (x *RepairRunTerminalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[22]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1750,7 @@ func (x *RepairRunTerminalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRunTerminalRequest.ProtoReflect.Descriptor instead.
 func (*RepairRunTerminalRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{22}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RepairRunTerminalRequest) GetRunId() string {
@@ -1473,7 +1785,7 @@ type RepairRunTerminalResponse struct {
 
 func (x *RepairRunTerminalResponse) Reset() {
 	*x = RepairRunTerminalResponse{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[23]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1485,7 +1797,7 @@ func (x *RepairRunTerminalResponse) String() string {
 func (*RepairRunTerminalResponse) ProtoMessage() {}
 
 func (x *RepairRunTerminalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[23]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1498,7 +1810,7 @@ func (x *RepairRunTerminalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RepairRunTerminalResponse.ProtoReflect.Descriptor instead.
 func (*RepairRunTerminalResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{23}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RepairRunTerminalResponse) GetOutcome() RunRepairOutcome {
@@ -1531,7 +1843,7 @@ type LoadRunRequest struct {
 
 func (x *LoadRunRequest) Reset() {
 	*x = LoadRunRequest{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[24]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1855,7 @@ func (x *LoadRunRequest) String() string {
 func (*LoadRunRequest) ProtoMessage() {}
 
 func (x *LoadRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[24]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1868,7 @@ func (x *LoadRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRunRequest.ProtoReflect.Descriptor instead.
 func (*LoadRunRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{24}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LoadRunRequest) GetRunId() string {
@@ -1575,7 +1887,7 @@ type LoadRunResponse struct {
 
 func (x *LoadRunResponse) Reset() {
 	*x = LoadRunResponse{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[25]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1587,7 +1899,7 @@ func (x *LoadRunResponse) String() string {
 func (*LoadRunResponse) ProtoMessage() {}
 
 func (x *LoadRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[25]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1600,7 +1912,7 @@ func (x *LoadRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRunResponse.ProtoReflect.Descriptor instead.
 func (*LoadRunResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{25}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LoadRunResponse) GetRun() *RunMeta {
@@ -1619,7 +1931,7 @@ type LoadRunSuspensionRequest struct {
 
 func (x *LoadRunSuspensionRequest) Reset() {
 	*x = LoadRunSuspensionRequest{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[26]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1943,7 @@ func (x *LoadRunSuspensionRequest) String() string {
 func (*LoadRunSuspensionRequest) ProtoMessage() {}
 
 func (x *LoadRunSuspensionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[26]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1956,7 @@ func (x *LoadRunSuspensionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRunSuspensionRequest.ProtoReflect.Descriptor instead.
 func (*LoadRunSuspensionRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{26}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *LoadRunSuspensionRequest) GetRunId() string {
@@ -1663,7 +1975,7 @@ type LoadRunSuspensionResponse struct {
 
 func (x *LoadRunSuspensionResponse) Reset() {
 	*x = LoadRunSuspensionResponse{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[27]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1987,7 @@ func (x *LoadRunSuspensionResponse) String() string {
 func (*LoadRunSuspensionResponse) ProtoMessage() {}
 
 func (x *LoadRunSuspensionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[27]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +2000,7 @@ func (x *LoadRunSuspensionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadRunSuspensionResponse.ProtoReflect.Descriptor instead.
 func (*LoadRunSuspensionResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{27}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LoadRunSuspensionResponse) GetSuspension() *Checkpoint {
@@ -1712,7 +2024,7 @@ type ListRunRecordsRequest struct {
 
 func (x *ListRunRecordsRequest) Reset() {
 	*x = ListRunRecordsRequest{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[28]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1724,7 +2036,7 @@ func (x *ListRunRecordsRequest) String() string {
 func (*ListRunRecordsRequest) ProtoMessage() {}
 
 func (x *ListRunRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[28]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1737,7 +2049,7 @@ func (x *ListRunRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{28}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListRunRecordsRequest) GetRunId() string {
@@ -1772,7 +2084,7 @@ type ListRunRecordsResponse struct {
 
 func (x *ListRunRecordsResponse) Reset() {
 	*x = ListRunRecordsResponse{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[29]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +2096,7 @@ func (x *ListRunRecordsResponse) String() string {
 func (*ListRunRecordsResponse) ProtoMessage() {}
 
 func (x *ListRunRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[29]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +2109,7 @@ func (x *ListRunRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{29}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListRunRecordsResponse) GetEvents() []*RunRecord {
@@ -1826,7 +2138,7 @@ type ListSessionRunRecordsRequest struct {
 
 func (x *ListSessionRunRecordsRequest) Reset() {
 	*x = ListSessionRunRecordsRequest{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[30]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2150,7 @@ func (x *ListSessionRunRecordsRequest) String() string {
 func (*ListSessionRunRecordsRequest) ProtoMessage() {}
 
 func (x *ListSessionRunRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[30]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2163,7 @@ func (x *ListSessionRunRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionRunRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionRunRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{30}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSessionRunRecordsRequest) GetSessionId() string {
@@ -1885,7 +2197,7 @@ type ListSessionRunRecordsResponse struct {
 
 func (x *ListSessionRunRecordsResponse) Reset() {
 	*x = ListSessionRunRecordsResponse{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[31]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +2209,7 @@ func (x *ListSessionRunRecordsResponse) String() string {
 func (*ListSessionRunRecordsResponse) ProtoMessage() {}
 
 func (x *ListSessionRunRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[31]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +2222,7 @@ func (x *ListSessionRunRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionRunRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionRunRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{31}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSessionRunRecordsResponse) GetEvents() []*RunRecord {
@@ -1942,7 +2254,7 @@ type ListRunTranscriptRecordsRequest struct {
 
 func (x *ListRunTranscriptRecordsRequest) Reset() {
 	*x = ListRunTranscriptRecordsRequest{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[32]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2266,7 @@ func (x *ListRunTranscriptRecordsRequest) String() string {
 func (*ListRunTranscriptRecordsRequest) ProtoMessage() {}
 
 func (x *ListRunTranscriptRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[32]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2279,7 @@ func (x *ListRunTranscriptRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunTranscriptRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunTranscriptRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{32}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListRunTranscriptRecordsRequest) GetRunId() string {
@@ -2008,7 +2320,7 @@ type ListRunTranscriptRecordsResponse struct {
 
 func (x *ListRunTranscriptRecordsResponse) Reset() {
 	*x = ListRunTranscriptRecordsResponse{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[33]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2020,7 +2332,7 @@ func (x *ListRunTranscriptRecordsResponse) String() string {
 func (*ListRunTranscriptRecordsResponse) ProtoMessage() {}
 
 func (x *ListRunTranscriptRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[33]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2033,7 +2345,7 @@ func (x *ListRunTranscriptRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunTranscriptRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunTranscriptRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{33}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListRunTranscriptRecordsResponse) GetEvents() []*RunRecord {
@@ -2062,7 +2374,7 @@ type WatchSessionRunRecordsRequest struct {
 
 func (x *WatchSessionRunRecordsRequest) Reset() {
 	*x = WatchSessionRunRecordsRequest{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[34]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2386,7 @@ func (x *WatchSessionRunRecordsRequest) String() string {
 func (*WatchSessionRunRecordsRequest) ProtoMessage() {}
 
 func (x *WatchSessionRunRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[34]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2399,7 @@ func (x *WatchSessionRunRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionRunRecordsRequest.ProtoReflect.Descriptor instead.
 func (*WatchSessionRunRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{34}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchSessionRunRecordsRequest) GetSessionId() string {
@@ -2117,7 +2429,7 @@ type WatchSessionRunRecordsResponse struct {
 
 func (x *WatchSessionRunRecordsResponse) Reset() {
 	*x = WatchSessionRunRecordsResponse{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[35]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2441,7 @@ func (x *WatchSessionRunRecordsResponse) String() string {
 func (*WatchSessionRunRecordsResponse) ProtoMessage() {}
 
 func (x *WatchSessionRunRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[35]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2454,7 @@ func (x *WatchSessionRunRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSessionRunRecordsResponse.ProtoReflect.Descriptor instead.
 func (*WatchSessionRunRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{35}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchSessionRunRecordsResponse) GetEvents() []*RunRecord {
@@ -2171,7 +2483,7 @@ type WatchRunRecordsRequest struct {
 
 func (x *WatchRunRecordsRequest) Reset() {
 	*x = WatchRunRecordsRequest{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[36]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2183,7 +2495,7 @@ func (x *WatchRunRecordsRequest) String() string {
 func (*WatchRunRecordsRequest) ProtoMessage() {}
 
 func (x *WatchRunRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[36]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2196,7 +2508,7 @@ func (x *WatchRunRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunRecordsRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{36}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchRunRecordsRequest) GetRunId() string {
@@ -2223,7 +2535,7 @@ type WatchRunRecordsResponse struct {
 
 func (x *WatchRunRecordsResponse) Reset() {
 	*x = WatchRunRecordsResponse{}
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[37]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2547,7 @@ func (x *WatchRunRecordsResponse) String() string {
 func (*WatchRunRecordsResponse) ProtoMessage() {}
 
 func (x *WatchRunRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runstore_v1_runtime_store_proto_msgTypes[37]
+	mi := &file_runstore_v1_runtime_store_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2560,7 @@ func (x *WatchRunRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunRecordsResponse.ProtoReflect.Descriptor instead.
 func (*WatchRunRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{37}
+	return file_runstore_v1_runtime_store_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchRunRecordsResponse) GetEvents() []*RunRecord {
@@ -2269,7 +2581,7 @@ var File_runstore_v1_runtime_store_proto protoreflect.FileDescriptor
 
 const file_runstore_v1_runtime_store_proto_rawDesc = "" +
 	"\n" +
-	"\x1frunstore/v1/runtime_store.proto\x12\vrunstore.v1\x1a\x19runstore/v1/options.proto\x1a\x17runstore/v1/seeds.proto\x1a\x17runstore/v1/types.proto\"9\n" +
+	"\x1frunstore/v1/runtime_store.proto\x12\vrunstore.v1\x1a\x19google/protobuf/any.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x19runstore/v1/options.proto\x1a\x17runstore/v1/seeds.proto\x1a\x17runstore/v1/types.proto\"9\n" +
 	"\x18LoadSessionStatusRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"O\n" +
@@ -2330,7 +2642,27 @@ const file_runstore_v1_runtime_store_proto_rawDesc = "" +
 	"\x17AppendRunRecordsRequest\x120\n" +
 	"\arecords\x18\x01 \x03(\v2\x16.runstore.v1.RunRecordR\arecords\"O\n" +
 	"\x18AppendRunRecordsResponse\x123\n" +
-	"\aresults\x18\x01 \x03(\v2\x19.runstore.v1.AppendResultR\aresults\"}\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.runstore.v1.AppendResultR\aresults\"U\n" +
+	"\x1bAppendRunRecordCallsRequest\x126\n" +
+	"\x05calls\x18\x01 \x03(\v2 .runstore.v1.AppendRunRecordCallR\x05calls\"\xa8\x01\n" +
+	"\x13AppendRunRecordCall\x12=\n" +
+	"\arequest\x18\x01 \x01(\v2#.runstore.v1.AppendRunRecordRequestR\arequest\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"c\n" +
+	"\x1cAppendRunRecordCallsResponse\x12C\n" +
+	"\boutcomes\x18\x01 \x03(\v2'.runstore.v1.AppendRunRecordCallOutcomeR\boutcomes\"\xbb\x01\n" +
+	"\x1aAppendRunRecordCallOutcome\x12B\n" +
+	"\bresponse\x18\x01 \x01(\v2$.runstore.v1.AppendRunRecordResponseH\x00R\bresponse\x12/\n" +
+	"\x05error\x18\x02 \x01(\v2\x17.runstore.v1.CallStatusH\x00R\x05error\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestIdB\t\n" +
+	"\aoutcome\"j\n" +
+	"\n" +
+	"CallStatus\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
+	"\adetails\x18\x03 \x03(\v2\x14.google.protobuf.AnyR\adetails\"}\n" +
 	"\x1cRecordRunCancellationRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12.\n" +
@@ -2425,7 +2757,7 @@ const file_runstore_v1_runtime_store_proto_rawDesc = "" +
 	"\x17WatchRunRecordsResponse\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.runstore.v1.RunRecordR\x06events\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor2\xe9\x19\n" +
+	"nextCursor2\xe6\x1a\n" +
 	"\fRuntimeStore\x12t\n" +
 	"\x11LoadSessionStatus\x12%.runstore.v1.LoadSessionStatusRequest\x1a&.runstore.v1.LoadSessionStatusResponse\"\x10\xb2\xa1\x19\f\n" +
 	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12e\n" +
@@ -2442,7 +2774,10 @@ const file_runstore_v1_runtime_store_proto_rawDesc = "" +
 	"\x0fAppendRunRecord\x12#.runstore.v1.AppendRunRecordRequest\x1a$.runstore.v1.AppendRunRecordResponse\"\x10\xb2\xa1\x19\f\n" +
 	"\x02\x01\x03\x10\x03\x18\x01 \x01(\x01\x12q\n" +
 	"\x10AppendRunRecords\x12$.runstore.v1.AppendRunRecordsRequest\x1a%.runstore.v1.AppendRunRecordsResponse\"\x10\xb2\xa1\x19\f\n" +
-	"\x02\x01\x03\x10\x03\x18\x01 \x01(\x01\x12~\n" +
+	"\x02\x01\x03\x10\x03\x18\x01 \x01(\x01\x12{\n" +
+	"\x14AppendRunRecordCalls\x12(.runstore.v1.AppendRunRecordCallsRequest\x1a).runstore.v1.AppendRunRecordCallsResponse\"\x0e\xb2\xa1\x19\n" +
+	"\n" +
+	"\x02\x01\x03\x10\x01 \x01(\x01\x12~\n" +
 	"\x15RecordRunCancellation\x12).runstore.v1.RecordRunCancellationRequest\x1a*.runstore.v1.RecordRunCancellationResponse\"\x0e\xb2\xa1\x19\n" +
 	"\n" +
 	"\x02\x01\x03\x10\x03 \x01(\x01\x12x\n" +
@@ -2505,7 +2840,7 @@ func file_runstore_v1_runtime_store_proto_rawDescGZIP() []byte {
 	return file_runstore_v1_runtime_store_proto_rawDescData
 }
 
-var file_runstore_v1_runtime_store_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_runstore_v1_runtime_store_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_runstore_v1_runtime_store_proto_goTypes = []any{
 	(*LoadSessionStatusRequest)(nil),          // 0: runstore.v1.LoadSessionStatusRequest
 	(*LoadSessionStatusResponse)(nil),         // 1: runstore.v1.LoadSessionStatusResponse
@@ -2521,180 +2856,196 @@ var file_runstore_v1_runtime_store_proto_goTypes = []any{
 	(*AppendRunRecordResponse)(nil),           // 11: runstore.v1.AppendRunRecordResponse
 	(*AppendRunRecordsRequest)(nil),           // 12: runstore.v1.AppendRunRecordsRequest
 	(*AppendRunRecordsResponse)(nil),          // 13: runstore.v1.AppendRunRecordsResponse
-	(*RecordRunCancellationRequest)(nil),      // 14: runstore.v1.RecordRunCancellationRequest
-	(*RecordRunCancellationResponse)(nil),     // 15: runstore.v1.RecordRunCancellationResponse
-	(*RecordRunSuspensionRequest)(nil),        // 16: runstore.v1.RecordRunSuspensionRequest
-	(*RecordRunSuspensionResponse)(nil),       // 17: runstore.v1.RecordRunSuspensionResponse
-	(*RecordRunTerminalRequest)(nil),          // 18: runstore.v1.RecordRunTerminalRequest
-	(*RecordRunTerminalResponse)(nil),         // 19: runstore.v1.RecordRunTerminalResponse
-	(*RepairRunSuspensionRequest)(nil),        // 20: runstore.v1.RepairRunSuspensionRequest
-	(*RepairRunSuspensionResponse)(nil),       // 21: runstore.v1.RepairRunSuspensionResponse
-	(*RepairRunTerminalRequest)(nil),          // 22: runstore.v1.RepairRunTerminalRequest
-	(*RepairRunTerminalResponse)(nil),         // 23: runstore.v1.RepairRunTerminalResponse
-	(*LoadRunRequest)(nil),                    // 24: runstore.v1.LoadRunRequest
-	(*LoadRunResponse)(nil),                   // 25: runstore.v1.LoadRunResponse
-	(*LoadRunSuspensionRequest)(nil),          // 26: runstore.v1.LoadRunSuspensionRequest
-	(*LoadRunSuspensionResponse)(nil),         // 27: runstore.v1.LoadRunSuspensionResponse
-	(*ListRunRecordsRequest)(nil),             // 28: runstore.v1.ListRunRecordsRequest
-	(*ListRunRecordsResponse)(nil),            // 29: runstore.v1.ListRunRecordsResponse
-	(*ListSessionRunRecordsRequest)(nil),      // 30: runstore.v1.ListSessionRunRecordsRequest
-	(*ListSessionRunRecordsResponse)(nil),     // 31: runstore.v1.ListSessionRunRecordsResponse
-	(*ListRunTranscriptRecordsRequest)(nil),   // 32: runstore.v1.ListRunTranscriptRecordsRequest
-	(*ListRunTranscriptRecordsResponse)(nil),  // 33: runstore.v1.ListRunTranscriptRecordsResponse
-	(*WatchSessionRunRecordsRequest)(nil),     // 34: runstore.v1.WatchSessionRunRecordsRequest
-	(*WatchSessionRunRecordsResponse)(nil),    // 35: runstore.v1.WatchSessionRunRecordsResponse
-	(*WatchRunRecordsRequest)(nil),            // 36: runstore.v1.WatchRunRecordsRequest
-	(*WatchRunRecordsResponse)(nil),           // 37: runstore.v1.WatchRunRecordsResponse
-	(SessionStatus)(0),                        // 38: runstore.v1.SessionStatus
-	(*RunStart)(nil),                          // 39: runstore.v1.RunStart
-	(*RunRecord)(nil),                         // 40: runstore.v1.RunRecord
-	(RunStartOutcome)(0),                      // 41: runstore.v1.RunStartOutcome
-	(*AppendResult)(nil),                      // 42: runstore.v1.AppendResult
-	(RunStatus)(0),                            // 43: runstore.v1.RunStatus
-	(*Checkpoint)(nil),                        // 44: runstore.v1.Checkpoint
-	(RunRepairOutcome)(0),                     // 45: runstore.v1.RunRepairOutcome
-	(*RunMeta)(nil),                           // 46: runstore.v1.RunMeta
-	(*StartSynchronousRunRequest)(nil),        // 47: runstore.v1.StartSynchronousRunRequest
-	(*BeginRunSeedRequest)(nil),               // 48: runstore.v1.BeginRunSeedRequest
-	(*AppendRunSeedRequest)(nil),              // 49: runstore.v1.AppendRunSeedRequest
-	(*PublishRunSeedRequest)(nil),             // 50: runstore.v1.PublishRunSeedRequest
-	(*FindRunPreparationRequest)(nil),         // 51: runstore.v1.FindRunPreparationRequest
-	(*SettleRunPreparationRequest)(nil),       // 52: runstore.v1.SettleRunPreparationRequest
-	(*ListRunPreparationRecordsRequest)(nil),  // 53: runstore.v1.ListRunPreparationRecordsRequest
-	(*LoadRunSeedRequest)(nil),                // 54: runstore.v1.LoadRunSeedRequest
-	(*ListRunSeedRecordsRequest)(nil),         // 55: runstore.v1.ListRunSeedRecordsRequest
-	(*StartSynchronousRunResponse)(nil),       // 56: runstore.v1.StartSynchronousRunResponse
-	(*BeginRunSeedResponse)(nil),              // 57: runstore.v1.BeginRunSeedResponse
-	(*AppendRunSeedResponse)(nil),             // 58: runstore.v1.AppendRunSeedResponse
-	(*PublishRunSeedResponse)(nil),            // 59: runstore.v1.PublishRunSeedResponse
-	(*FindRunPreparationResponse)(nil),        // 60: runstore.v1.FindRunPreparationResponse
-	(*SettleRunPreparationResponse)(nil),      // 61: runstore.v1.SettleRunPreparationResponse
-	(*ListRunPreparationRecordsResponse)(nil), // 62: runstore.v1.ListRunPreparationRecordsResponse
-	(*LoadRunSeedResponse)(nil),               // 63: runstore.v1.LoadRunSeedResponse
-	(*ListRunSeedRecordsResponse)(nil),        // 64: runstore.v1.ListRunSeedRecordsResponse
+	(*AppendRunRecordCallsRequest)(nil),       // 14: runstore.v1.AppendRunRecordCallsRequest
+	(*AppendRunRecordCall)(nil),               // 15: runstore.v1.AppendRunRecordCall
+	(*AppendRunRecordCallsResponse)(nil),      // 16: runstore.v1.AppendRunRecordCallsResponse
+	(*AppendRunRecordCallOutcome)(nil),        // 17: runstore.v1.AppendRunRecordCallOutcome
+	(*CallStatus)(nil),                        // 18: runstore.v1.CallStatus
+	(*RecordRunCancellationRequest)(nil),      // 19: runstore.v1.RecordRunCancellationRequest
+	(*RecordRunCancellationResponse)(nil),     // 20: runstore.v1.RecordRunCancellationResponse
+	(*RecordRunSuspensionRequest)(nil),        // 21: runstore.v1.RecordRunSuspensionRequest
+	(*RecordRunSuspensionResponse)(nil),       // 22: runstore.v1.RecordRunSuspensionResponse
+	(*RecordRunTerminalRequest)(nil),          // 23: runstore.v1.RecordRunTerminalRequest
+	(*RecordRunTerminalResponse)(nil),         // 24: runstore.v1.RecordRunTerminalResponse
+	(*RepairRunSuspensionRequest)(nil),        // 25: runstore.v1.RepairRunSuspensionRequest
+	(*RepairRunSuspensionResponse)(nil),       // 26: runstore.v1.RepairRunSuspensionResponse
+	(*RepairRunTerminalRequest)(nil),          // 27: runstore.v1.RepairRunTerminalRequest
+	(*RepairRunTerminalResponse)(nil),         // 28: runstore.v1.RepairRunTerminalResponse
+	(*LoadRunRequest)(nil),                    // 29: runstore.v1.LoadRunRequest
+	(*LoadRunResponse)(nil),                   // 30: runstore.v1.LoadRunResponse
+	(*LoadRunSuspensionRequest)(nil),          // 31: runstore.v1.LoadRunSuspensionRequest
+	(*LoadRunSuspensionResponse)(nil),         // 32: runstore.v1.LoadRunSuspensionResponse
+	(*ListRunRecordsRequest)(nil),             // 33: runstore.v1.ListRunRecordsRequest
+	(*ListRunRecordsResponse)(nil),            // 34: runstore.v1.ListRunRecordsResponse
+	(*ListSessionRunRecordsRequest)(nil),      // 35: runstore.v1.ListSessionRunRecordsRequest
+	(*ListSessionRunRecordsResponse)(nil),     // 36: runstore.v1.ListSessionRunRecordsResponse
+	(*ListRunTranscriptRecordsRequest)(nil),   // 37: runstore.v1.ListRunTranscriptRecordsRequest
+	(*ListRunTranscriptRecordsResponse)(nil),  // 38: runstore.v1.ListRunTranscriptRecordsResponse
+	(*WatchSessionRunRecordsRequest)(nil),     // 39: runstore.v1.WatchSessionRunRecordsRequest
+	(*WatchSessionRunRecordsResponse)(nil),    // 40: runstore.v1.WatchSessionRunRecordsResponse
+	(*WatchRunRecordsRequest)(nil),            // 41: runstore.v1.WatchRunRecordsRequest
+	(*WatchRunRecordsResponse)(nil),           // 42: runstore.v1.WatchRunRecordsResponse
+	(SessionStatus)(0),                        // 43: runstore.v1.SessionStatus
+	(*RunStart)(nil),                          // 44: runstore.v1.RunStart
+	(*RunRecord)(nil),                         // 45: runstore.v1.RunRecord
+	(RunStartOutcome)(0),                      // 46: runstore.v1.RunStartOutcome
+	(*AppendResult)(nil),                      // 47: runstore.v1.AppendResult
+	(RunStatus)(0),                            // 48: runstore.v1.RunStatus
+	(*durationpb.Duration)(nil),               // 49: google.protobuf.Duration
+	(*anypb.Any)(nil),                         // 50: google.protobuf.Any
+	(*Checkpoint)(nil),                        // 51: runstore.v1.Checkpoint
+	(RunRepairOutcome)(0),                     // 52: runstore.v1.RunRepairOutcome
+	(*RunMeta)(nil),                           // 53: runstore.v1.RunMeta
+	(*StartSynchronousRunRequest)(nil),        // 54: runstore.v1.StartSynchronousRunRequest
+	(*BeginRunSeedRequest)(nil),               // 55: runstore.v1.BeginRunSeedRequest
+	(*AppendRunSeedRequest)(nil),              // 56: runstore.v1.AppendRunSeedRequest
+	(*PublishRunSeedRequest)(nil),             // 57: runstore.v1.PublishRunSeedRequest
+	(*FindRunPreparationRequest)(nil),         // 58: runstore.v1.FindRunPreparationRequest
+	(*SettleRunPreparationRequest)(nil),       // 59: runstore.v1.SettleRunPreparationRequest
+	(*ListRunPreparationRecordsRequest)(nil),  // 60: runstore.v1.ListRunPreparationRecordsRequest
+	(*LoadRunSeedRequest)(nil),                // 61: runstore.v1.LoadRunSeedRequest
+	(*ListRunSeedRecordsRequest)(nil),         // 62: runstore.v1.ListRunSeedRecordsRequest
+	(*StartSynchronousRunResponse)(nil),       // 63: runstore.v1.StartSynchronousRunResponse
+	(*BeginRunSeedResponse)(nil),              // 64: runstore.v1.BeginRunSeedResponse
+	(*AppendRunSeedResponse)(nil),             // 65: runstore.v1.AppendRunSeedResponse
+	(*PublishRunSeedResponse)(nil),            // 66: runstore.v1.PublishRunSeedResponse
+	(*FindRunPreparationResponse)(nil),        // 67: runstore.v1.FindRunPreparationResponse
+	(*SettleRunPreparationResponse)(nil),      // 68: runstore.v1.SettleRunPreparationResponse
+	(*ListRunPreparationRecordsResponse)(nil), // 69: runstore.v1.ListRunPreparationRecordsResponse
+	(*LoadRunSeedResponse)(nil),               // 70: runstore.v1.LoadRunSeedResponse
+	(*ListRunSeedRecordsResponse)(nil),        // 71: runstore.v1.ListRunSeedRecordsResponse
 }
 var file_runstore_v1_runtime_store_proto_depIdxs = []int32{
-	38, // 0: runstore.v1.LoadSessionStatusResponse.status:type_name -> runstore.v1.SessionStatus
-	39, // 1: runstore.v1.StartRootRunRequest.run:type_name -> runstore.v1.RunStart
-	40, // 2: runstore.v1.StartRootRunRequest.started:type_name -> runstore.v1.RunRecord
-	40, // 3: runstore.v1.StartRootRunRequest.canceled:type_name -> runstore.v1.RunRecord
-	40, // 4: runstore.v1.StartRootRunRequest.cancellation:type_name -> runstore.v1.RunRecord
-	41, // 5: runstore.v1.StartRootRunResponse.outcome:type_name -> runstore.v1.RunStartOutcome
-	42, // 6: runstore.v1.StartRootRunResponse.started:type_name -> runstore.v1.AppendResult
-	42, // 7: runstore.v1.StartRootRunResponse.canceled:type_name -> runstore.v1.AppendResult
-	43, // 8: runstore.v1.StartRootRunResponse.run_status:type_name -> runstore.v1.RunStatus
-	42, // 9: runstore.v1.StartRootRunResponse.cancellation:type_name -> runstore.v1.AppendResult
-	39, // 10: runstore.v1.StartChildRunRequest.run:type_name -> runstore.v1.RunStart
-	40, // 11: runstore.v1.StartChildRunRequest.parent_linked:type_name -> runstore.v1.RunRecord
-	40, // 12: runstore.v1.StartChildRunRequest.started:type_name -> runstore.v1.RunRecord
-	40, // 13: runstore.v1.StartChildRunRequest.canceled:type_name -> runstore.v1.RunRecord
-	40, // 14: runstore.v1.StartChildRunRequest.cancellation:type_name -> runstore.v1.RunRecord
-	41, // 15: runstore.v1.StartChildRunResponse.outcome:type_name -> runstore.v1.RunStartOutcome
-	42, // 16: runstore.v1.StartChildRunResponse.parent_record:type_name -> runstore.v1.AppendResult
-	42, // 17: runstore.v1.StartChildRunResponse.started:type_name -> runstore.v1.AppendResult
-	42, // 18: runstore.v1.StartChildRunResponse.canceled:type_name -> runstore.v1.AppendResult
-	43, // 19: runstore.v1.StartChildRunResponse.run_status:type_name -> runstore.v1.RunStatus
-	42, // 20: runstore.v1.StartChildRunResponse.cancellation:type_name -> runstore.v1.AppendResult
-	39, // 21: runstore.v1.StartOneShotRunRequest.run:type_name -> runstore.v1.RunStart
-	40, // 22: runstore.v1.StartOneShotRunRequest.started:type_name -> runstore.v1.RunRecord
-	42, // 23: runstore.v1.StartOneShotRunResponse.record:type_name -> runstore.v1.AppendResult
-	43, // 24: runstore.v1.StartOneShotRunResponse.run_status:type_name -> runstore.v1.RunStatus
-	39, // 25: runstore.v1.StartOneShotChildRunRequest.run:type_name -> runstore.v1.RunStart
-	40, // 26: runstore.v1.StartOneShotChildRunRequest.parent_linked:type_name -> runstore.v1.RunRecord
-	40, // 27: runstore.v1.StartOneShotChildRunRequest.started:type_name -> runstore.v1.RunRecord
-	42, // 28: runstore.v1.StartOneShotChildRunResponse.parent_record:type_name -> runstore.v1.AppendResult
-	42, // 29: runstore.v1.StartOneShotChildRunResponse.started:type_name -> runstore.v1.AppendResult
-	43, // 30: runstore.v1.StartOneShotChildRunResponse.run_status:type_name -> runstore.v1.RunStatus
-	40, // 31: runstore.v1.AppendRunRecordRequest.record:type_name -> runstore.v1.RunRecord
-	38, // 32: runstore.v1.AppendRunRecordResponse.session_status:type_name -> runstore.v1.SessionStatus
-	40, // 33: runstore.v1.AppendRunRecordsRequest.records:type_name -> runstore.v1.RunRecord
-	42, // 34: runstore.v1.AppendRunRecordsResponse.results:type_name -> runstore.v1.AppendResult
-	40, // 35: runstore.v1.RecordRunCancellationRequest.record:type_name -> runstore.v1.RunRecord
-	38, // 36: runstore.v1.RecordRunCancellationResponse.session_status:type_name -> runstore.v1.SessionStatus
-	44, // 37: runstore.v1.RecordRunSuspensionRequest.suspension:type_name -> runstore.v1.Checkpoint
-	40, // 38: runstore.v1.RecordRunSuspensionRequest.record:type_name -> runstore.v1.RunRecord
-	38, // 39: runstore.v1.RecordRunSuspensionResponse.session_status:type_name -> runstore.v1.SessionStatus
-	43, // 40: runstore.v1.RecordRunTerminalRequest.status:type_name -> runstore.v1.RunStatus
-	40, // 41: runstore.v1.RecordRunTerminalRequest.record:type_name -> runstore.v1.RunRecord
-	38, // 42: runstore.v1.RecordRunTerminalResponse.session_status:type_name -> runstore.v1.SessionStatus
-	44, // 43: runstore.v1.RepairRunSuspensionRequest.suspension:type_name -> runstore.v1.Checkpoint
-	40, // 44: runstore.v1.RepairRunSuspensionRequest.record:type_name -> runstore.v1.RunRecord
-	45, // 45: runstore.v1.RepairRunSuspensionResponse.outcome:type_name -> runstore.v1.RunRepairOutcome
-	43, // 46: runstore.v1.RepairRunSuspensionResponse.status:type_name -> runstore.v1.RunStatus
-	42, // 47: runstore.v1.RepairRunSuspensionResponse.record:type_name -> runstore.v1.AppendResult
-	43, // 48: runstore.v1.RepairRunTerminalRequest.status:type_name -> runstore.v1.RunStatus
-	40, // 49: runstore.v1.RepairRunTerminalRequest.record:type_name -> runstore.v1.RunRecord
-	45, // 50: runstore.v1.RepairRunTerminalResponse.outcome:type_name -> runstore.v1.RunRepairOutcome
-	43, // 51: runstore.v1.RepairRunTerminalResponse.status:type_name -> runstore.v1.RunStatus
-	42, // 52: runstore.v1.RepairRunTerminalResponse.record:type_name -> runstore.v1.AppendResult
-	46, // 53: runstore.v1.LoadRunResponse.run:type_name -> runstore.v1.RunMeta
-	44, // 54: runstore.v1.LoadRunSuspensionResponse.suspension:type_name -> runstore.v1.Checkpoint
-	40, // 55: runstore.v1.ListRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
-	40, // 56: runstore.v1.ListSessionRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
-	40, // 57: runstore.v1.ListRunTranscriptRecordsResponse.events:type_name -> runstore.v1.RunRecord
-	40, // 58: runstore.v1.WatchSessionRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
-	40, // 59: runstore.v1.WatchRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
-	0,  // 60: runstore.v1.RuntimeStore.LoadSessionStatus:input_type -> runstore.v1.LoadSessionStatusRequest
-	2,  // 61: runstore.v1.RuntimeStore.StartRootRun:input_type -> runstore.v1.StartRootRunRequest
-	4,  // 62: runstore.v1.RuntimeStore.StartChildRun:input_type -> runstore.v1.StartChildRunRequest
-	6,  // 63: runstore.v1.RuntimeStore.StartOneShotRun:input_type -> runstore.v1.StartOneShotRunRequest
-	8,  // 64: runstore.v1.RuntimeStore.StartOneShotChildRun:input_type -> runstore.v1.StartOneShotChildRunRequest
-	47, // 65: runstore.v1.RuntimeStore.StartSynchronousRun:input_type -> runstore.v1.StartSynchronousRunRequest
-	10, // 66: runstore.v1.RuntimeStore.AppendRunRecord:input_type -> runstore.v1.AppendRunRecordRequest
-	12, // 67: runstore.v1.RuntimeStore.AppendRunRecords:input_type -> runstore.v1.AppendRunRecordsRequest
-	14, // 68: runstore.v1.RuntimeStore.RecordRunCancellation:input_type -> runstore.v1.RecordRunCancellationRequest
-	16, // 69: runstore.v1.RuntimeStore.RecordRunSuspension:input_type -> runstore.v1.RecordRunSuspensionRequest
-	18, // 70: runstore.v1.RuntimeStore.RecordRunTerminal:input_type -> runstore.v1.RecordRunTerminalRequest
-	20, // 71: runstore.v1.RuntimeStore.RepairRunSuspension:input_type -> runstore.v1.RepairRunSuspensionRequest
-	22, // 72: runstore.v1.RuntimeStore.RepairRunTerminal:input_type -> runstore.v1.RepairRunTerminalRequest
-	24, // 73: runstore.v1.RuntimeStore.LoadRun:input_type -> runstore.v1.LoadRunRequest
-	26, // 74: runstore.v1.RuntimeStore.LoadRunSuspension:input_type -> runstore.v1.LoadRunSuspensionRequest
-	28, // 75: runstore.v1.RuntimeStore.ListRunRecords:input_type -> runstore.v1.ListRunRecordsRequest
-	30, // 76: runstore.v1.RuntimeStore.ListSessionRunRecords:input_type -> runstore.v1.ListSessionRunRecordsRequest
-	32, // 77: runstore.v1.RuntimeStore.ListRunTranscriptRecords:input_type -> runstore.v1.ListRunTranscriptRecordsRequest
-	48, // 78: runstore.v1.RuntimeStore.BeginRunSeed:input_type -> runstore.v1.BeginRunSeedRequest
-	49, // 79: runstore.v1.RuntimeStore.AppendRunSeed:input_type -> runstore.v1.AppendRunSeedRequest
-	50, // 80: runstore.v1.RuntimeStore.PublishRunSeed:input_type -> runstore.v1.PublishRunSeedRequest
-	51, // 81: runstore.v1.RuntimeStore.FindRunPreparation:input_type -> runstore.v1.FindRunPreparationRequest
-	52, // 82: runstore.v1.RuntimeStore.SettleRunPreparation:input_type -> runstore.v1.SettleRunPreparationRequest
-	53, // 83: runstore.v1.RuntimeStore.ListRunPreparationRecords:input_type -> runstore.v1.ListRunPreparationRecordsRequest
-	54, // 84: runstore.v1.RuntimeStore.LoadRunSeed:input_type -> runstore.v1.LoadRunSeedRequest
-	55, // 85: runstore.v1.RuntimeStore.ListRunSeedRecords:input_type -> runstore.v1.ListRunSeedRecordsRequest
-	34, // 86: runstore.v1.RuntimeStore.WatchSessionRunRecords:input_type -> runstore.v1.WatchSessionRunRecordsRequest
-	36, // 87: runstore.v1.RuntimeStore.WatchRunRecords:input_type -> runstore.v1.WatchRunRecordsRequest
-	1,  // 88: runstore.v1.RuntimeStore.LoadSessionStatus:output_type -> runstore.v1.LoadSessionStatusResponse
-	3,  // 89: runstore.v1.RuntimeStore.StartRootRun:output_type -> runstore.v1.StartRootRunResponse
-	5,  // 90: runstore.v1.RuntimeStore.StartChildRun:output_type -> runstore.v1.StartChildRunResponse
-	7,  // 91: runstore.v1.RuntimeStore.StartOneShotRun:output_type -> runstore.v1.StartOneShotRunResponse
-	9,  // 92: runstore.v1.RuntimeStore.StartOneShotChildRun:output_type -> runstore.v1.StartOneShotChildRunResponse
-	56, // 93: runstore.v1.RuntimeStore.StartSynchronousRun:output_type -> runstore.v1.StartSynchronousRunResponse
-	11, // 94: runstore.v1.RuntimeStore.AppendRunRecord:output_type -> runstore.v1.AppendRunRecordResponse
-	13, // 95: runstore.v1.RuntimeStore.AppendRunRecords:output_type -> runstore.v1.AppendRunRecordsResponse
-	15, // 96: runstore.v1.RuntimeStore.RecordRunCancellation:output_type -> runstore.v1.RecordRunCancellationResponse
-	17, // 97: runstore.v1.RuntimeStore.RecordRunSuspension:output_type -> runstore.v1.RecordRunSuspensionResponse
-	19, // 98: runstore.v1.RuntimeStore.RecordRunTerminal:output_type -> runstore.v1.RecordRunTerminalResponse
-	21, // 99: runstore.v1.RuntimeStore.RepairRunSuspension:output_type -> runstore.v1.RepairRunSuspensionResponse
-	23, // 100: runstore.v1.RuntimeStore.RepairRunTerminal:output_type -> runstore.v1.RepairRunTerminalResponse
-	25, // 101: runstore.v1.RuntimeStore.LoadRun:output_type -> runstore.v1.LoadRunResponse
-	27, // 102: runstore.v1.RuntimeStore.LoadRunSuspension:output_type -> runstore.v1.LoadRunSuspensionResponse
-	29, // 103: runstore.v1.RuntimeStore.ListRunRecords:output_type -> runstore.v1.ListRunRecordsResponse
-	31, // 104: runstore.v1.RuntimeStore.ListSessionRunRecords:output_type -> runstore.v1.ListSessionRunRecordsResponse
-	33, // 105: runstore.v1.RuntimeStore.ListRunTranscriptRecords:output_type -> runstore.v1.ListRunTranscriptRecordsResponse
-	57, // 106: runstore.v1.RuntimeStore.BeginRunSeed:output_type -> runstore.v1.BeginRunSeedResponse
-	58, // 107: runstore.v1.RuntimeStore.AppendRunSeed:output_type -> runstore.v1.AppendRunSeedResponse
-	59, // 108: runstore.v1.RuntimeStore.PublishRunSeed:output_type -> runstore.v1.PublishRunSeedResponse
-	60, // 109: runstore.v1.RuntimeStore.FindRunPreparation:output_type -> runstore.v1.FindRunPreparationResponse
-	61, // 110: runstore.v1.RuntimeStore.SettleRunPreparation:output_type -> runstore.v1.SettleRunPreparationResponse
-	62, // 111: runstore.v1.RuntimeStore.ListRunPreparationRecords:output_type -> runstore.v1.ListRunPreparationRecordsResponse
-	63, // 112: runstore.v1.RuntimeStore.LoadRunSeed:output_type -> runstore.v1.LoadRunSeedResponse
-	64, // 113: runstore.v1.RuntimeStore.ListRunSeedRecords:output_type -> runstore.v1.ListRunSeedRecordsResponse
-	35, // 114: runstore.v1.RuntimeStore.WatchSessionRunRecords:output_type -> runstore.v1.WatchSessionRunRecordsResponse
-	37, // 115: runstore.v1.RuntimeStore.WatchRunRecords:output_type -> runstore.v1.WatchRunRecordsResponse
-	88, // [88:116] is the sub-list for method output_type
-	60, // [60:88] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	43, // 0: runstore.v1.LoadSessionStatusResponse.status:type_name -> runstore.v1.SessionStatus
+	44, // 1: runstore.v1.StartRootRunRequest.run:type_name -> runstore.v1.RunStart
+	45, // 2: runstore.v1.StartRootRunRequest.started:type_name -> runstore.v1.RunRecord
+	45, // 3: runstore.v1.StartRootRunRequest.canceled:type_name -> runstore.v1.RunRecord
+	45, // 4: runstore.v1.StartRootRunRequest.cancellation:type_name -> runstore.v1.RunRecord
+	46, // 5: runstore.v1.StartRootRunResponse.outcome:type_name -> runstore.v1.RunStartOutcome
+	47, // 6: runstore.v1.StartRootRunResponse.started:type_name -> runstore.v1.AppendResult
+	47, // 7: runstore.v1.StartRootRunResponse.canceled:type_name -> runstore.v1.AppendResult
+	48, // 8: runstore.v1.StartRootRunResponse.run_status:type_name -> runstore.v1.RunStatus
+	47, // 9: runstore.v1.StartRootRunResponse.cancellation:type_name -> runstore.v1.AppendResult
+	44, // 10: runstore.v1.StartChildRunRequest.run:type_name -> runstore.v1.RunStart
+	45, // 11: runstore.v1.StartChildRunRequest.parent_linked:type_name -> runstore.v1.RunRecord
+	45, // 12: runstore.v1.StartChildRunRequest.started:type_name -> runstore.v1.RunRecord
+	45, // 13: runstore.v1.StartChildRunRequest.canceled:type_name -> runstore.v1.RunRecord
+	45, // 14: runstore.v1.StartChildRunRequest.cancellation:type_name -> runstore.v1.RunRecord
+	46, // 15: runstore.v1.StartChildRunResponse.outcome:type_name -> runstore.v1.RunStartOutcome
+	47, // 16: runstore.v1.StartChildRunResponse.parent_record:type_name -> runstore.v1.AppendResult
+	47, // 17: runstore.v1.StartChildRunResponse.started:type_name -> runstore.v1.AppendResult
+	47, // 18: runstore.v1.StartChildRunResponse.canceled:type_name -> runstore.v1.AppendResult
+	48, // 19: runstore.v1.StartChildRunResponse.run_status:type_name -> runstore.v1.RunStatus
+	47, // 20: runstore.v1.StartChildRunResponse.cancellation:type_name -> runstore.v1.AppendResult
+	44, // 21: runstore.v1.StartOneShotRunRequest.run:type_name -> runstore.v1.RunStart
+	45, // 22: runstore.v1.StartOneShotRunRequest.started:type_name -> runstore.v1.RunRecord
+	47, // 23: runstore.v1.StartOneShotRunResponse.record:type_name -> runstore.v1.AppendResult
+	48, // 24: runstore.v1.StartOneShotRunResponse.run_status:type_name -> runstore.v1.RunStatus
+	44, // 25: runstore.v1.StartOneShotChildRunRequest.run:type_name -> runstore.v1.RunStart
+	45, // 26: runstore.v1.StartOneShotChildRunRequest.parent_linked:type_name -> runstore.v1.RunRecord
+	45, // 27: runstore.v1.StartOneShotChildRunRequest.started:type_name -> runstore.v1.RunRecord
+	47, // 28: runstore.v1.StartOneShotChildRunResponse.parent_record:type_name -> runstore.v1.AppendResult
+	47, // 29: runstore.v1.StartOneShotChildRunResponse.started:type_name -> runstore.v1.AppendResult
+	48, // 30: runstore.v1.StartOneShotChildRunResponse.run_status:type_name -> runstore.v1.RunStatus
+	45, // 31: runstore.v1.AppendRunRecordRequest.record:type_name -> runstore.v1.RunRecord
+	43, // 32: runstore.v1.AppendRunRecordResponse.session_status:type_name -> runstore.v1.SessionStatus
+	45, // 33: runstore.v1.AppendRunRecordsRequest.records:type_name -> runstore.v1.RunRecord
+	47, // 34: runstore.v1.AppendRunRecordsResponse.results:type_name -> runstore.v1.AppendResult
+	15, // 35: runstore.v1.AppendRunRecordCallsRequest.calls:type_name -> runstore.v1.AppendRunRecordCall
+	10, // 36: runstore.v1.AppendRunRecordCall.request:type_name -> runstore.v1.AppendRunRecordRequest
+	49, // 37: runstore.v1.AppendRunRecordCall.timeout:type_name -> google.protobuf.Duration
+	17, // 38: runstore.v1.AppendRunRecordCallsResponse.outcomes:type_name -> runstore.v1.AppendRunRecordCallOutcome
+	11, // 39: runstore.v1.AppendRunRecordCallOutcome.response:type_name -> runstore.v1.AppendRunRecordResponse
+	18, // 40: runstore.v1.AppendRunRecordCallOutcome.error:type_name -> runstore.v1.CallStatus
+	50, // 41: runstore.v1.CallStatus.details:type_name -> google.protobuf.Any
+	45, // 42: runstore.v1.RecordRunCancellationRequest.record:type_name -> runstore.v1.RunRecord
+	43, // 43: runstore.v1.RecordRunCancellationResponse.session_status:type_name -> runstore.v1.SessionStatus
+	51, // 44: runstore.v1.RecordRunSuspensionRequest.suspension:type_name -> runstore.v1.Checkpoint
+	45, // 45: runstore.v1.RecordRunSuspensionRequest.record:type_name -> runstore.v1.RunRecord
+	43, // 46: runstore.v1.RecordRunSuspensionResponse.session_status:type_name -> runstore.v1.SessionStatus
+	48, // 47: runstore.v1.RecordRunTerminalRequest.status:type_name -> runstore.v1.RunStatus
+	45, // 48: runstore.v1.RecordRunTerminalRequest.record:type_name -> runstore.v1.RunRecord
+	43, // 49: runstore.v1.RecordRunTerminalResponse.session_status:type_name -> runstore.v1.SessionStatus
+	51, // 50: runstore.v1.RepairRunSuspensionRequest.suspension:type_name -> runstore.v1.Checkpoint
+	45, // 51: runstore.v1.RepairRunSuspensionRequest.record:type_name -> runstore.v1.RunRecord
+	52, // 52: runstore.v1.RepairRunSuspensionResponse.outcome:type_name -> runstore.v1.RunRepairOutcome
+	48, // 53: runstore.v1.RepairRunSuspensionResponse.status:type_name -> runstore.v1.RunStatus
+	47, // 54: runstore.v1.RepairRunSuspensionResponse.record:type_name -> runstore.v1.AppendResult
+	48, // 55: runstore.v1.RepairRunTerminalRequest.status:type_name -> runstore.v1.RunStatus
+	45, // 56: runstore.v1.RepairRunTerminalRequest.record:type_name -> runstore.v1.RunRecord
+	52, // 57: runstore.v1.RepairRunTerminalResponse.outcome:type_name -> runstore.v1.RunRepairOutcome
+	48, // 58: runstore.v1.RepairRunTerminalResponse.status:type_name -> runstore.v1.RunStatus
+	47, // 59: runstore.v1.RepairRunTerminalResponse.record:type_name -> runstore.v1.AppendResult
+	53, // 60: runstore.v1.LoadRunResponse.run:type_name -> runstore.v1.RunMeta
+	51, // 61: runstore.v1.LoadRunSuspensionResponse.suspension:type_name -> runstore.v1.Checkpoint
+	45, // 62: runstore.v1.ListRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
+	45, // 63: runstore.v1.ListSessionRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
+	45, // 64: runstore.v1.ListRunTranscriptRecordsResponse.events:type_name -> runstore.v1.RunRecord
+	45, // 65: runstore.v1.WatchSessionRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
+	45, // 66: runstore.v1.WatchRunRecordsResponse.events:type_name -> runstore.v1.RunRecord
+	0,  // 67: runstore.v1.RuntimeStore.LoadSessionStatus:input_type -> runstore.v1.LoadSessionStatusRequest
+	2,  // 68: runstore.v1.RuntimeStore.StartRootRun:input_type -> runstore.v1.StartRootRunRequest
+	4,  // 69: runstore.v1.RuntimeStore.StartChildRun:input_type -> runstore.v1.StartChildRunRequest
+	6,  // 70: runstore.v1.RuntimeStore.StartOneShotRun:input_type -> runstore.v1.StartOneShotRunRequest
+	8,  // 71: runstore.v1.RuntimeStore.StartOneShotChildRun:input_type -> runstore.v1.StartOneShotChildRunRequest
+	54, // 72: runstore.v1.RuntimeStore.StartSynchronousRun:input_type -> runstore.v1.StartSynchronousRunRequest
+	10, // 73: runstore.v1.RuntimeStore.AppendRunRecord:input_type -> runstore.v1.AppendRunRecordRequest
+	12, // 74: runstore.v1.RuntimeStore.AppendRunRecords:input_type -> runstore.v1.AppendRunRecordsRequest
+	14, // 75: runstore.v1.RuntimeStore.AppendRunRecordCalls:input_type -> runstore.v1.AppendRunRecordCallsRequest
+	19, // 76: runstore.v1.RuntimeStore.RecordRunCancellation:input_type -> runstore.v1.RecordRunCancellationRequest
+	21, // 77: runstore.v1.RuntimeStore.RecordRunSuspension:input_type -> runstore.v1.RecordRunSuspensionRequest
+	23, // 78: runstore.v1.RuntimeStore.RecordRunTerminal:input_type -> runstore.v1.RecordRunTerminalRequest
+	25, // 79: runstore.v1.RuntimeStore.RepairRunSuspension:input_type -> runstore.v1.RepairRunSuspensionRequest
+	27, // 80: runstore.v1.RuntimeStore.RepairRunTerminal:input_type -> runstore.v1.RepairRunTerminalRequest
+	29, // 81: runstore.v1.RuntimeStore.LoadRun:input_type -> runstore.v1.LoadRunRequest
+	31, // 82: runstore.v1.RuntimeStore.LoadRunSuspension:input_type -> runstore.v1.LoadRunSuspensionRequest
+	33, // 83: runstore.v1.RuntimeStore.ListRunRecords:input_type -> runstore.v1.ListRunRecordsRequest
+	35, // 84: runstore.v1.RuntimeStore.ListSessionRunRecords:input_type -> runstore.v1.ListSessionRunRecordsRequest
+	37, // 85: runstore.v1.RuntimeStore.ListRunTranscriptRecords:input_type -> runstore.v1.ListRunTranscriptRecordsRequest
+	55, // 86: runstore.v1.RuntimeStore.BeginRunSeed:input_type -> runstore.v1.BeginRunSeedRequest
+	56, // 87: runstore.v1.RuntimeStore.AppendRunSeed:input_type -> runstore.v1.AppendRunSeedRequest
+	57, // 88: runstore.v1.RuntimeStore.PublishRunSeed:input_type -> runstore.v1.PublishRunSeedRequest
+	58, // 89: runstore.v1.RuntimeStore.FindRunPreparation:input_type -> runstore.v1.FindRunPreparationRequest
+	59, // 90: runstore.v1.RuntimeStore.SettleRunPreparation:input_type -> runstore.v1.SettleRunPreparationRequest
+	60, // 91: runstore.v1.RuntimeStore.ListRunPreparationRecords:input_type -> runstore.v1.ListRunPreparationRecordsRequest
+	61, // 92: runstore.v1.RuntimeStore.LoadRunSeed:input_type -> runstore.v1.LoadRunSeedRequest
+	62, // 93: runstore.v1.RuntimeStore.ListRunSeedRecords:input_type -> runstore.v1.ListRunSeedRecordsRequest
+	39, // 94: runstore.v1.RuntimeStore.WatchSessionRunRecords:input_type -> runstore.v1.WatchSessionRunRecordsRequest
+	41, // 95: runstore.v1.RuntimeStore.WatchRunRecords:input_type -> runstore.v1.WatchRunRecordsRequest
+	1,  // 96: runstore.v1.RuntimeStore.LoadSessionStatus:output_type -> runstore.v1.LoadSessionStatusResponse
+	3,  // 97: runstore.v1.RuntimeStore.StartRootRun:output_type -> runstore.v1.StartRootRunResponse
+	5,  // 98: runstore.v1.RuntimeStore.StartChildRun:output_type -> runstore.v1.StartChildRunResponse
+	7,  // 99: runstore.v1.RuntimeStore.StartOneShotRun:output_type -> runstore.v1.StartOneShotRunResponse
+	9,  // 100: runstore.v1.RuntimeStore.StartOneShotChildRun:output_type -> runstore.v1.StartOneShotChildRunResponse
+	63, // 101: runstore.v1.RuntimeStore.StartSynchronousRun:output_type -> runstore.v1.StartSynchronousRunResponse
+	11, // 102: runstore.v1.RuntimeStore.AppendRunRecord:output_type -> runstore.v1.AppendRunRecordResponse
+	13, // 103: runstore.v1.RuntimeStore.AppendRunRecords:output_type -> runstore.v1.AppendRunRecordsResponse
+	16, // 104: runstore.v1.RuntimeStore.AppendRunRecordCalls:output_type -> runstore.v1.AppendRunRecordCallsResponse
+	20, // 105: runstore.v1.RuntimeStore.RecordRunCancellation:output_type -> runstore.v1.RecordRunCancellationResponse
+	22, // 106: runstore.v1.RuntimeStore.RecordRunSuspension:output_type -> runstore.v1.RecordRunSuspensionResponse
+	24, // 107: runstore.v1.RuntimeStore.RecordRunTerminal:output_type -> runstore.v1.RecordRunTerminalResponse
+	26, // 108: runstore.v1.RuntimeStore.RepairRunSuspension:output_type -> runstore.v1.RepairRunSuspensionResponse
+	28, // 109: runstore.v1.RuntimeStore.RepairRunTerminal:output_type -> runstore.v1.RepairRunTerminalResponse
+	30, // 110: runstore.v1.RuntimeStore.LoadRun:output_type -> runstore.v1.LoadRunResponse
+	32, // 111: runstore.v1.RuntimeStore.LoadRunSuspension:output_type -> runstore.v1.LoadRunSuspensionResponse
+	34, // 112: runstore.v1.RuntimeStore.ListRunRecords:output_type -> runstore.v1.ListRunRecordsResponse
+	36, // 113: runstore.v1.RuntimeStore.ListSessionRunRecords:output_type -> runstore.v1.ListSessionRunRecordsResponse
+	38, // 114: runstore.v1.RuntimeStore.ListRunTranscriptRecords:output_type -> runstore.v1.ListRunTranscriptRecordsResponse
+	64, // 115: runstore.v1.RuntimeStore.BeginRunSeed:output_type -> runstore.v1.BeginRunSeedResponse
+	65, // 116: runstore.v1.RuntimeStore.AppendRunSeed:output_type -> runstore.v1.AppendRunSeedResponse
+	66, // 117: runstore.v1.RuntimeStore.PublishRunSeed:output_type -> runstore.v1.PublishRunSeedResponse
+	67, // 118: runstore.v1.RuntimeStore.FindRunPreparation:output_type -> runstore.v1.FindRunPreparationResponse
+	68, // 119: runstore.v1.RuntimeStore.SettleRunPreparation:output_type -> runstore.v1.SettleRunPreparationResponse
+	69, // 120: runstore.v1.RuntimeStore.ListRunPreparationRecords:output_type -> runstore.v1.ListRunPreparationRecordsResponse
+	70, // 121: runstore.v1.RuntimeStore.LoadRunSeed:output_type -> runstore.v1.LoadRunSeedResponse
+	71, // 122: runstore.v1.RuntimeStore.ListRunSeedRecords:output_type -> runstore.v1.ListRunSeedRecordsResponse
+	40, // 123: runstore.v1.RuntimeStore.WatchSessionRunRecords:output_type -> runstore.v1.WatchSessionRunRecordsResponse
+	42, // 124: runstore.v1.RuntimeStore.WatchRunRecords:output_type -> runstore.v1.WatchRunRecordsResponse
+	96, // [96:125] is the sub-list for method output_type
+	67, // [67:96] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_runstore_v1_runtime_store_proto_init() }
@@ -2705,13 +3056,17 @@ func file_runstore_v1_runtime_store_proto_init() {
 	file_runstore_v1_options_proto_init()
 	file_runstore_v1_seeds_proto_init()
 	file_runstore_v1_types_proto_init()
+	file_runstore_v1_runtime_store_proto_msgTypes[17].OneofWrappers = []any{
+		(*AppendRunRecordCallOutcome_Response)(nil),
+		(*AppendRunRecordCallOutcome_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runstore_v1_runtime_store_proto_rawDesc), len(file_runstore_v1_runtime_store_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const (
 	RuntimeStore_StartSynchronousRun_FullMethodName       = "/runstore.v1.RuntimeStore/StartSynchronousRun"
 	RuntimeStore_AppendRunRecord_FullMethodName           = "/runstore.v1.RuntimeStore/AppendRunRecord"
 	RuntimeStore_AppendRunRecords_FullMethodName          = "/runstore.v1.RuntimeStore/AppendRunRecords"
+	RuntimeStore_AppendRunRecordCalls_FullMethodName      = "/runstore.v1.RuntimeStore/AppendRunRecordCalls"
 	RuntimeStore_RecordRunCancellation_FullMethodName     = "/runstore.v1.RuntimeStore/RecordRunCancellation"
 	RuntimeStore_RecordRunSuspension_FullMethodName       = "/runstore.v1.RuntimeStore/RecordRunSuspension"
 	RuntimeStore_RecordRunTerminal_FullMethodName         = "/runstore.v1.RuntimeStore/RecordRunTerminal"
@@ -83,6 +84,16 @@ type RuntimeStoreClient interface {
 	// Stores several ordinary records of one run in one transaction, each by
 	// the rules of AppendRunRecord, all or none (§9.3.1).
 	AppendRunRecords(ctx context.Context, in *AppendRunRecordsRequest, opts ...grpc.CallOption) (*AppendRunRecordsResponse, error)
+	// Several independent AppendRunRecord calls carried by one message
+	// (docs/limits.md "Coalesced appends"): each call is served exactly as if
+	// it had come alone (its own roles check, quota token, access-log line,
+	// metric count, request id and deadline) and gets its own result or error;
+	// one call failing never fails another. The calls run concurrently, so no
+	// order among them is promised. A client sends it to share the wire among
+	// appends that arrive together (the Python and Go clients do it for
+	// AppendRunRecord by themselves). The outer call takes no quota token of
+	// its own: each carried call takes one.
+	AppendRunRecordCalls(ctx context.Context, in *AppendRunRecordCallsRequest, opts ...grpc.CallOption) (*AppendRunRecordCallsResponse, error)
 	// Records the first cancellation reason with its intent record (§9.4.1).
 	RecordRunCancellation(ctx context.Context, in *RecordRunCancellationRequest, opts ...grpc.CallOption) (*RecordRunCancellationResponse, error)
 	// Stores the checkpoint, the run_suspended record and status suspended (§9.4.2).
@@ -211,6 +222,16 @@ func (c *runtimeStoreClient) AppendRunRecords(ctx context.Context, in *AppendRun
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(AppendRunRecordsResponse)
 	err := c.cc.Invoke(ctx, RuntimeStore_AppendRunRecords_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *runtimeStoreClient) AppendRunRecordCalls(ctx context.Context, in *AppendRunRecordCallsRequest, opts ...grpc.CallOption) (*AppendRunRecordCallsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AppendRunRecordCallsResponse)
+	err := c.cc.Invoke(ctx, RuntimeStore_AppendRunRecordCalls_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -458,6 +479,16 @@ type RuntimeStoreServer interface {
 	// Stores several ordinary records of one run in one transaction, each by
 	// the rules of AppendRunRecord, all or none (§9.3.1).
 	AppendRunRecords(context.Context, *AppendRunRecordsRequest) (*AppendRunRecordsResponse, error)
+	// Several independent AppendRunRecord calls carried by one message
+	// (docs/limits.md "Coalesced appends"): each call is served exactly as if
+	// it had come alone (its own roles check, quota token, access-log line,
+	// metric count, request id and deadline) and gets its own result or error;
+	// one call failing never fails another. The calls run concurrently, so no
+	// order among them is promised. A client sends it to share the wire among
+	// appends that arrive together (the Python and Go clients do it for
+	// AppendRunRecord by themselves). The outer call takes no quota token of
+	// its own: each carried call takes one.
+	AppendRunRecordCalls(context.Context, *AppendRunRecordCallsRequest) (*AppendRunRecordCallsResponse, error)
 	// Records the first cancellation reason with its intent record (§9.4.1).
 	RecordRunCancellation(context.Context, *RecordRunCancellationRequest) (*RecordRunCancellationResponse, error)
 	// Stores the checkpoint, the run_suspended record and status suspended (§9.4.2).
@@ -535,6 +566,9 @@ func (UnimplementedRuntimeStoreServer) AppendRunRecord(context.Context, *AppendR
 }
 func (UnimplementedRuntimeStoreServer) AppendRunRecords(context.Context, *AppendRunRecordsRequest) (*AppendRunRecordsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AppendRunRecords not implemented")
+}
+func (UnimplementedRuntimeStoreServer) AppendRunRecordCalls(context.Context, *AppendRunRecordCallsRequest) (*AppendRunRecordCallsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AppendRunRecordCalls not implemented")
 }
 func (UnimplementedRuntimeStoreServer) RecordRunCancellation(context.Context, *RecordRunCancellationRequest) (*RecordRunCancellationResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RecordRunCancellation not implemented")
@@ -757,6 +791,24 @@ func _RuntimeStore_AppendRunRecords_Handler(srv interface{}, ctx context.Context
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RuntimeStoreServer).AppendRunRecords(ctx, req.(*AppendRunRecordsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _RuntimeStore_AppendRunRecordCalls_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppendRunRecordCallsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RuntimeStoreServer).AppendRunRecordCalls(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RuntimeStore_AppendRunRecordCalls_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RuntimeStoreServer).AppendRunRecordCalls(ctx, req.(*AppendRunRecordCallsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1145,6 +1197,10 @@ var RuntimeStore_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AppendRunRecords",
 			Handler:    _RuntimeStore_AppendRunRecords_Handler,
+		},
+		{
+			MethodName: "AppendRunRecordCalls",
+			Handler:    _RuntimeStore_AppendRunRecordCalls_Handler,
 		},
 		{
 			MethodName: "RecordRunCancellation",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeAlias
 
 import grpc
@@ -11,6 +11,7 @@ from runstore.contract import seed_wire, wire
 from runstore.contract.model import RunRepairResult
 from runstore.contract.seeds import SeedAppend, SeedPage, SeedPublication
 from runstore.server import convert
+from runstore.server.carried_calls import CarriedCalls
 from runstore.server.core.store import RuntimeStore
 from runstore.server.core.watch import NoWakeups, RecordWatch, WatchBatch
 from runstore.server.error_status import maps_errors, maps_stream_errors
@@ -31,9 +32,24 @@ def _repair_fields(result: RunRepairResult) -> dict[str, Any]:
 
 
 class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
-    def __init__(self, store: RuntimeStore, watch: RecordWatch | None = None) -> None:
+    def __init__(
+        self,
+        store: RuntimeStore,
+        watch: RecordWatch | None = None,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    ) -> None:
+        """``interceptors``: the server's, which every call AppendRunRecordCalls
+        carries goes through as a call of its own (``runstore.server.carried_calls``)."""
         self._store = store
         self._watch = watch if watch is not None else RecordWatch(store, NoWakeups())
+        self._carried = CarriedCalls(
+            interceptors,
+            grpc.unary_unary_rpc_method_handler(
+                self.AppendRunRecord,
+                request_deserializer=rs.AppendRunRecordRequest.FromString,
+                response_serializer=rs.AppendRunRecordResponse.SerializeToString,
+            ),
+        )
 
     @maps_errors
     async def LoadSessionStatus(
@@ -120,6 +136,12 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
         return rs.AppendRunRecordsResponse(
             results=[convert.append_result_to_wire(result) for result in results]
         )
+
+    @maps_errors
+    async def AppendRunRecordCalls(
+        self, request: rs.AppendRunRecordCallsRequest, context: Context
+    ) -> rs.AppendRunRecordCallsResponse:
+        return await self._carried.serve(request, context)
 
     @maps_errors
     async def RecordRunCancellation(
