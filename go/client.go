@@ -17,9 +17,18 @@ import (
 
 // Client calls one runstore server. It is safe for concurrent use.
 type Client struct {
-	conn  grpc.ClientConnInterface
-	owned *grpc.ClientConn
-	opts  options
+	conn      grpc.ClientConnInterface
+	owned     *grpc.ClientConn
+	opts      options
+	coalescer *coalescer // nil: WithoutCoalescing
+}
+
+func newClient(conn grpc.ClientConnInterface, owned *grpc.ClientConn, o options) *Client {
+	c := &Client{conn: conn, owned: owned, opts: o}
+	if o.coalescing != nil {
+		c.coalescer = newCoalescer(c, *o.coalescing)
+	}
+	return c
 }
 
 // New makes a client over conn, which the caller owns (and closes). Transport
@@ -36,7 +45,7 @@ func New(conn grpc.ClientConnInterface, opts ...Option) (*Client, error) {
 	if o.tls != nil || o.insecure || len(o.dialOptions) > 0 {
 		return nil, errors.New("runstore: WithTLS, WithInsecure and WithDialOptions are Dial's; New takes a connection made with them")
 	}
-	return &Client{conn: conn, opts: o}, nil
+	return newClient(conn, nil, o), nil
 }
 
 // Dial connects to target (host:port or any gRPC target) with the server's
@@ -69,7 +78,7 @@ func Dial(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("runstore: Dial(%q): %w", target, err)
 	}
-	return &Client{conn: conn, owned: conn, opts: o}, nil
+	return newClient(conn, conn, o), nil
 }
 
 // Close closes the connection Dial made; a client made by New leaves its

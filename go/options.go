@@ -54,6 +54,9 @@ type options struct {
 	maxReceive   int
 	dialOptions  []grpc.DialOption
 	transportSet bool
+	// coalescing: nil with coalescingOff (WithoutCoalescing), else DefaultCoalescing's or WithCoalescing's.
+	coalescing    *Coalescing
+	coalescingOff bool
 }
 
 // WithTLS makes Dial connect over TLS with this configuration (its RootCAs,
@@ -211,6 +214,10 @@ func buildOptions(given []Option) (options, error) {
 		if err := option(&o); err != nil {
 			return options{}, err
 		}
+	}
+	if o.coalescing == nil && !o.coalescingOff {
+		bounds := DefaultCoalescing
+		o.coalescing = &bounds
 	}
 	return o, nil
 }

@@ -3,6 +3,8 @@ package runstore
 import (
 	"context"
 
+	"google.golang.org/protobuf/proto"
+
 	runstorev1 "github.com/runstore/runstore/gen/go/runstore/v1"
 )
 
@@ -79,11 +81,23 @@ func (c *Client) StartOneShotChildRun(ctx context.Context, run RunStart, parentL
 	}, nil
 }
 
-// AppendRunRecord stores one ordinary (non-lifecycle) record.
+// AppendRunRecord stores one ordinary (non-lifecycle) record. Concurrent
+// calls share messages (Coalescing) unless the client was made with
+// WithoutCoalescing; each keeps its own result, error, retries and deadline.
 func (c *Client) AppendRunRecord(ctx context.Context, record Record) (AppendResult, error) {
-	var response runstorev1.AppendRunRecordResponse
-	err := c.invoke(ctx, runstorev1.RuntimeStore_AppendRunRecord_FullMethodName,
-		&runstorev1.AppendRunRecordRequest{Record: record.wire()}, &response)
+	request := &runstorev1.AppendRunRecordRequest{Record: record.wire()}
+	var response *runstorev1.AppendRunRecordResponse
+	var err error
+	if c.coalescer == nil || proto.Size(request) > c.opts.maxSend {
+		response = &runstorev1.AppendRunRecordResponse{}
+		err = c.invoke(ctx, runstorev1.RuntimeStore_AppendRunRecord_FullMethodName, request, response)
+	} else {
+		err = c.withRetry(ctx, runstorev1.RuntimeStore_AppendRunRecord_FullMethodName, true, func(attemptCtx context.Context) error {
+			var attemptErr error
+			response, attemptErr = c.coalescer.append(attemptCtx, request)
+			return attemptErr
+		})
+	}
 	return AppendResult{ID: response.GetId(), Inserted: response.GetInserted(), SessionStatus: response.GetSessionStatus()}, err
 }
 
