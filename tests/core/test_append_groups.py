@@ -25,7 +25,7 @@ import pytest
 
 from runstore.contract.errors import RunstoreError, UnavailableError
 from runstore.contract.model import AppendResult, RunStatus, SessionStatus
-from runstore.server import call_scope
+from runstore.server import call_arrivals, call_scope
 from runstore.server.core.model import RecordDraft, Session
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.store import RuntimeStore
@@ -411,3 +411,52 @@ async def test_groups_leave_at_once_and_never_share_a_session_in_flight() -> Non
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_the_calls_of_one_message_commit_in_one_group() -> None:
+    """The calls one AppendRunRecordCalls message carries reach the groups a
+    few event-loop turns apart (each passes the chain in its own task); with
+    lanes free they still go in one group, one statement and one commit
+    (``call_arrivals``). One of them held up elsewhere holds the rest back
+    for no longer than a turn without progress."""
+    sent: list[list[str]] = []
+
+    async def write_group(batches: list[Sequence[RecordDraft]]) -> list[Any]:
+        sent.append([batch[0].event_key for batch in batches])
+        return [[1] for _ in batches]
+
+    groups = AppendGroups(write_group, lanes=2)
+
+    async def carried(key: str, turns: int, together: call_arrivals.Together) -> Any:
+        arriving = call_arrivals.Arriving(together)
+        call_arrivals.CURRENT.set(arriving)
+        try:
+            for _ in range(turns):  # the chain's steps before the database
+                await asyncio.sleep(0)
+            return await groups.append([_note(f"run-{key}", f"s-{key}", key)])
+        finally:
+            arriving.end()
+
+    message = call_arrivals.Together(5)
+    answers = await asyncio.gather(*(carried(f"m{n}", n, message) for n in range(5)))
+    assert answers == [[1]] * 5
+    assert sent == [["m0", "m1", "m2", "m3", "m4"]]
+
+    sent.clear()
+    elsewhere = asyncio.Event()
+
+    async def held_up(together: call_arrivals.Together) -> None:
+        arriving = call_arrivals.Arriving(together)
+        call_arrivals.CURRENT.set(arriving)
+        try:
+            await elsewhere.wait()  # e.g. the database bound
+        finally:
+            arriving.end()
+
+    message = call_arrivals.Together(3)
+    blocked = asyncio.ensure_future(held_up(message))
+    answers = await asyncio.gather(carried("a", 0, message), carried("b", 1, message))
+    assert answers == [[1], [1]]
+    assert sent == [["a", "b"]]
+    elsewhere.set()
+    await blocked

@@ -19,7 +19,7 @@ from typing import Any, Final, NamedTuple
 import grpc
 
 from runstore.contract.errors import ValidationError
-from runstore.server import call_request_id
+from runstore.server import call_arrivals, call_request_id
 from runstore.server.core.batch_rules import MAX_BATCH_PAYLOAD_BYTES, MAX_BATCH_RECORDS
 from runstore.server.interceptors.handlers import Handler
 from runstore.v1 import runtime_store_pb2 as rs
@@ -187,14 +187,13 @@ class CarriedCalls:
         remaining = context.time_remaining()
         began = time.monotonic()
         outer_deadline = None if remaining is None else began + remaining
+        together = call_arrivals.Together(len(calls))
         outcomes = await asyncio.gather(
-            *(self._one(call, context, metadata, began, outer_deadline) for call in calls)
+            *(self._one(call, context, metadata, began, outer_deadline, together) for call in calls)
         )
         return rs.AppendRunRecordCallsResponse(outcomes=outcomes)
 
-    async def serve_stream(
-        self, requests: Any, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> Any:
+    async def serve_stream(self, requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         """PROTOTYPE (issue 36 item 1, bench only): AppendRunRecordCalls as a
         long-lived bidi stream; each message served as ``serve`` serves one,
         concurrently, answered in order."""
@@ -223,9 +222,14 @@ class CarriedCalls:
         metadata: tuple[tuple[str, str | bytes], ...],
         began: float,
         outer_deadline: float | None,
+        together: call_arrivals.Together,
     ) -> rs.AppendRunRecordCallOutcome:
         """One call in a task of its own (``gather``), so the context variables
-        its concerns set (request id, principal, namespace) are its own."""
+        its concerns set (request id, principal, namespace) are its own; its
+        neighbours' appends wait for its own to go in one group with them
+        (``call_arrivals``)."""
+        arriving = call_arrivals.Arriving(together)
+        call_arrivals.CURRENT.set(arriving)
         if call.request_id:
             metadata = (*metadata, (call_request_id.METADATA_KEY, call.request_id))
         deadline = outer_deadline
@@ -254,6 +258,7 @@ class CarriedCalls:
                 )
             )
         finally:
+            arriving.end()
             context.finish()
         outcome.request_id = call_request_id.current()
         return outcome

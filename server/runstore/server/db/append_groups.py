@@ -11,6 +11,9 @@ its groups are in flight together, as a next group: one statement
   leaves at once, alone in its own simpler statement as before; the callers
   that arrive while every lane is busy wait for one to finish and then go
   together, up to ``max_records`` records.
+* What arrives together commits together: the calls one AppendRunRecordCalls
+  message carries (``call_arrivals``) wait for one another, for as long as
+  each event-loop turn brings one more of them, and go in one group.
 * Each request of a group is decided alone, in SQL, by the same preconditions
   as its own statement (``fast_paths.APPEND``: run running, same owner, every
   key free, session active), and written with its run's next IDs and its
@@ -47,10 +50,15 @@ from typing import Any, Final
 
 from runstore.contract.errors import UnavailableError
 from runstore.contract.model import RunStatus, SessionStatus
+from runstore.server import call_arrivals
 from runstore.server.core.fast_paths import APPEND, Precondition
 from runstore.server.core.model import RecordDraft
 from runstore.server.db import row_codecs
 from runstore.server.db.transaction import SqlTransaction
+
+_IDLE_TURNS: Final = 1
+"""Event-loop turns after the one a message's call arrived in without any
+other of its calls arriving or ending, before its group leaves without them."""
 
 Outcome = list[int] | None | BaseException
 """What a group answers one request: its IDs, None (not written: the caller
@@ -287,6 +295,8 @@ class AppendGroups:
         self._in_flight: set[asyncio.Task[None]] = set()
         self._busy: set[str] = set()
         """The affinities of the groups in flight."""
+        self._holding: set[call_arrivals.Together] = set()
+        """The messages whose calls are still arriving (``_hold``)."""
         self.groups_sent = 0
         """Groups sent so far (tests read it)."""
 
@@ -301,8 +311,34 @@ class AppendGroups:
         future: asyncio.Future[list[int] | None] = asyncio.get_running_loop().create_future()
         size = sum(len(record.payload) for record in batch)
         self._waiting.append(_Request(batch, future, _affinity(batch), size))
-        self._start_groups()
+        arriving = call_arrivals.CURRENT.get()
+        if arriving is not None and arriving.arrive():
+            self._hold(arriving.together)
+        else:
+            self._start_groups()
         return await future
+
+    def _hold(self, together: call_arrivals.Together) -> None:
+        """Starts the next groups once the rest of ``together`` has arrived,
+        or once an event-loop turn passed without one of them arriving or
+        ending (no call waits on a neighbour that waits on something else)."""
+        if together in self._holding:
+            return
+        self._holding.add(together)
+        loop = asyncio.get_running_loop()
+
+        def check(seen: int, idle: int) -> None:
+            if together.on_the_way > 0:
+                if together.progress != seen:
+                    loop.call_soon(check, together.progress, 0)
+                    return
+                if idle < _IDLE_TURNS:  # a task resumed this turn runs after this check
+                    loop.call_soon(check, seen, idle + 1)
+                    return
+            self._holding.discard(together)
+            self._start_groups()
+
+        loop.call_soon(check, together.progress, 0)
 
     async def close(self) -> None:
         """Stops sending: the callers of the groups in flight and those still
