@@ -560,7 +560,7 @@ def summarise_with_modules(backend: str, raw: list[dict[str, Any]]) -> list[dict
     return summary
 
 
-OPTIONAL_MODULES = ("bench.retention", "bench.noisy", "bench.triage")
+OPTIONAL_MODULES = ("bench.retention", "bench.noisy", "bench.triage", "bench.lone")
 """Measurements taken once, after every backend's main plan, each module used
 when it is importable. It defines ``async def measure_report(args, report) ->
 dict | None`` (``report`` holds ``results`` so far) and optionally
@@ -704,7 +704,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--workloads",
         default="append,append_client,append_batch,append_shared_session,append_varied,start_terminal,turn,"
         "list_run,list_session,listings,"
-        "watch_latency,idle_watchers,retention,noisy_neighbour,triage",
+        "watch_latency,idle_watchers,retention,noisy_neighbour,triage,lone_append",
         help="comma-separated workloads (the ceiling is always measured)",
     )
     parser.add_argument(
