@@ -572,7 +572,7 @@ one), any other key is a section of its own. ``bench/goals.py`` reads the rows
 and sections it knows."""
 
 
-SERVER_MODULES = ("bench.watch", "bench.peers")
+SERVER_MODULES = ("bench.watch", "bench.peers", "bench.goclient")
 """Measurements taken against each backend's main server, right after the main
 plan, so they pair with that server's ceiling: a module used here defines
 ``async def measure_server(args, backend, url, server: Server, tag) -> list``
@@ -702,7 +702,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sqlite-synchronous", default="FULL", help="FULL or NORMAL")
     parser.add_argument(
         "--workloads",
-        default="append,append_client,append_batch,append_shared_session,append_varied,start_terminal,turn,"
+        default="append,append_client,append_client_go,append_batch,append_shared_session,append_varied,"
+        "start_terminal,turn,"
         "list_run,list_session,listings,"
         "watch_latency,idle_watchers,retention,noisy_neighbour,triage,lone_append",
         help="comma-separated workloads (the ceiling is always measured)",
