@@ -17,8 +17,6 @@ without a token, so a figure labelled "protections on" is one.
 from __future__ import annotations
 
 import asyncio
-import collections
-import os
 import itertools
 import json
 import statistics
@@ -37,7 +35,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from bench import cpu
 from bench.messages import now
 from bench.messages import record as run_record
-from runstore.client import coalesce
 from runstore.client.model import RunRecord
 from runstore.client.remote import RemoteStore
 from runstore.contract import lifecycle
@@ -104,57 +101,10 @@ def _bearer(token: str) -> Metadata:
     return (("authorization", f"Bearer {token}"),) if token else ()
 
 
-class _CallsStream:
-    """PROTOTYPE (issue 36 item 1): AppendRunRecordCalls over one bidi stream
-    (a server started with RUNSTORE_BENCH_CALLS_STREAM); answers come in order."""
-
-    def __init__(self, channel: grpc.aio.Channel, metadata: Metadata) -> None:
-        self._method = channel.stream_stream(
-            "/runstore.v1.RuntimeStore/AppendRunRecordCalls",
-            request_serializer=rs.AppendRunRecordCallsRequest.SerializeToString,
-            response_deserializer=rs.AppendRunRecordCallsResponse.FromString,
-        )
-        self._metadata = metadata
-        self._call: Any = None
-        self._waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
-        self._lock = asyncio.Lock()
-
-    async def _read(self) -> None:
-        async for response in self._call:
-            self._waiting.popleft().set_result(response)
-
-    async def send(self, request: rs.AppendRunRecordCallsRequest, seconds: float | None) -> Any:
-        async with self._lock:
-            if self._call is None:
-                self._call = self._method(metadata=self._metadata)
-                self._reader = asyncio.ensure_future(self._read())
-            future = asyncio.get_running_loop().create_future()
-            self._waiting.append(future)
-            await self._call.write(request)
-        return await future
-
-    async def send_one(self, request: rs.AppendRunRecordRequest, seconds: float | None) -> Any:
-        response = await self.send(
-            rs.AppendRunRecordCallsRequest(calls=[rs.AppendRunRecordCall(request=request)]), seconds
-        )
-        outcome = response.outcomes[0]
-        if outcome.HasField("error"):
-            raise coalesce._rebuilt(outcome)
-        return outcome.response
-
-
 class Client:
     def __init__(self, channel: grpc.aio.Channel, tokens: dict[str, str] | None = None) -> None:
         self.runtime = rs_grpc.RuntimeStoreStub(channel)
         self.store = RemoteStore(channel=channel, token=(tokens or {}).get("worker") or None)
-        stream_in_flight = os.environ.get("RUNSTORE_BENCH_CALLS_STREAM")
-        if stream_in_flight:  # PROTOTYPE (issue 36 item 1)
-            stream = _CallsStream(channel, _bearer((tokens or {}).get("worker", "")))
-            self.store.coalescer = coalesce.AppendCoalescer(
-                coalesce.AppendCoalescing(max_messages_in_flight=int(stream_in_flight)),
-                stream.send,
-                stream.send_one,
-            )
         """The typed client a worker process uses (``append_client``): one for
         all the measurement's tasks, as a worker's runs share it."""
         self.admin = sa_grpc.SessionAdminStub(channel)

@@ -10,8 +10,6 @@ gRPC core's settings are ``grpc_options``.
 from __future__ import annotations
 
 import logging
-import os
-from typing import Any
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,7 +37,6 @@ from runstore.server.servicers.runtime_store import RuntimeStoreServicer
 from runstore.server.servicers.session_admin import SessionAdminServicer
 from runstore.server.telemetry import Telemetry
 from runstore.server.wiring import Stores, create_stores
-from runstore.v1 import runtime_store_pb2 as rs_pb2
 from runstore.v1 import (
     context_store_pb2,
     context_store_pb2_grpc,
@@ -95,26 +92,6 @@ class RunningServer:
     """The quotas' background refresh and heartbeat (docs/namespaces.md#quotas)."""
 
 
-class _StreamPrototype:
-    """PROTOTYPE (issue 36 item 1): serves AppendRunRecordCalls as a bidi stream."""
-
-    def __init__(self, server: grpc.aio.Server, runtime: RuntimeStoreServicer) -> None:
-        self._server = server
-        self._handler = grpc.stream_stream_rpc_method_handler(
-            runtime._carried.serve_stream,
-            request_deserializer=rs_pb2.AppendRunRecordCallsRequest.FromString,
-            response_serializer=rs_pb2.AppendRunRecordCallsResponse.SerializeToString,
-        )
-
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        pass
-
-    def add_registered_method_handlers(self, service: str, handlers: Any) -> None:
-        self._server.add_registered_method_handlers(
-            service, {**handlers, "AppendRunRecordCalls": self._handler}
-        )
-
-
 def _add_services(
     server: grpc.aio.Server,
     stores: Stores,
@@ -122,13 +99,9 @@ def _add_services(
 ) -> HealthServicer:
     """Every runstore service over ``stores``, health and reflection; the calls
     AppendRunRecordCalls carries pass ``interceptors`` as calls of their own."""
-    runtime = RuntimeStoreServicer(stores.runtime, stores.watch, interceptors)
-    if os.environ.get("RUNSTORE_BENCH_CALLS_STREAM"):  # PROTOTYPE (issue 36 item 1)
-        runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
-            runtime, _StreamPrototype(server, runtime)
-        )
-    else:
-        runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(runtime, server)
+    runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
+        RuntimeStoreServicer(stores.runtime, stores.watch, interceptors), server
+    )
     session_admin_pb2_grpc.add_SessionAdminServicer_to_server(
         SessionAdminServicer(stores.runtime), server
     )

@@ -193,28 +193,6 @@ class CarriedCalls:
         )
         return rs.AppendRunRecordCallsResponse(outcomes=outcomes)
 
-    async def serve_stream(self, requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        """PROTOTYPE (issue 36 item 1, bench only): AppendRunRecordCalls as a
-        long-lived bidi stream; each message served as ``serve`` serves one,
-        concurrently, answered in order."""
-        pending: asyncio.Queue[asyncio.Future[rs.AppendRunRecordCallsResponse] | None] = (
-            asyncio.Queue()
-        )
-
-        async def read() -> None:
-            try:
-                async for request in requests:
-                    pending.put_nowait(asyncio.ensure_future(self.serve(request, context)))
-            finally:
-                pending.put_nowait(None)
-
-        reader = asyncio.ensure_future(read())
-        try:
-            while (task := await pending.get()) is not None:
-                yield await task
-        finally:
-            reader.cancel()
-
     async def _one(
         self,
         call: rs.AppendRunRecordCall,
