@@ -29,7 +29,7 @@ from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import types_pb2 as pb
 
 PAIRS: Final = 10
-APPENDS: Final = 400
+APPENDS: Final = 1000
 WARMUP: Final = 40
 GOAL: Final = 1.05
 PAYLOAD: Final = b'{"data":"' + b"x" * (1024 - 11) + b'"}'
