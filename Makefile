@@ -23,14 +23,15 @@ HELM_STAMP := .tools/.helm-$(HELM_VERSION)
 HELM_K8S_MINOR := 37
 # The released runstore.v1 API that `buf breaking` compares against (see proto-image).
 PROTO_IMAGE := protos/runstore-v1.binpb
-# Go: the generated code (gen/go), the typed client (go/) and its example
-# (examples/go), three modules built with the pinned toolchain (the module proxy
+# Go: the generated code (gen/go), the typed client (go/), its example
+# (examples/go) and the benchmark's Go workload (bench/goclient), four modules
+# built with the pinned toolchain (the module proxy
 # serves it; GOTOOLCHAIN from the environment wins). The code generators are
 # pinned too and installed into the git-ignored .tools/bin through the proxy.
 GO ?= go
 GOTOOLCHAIN ?= go1.27.3
 export GOTOOLCHAIN
-GO_MODULES := gen/go go examples/go
+GO_MODULES := gen/go go examples/go bench/goclient
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GO_PLUGINS_STAMP := .tools/.go-plugins-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)
