@@ -31,8 +31,10 @@ import contextlib
 import json
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 WATCHER_COUNTS = (1, 100)
@@ -417,14 +419,19 @@ async def idle_arm(
     from bench import harness
 
     plan = idle_plan(args, repetition, watchers)
-    async with harness.start_server(url, args.sqlite_synchronous, server.protections) as fresh:
-        if not watchers:
-            measured = await harness.run_driver(fresh, plan, tag=tag, database_url=url)
-        else:
-            async with holder(fresh.target, server.protections.plan(), watchers) as command:
-                await command("open")
+    with tempfile.TemporaryDirectory(prefix="runstore-bench-idle-") as directory:
+        if url.startswith("sqlite"):
+            # One server per SQLite file (the main one still holds its own):
+            # the arm's server gets a new file, created by ``serve`` itself.
+            url = f"sqlite:///{Path(directory) / 'idle.db'}"
+        async with harness.start_server(url, args.sqlite_synchronous, server.protections) as fresh:
+            if not watchers:
                 measured = await harness.run_driver(fresh, plan, tag=tag, database_url=url)
-                await command("close")
+            else:
+                async with holder(fresh.target, server.protections.plan(), watchers) as command:
+                    await command("open")
+                    measured = await harness.run_driver(fresh, plan, tag=tag, database_url=url)
+                    await command("close")
     return [relabel(row) for row in measured]
 
 
