@@ -33,6 +33,7 @@ from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench import cpu
+from bench.closed_loop import ClosedLoop
 from bench.messages import now
 from bench.messages import record as run_record
 from runstore.client.model import RunRecord
@@ -405,34 +406,19 @@ async def measure(
         await _make_op(clients[index % len(clients)], workload, spec, index, shared)
         for index in range(concurrency)
     ]
-    latencies: list[float] = []
-    timing = False
-    deadline = 0.0
-
-    async def worker(op: Op) -> None:
-        while True:
-            started = time.perf_counter()
-            if started >= deadline:
-                return
-            await op()
-            if timing:
-                latencies.append(time.perf_counter() - started)
-
-    deadline = time.perf_counter() + float(spec.get("warmup", 0.2))
-    await asyncio.gather(*(worker(op) for op in ops))
-    timing = True
+    loop = ClosedLoop(ops)
+    await loop.run(float(spec.get("warmup", 0.2)), timed=False)
     probe = probe or CpuProbe(None, None)
     count_commits = workload in COMMITTING_WORKLOADS and probe.counts_commits
     cpu_before = await probe.read()
     began = time.perf_counter()
-    deadline = began + float(spec["duration"])
-    timed = asyncio.gather(*(worker(op) for op in ops))
+    timed = loop.run(float(spec["duration"]), timed=True)
     commits_before = await probe.commits() if count_commits else None
     await timed
     elapsed = time.perf_counter() - began
     cpu_after = await probe.read()
     commits_after = await probe.commits() if count_commits else None
-    latencies.sort()
+    latencies = sorted(loop.latencies)
     per_op = RECORDS_PER_OP.get(workload, 1)
     records = len(latencies) * per_op
     commits = (
