@@ -36,7 +36,12 @@ from tests.console.support import (
 from tests.secured import Entry, channel_with_token
 from tests.support import Store
 
-playwright_api = pytest.importorskip("playwright.async_api")
+try:  # the dev group's: make install (and so .ci/run) installs it
+    from playwright import async_api as playwright_api
+except ImportError as error:
+    NO_PLAYWRIGHT: str | None = f"cannot import playwright.async_api: {error} (make install)"
+else:
+    NO_PLAYWRIGHT = None
 
 CHROMIUM = os.environ.get("RUNSTORE_CHROMIUM", "/usr/bin/chromium")
 OPERATOR = "operator"
@@ -44,10 +49,13 @@ OPERATOR = "operator"
 WAIT_MS = 30_000
 """Generous: the machine may be busy; waits end as soon as their condition holds."""
 
-pytestmark = needs.unless(
-    "chromium",
-    None if os.access(CHROMIUM, os.X_OK) else f"no Chromium at {CHROMIUM} (make install)",
-)
+pytestmark = [
+    needs.unless("playwright", NO_PLAYWRIGHT),
+    needs.unless(
+        "chromium",
+        None if os.access(CHROMIUM, os.X_OK) else f"no Chromium at {CHROMIUM} (make install)",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
