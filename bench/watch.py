@@ -82,7 +82,7 @@ class Client:
         """A new session and a started root run in it."""
         from google.protobuf.timestamp_pb2 import Timestamp
 
-        from runstore.contract import lifecycle
+        from bench import messages
         from runstore.v1 import runtime_store_pb2 as rs
         from runstore.v1 import session_admin_pb2 as sa
         from runstore.v1 import types_pb2 as pb
@@ -98,36 +98,11 @@ class Client:
             run_id=f"{session_id}-run", agent_id="bench", session_id=session_id, started_at=now
         )
 
-        def record(key: str, type_: str, payload: bytes) -> pb.RunRecord:
-            return pb.RunRecord(
-                event_key=key,
-                run_id=run.run_id,
-                agent_id="bench",
-                session_id=session_id,
-                type=type_,
-                payload=payload,
-                timestamp=now,
-            )
-
         await self.runtime.StartRootRun(
             rs.StartRootRunRequest(
                 run=run,
-                started=record(
-                    "started",
-                    lifecycle.RUN_STARTED,
-                    lifecycle.encode_run_started(lifecycle.RunStartedPayload()),
-                ),
-                canceled=record(
-                    "stopped",
-                    lifecycle.RUN_COMPLETED,
-                    lifecycle.encode_run_completed(
-                        lifecycle.RunCompletedPayload(
-                            status="canceled",
-                            phase="canceled",
-                            cancellation_reason=lifecycle.REASON_SESSION_ENDED,
-                        )
-                    ),
-                ),
+                started=messages.started(run),
+                canceled=messages.stopped_at_session_end(run),
             ),
             metadata=self.metadata,
         )
@@ -152,25 +127,13 @@ class Client:
 
     async def complete(self, run: Any) -> None:
         """The run's terminal record (``completed``)."""
-        from runstore.contract import lifecycle
+        from bench import messages
         from runstore.v1 import runtime_store_pb2 as rs
         from runstore.v1 import types_pb2 as pb
 
-        payload = lifecycle.encode_run_completed(
-            lifecycle.RunCompletedPayload(status="success", phase="completed")
-        )
-        record = pb.RunRecord(
-            event_key="completed",
-            run_id=run.run_id,
-            agent_id=run.agent_id,
-            session_id=run.session_id,
-            type=lifecycle.RUN_COMPLETED,
-            payload=payload,
-            timestamp=run.started_at,
-        )
         await self.runtime.RecordRunTerminal(
             rs.RecordRunTerminalRequest(
-                run_id=run.run_id, status=pb.RUN_STATUS_COMPLETED, record=record
+                run_id=run.run_id, status=pb.RUN_STATUS_COMPLETED, record=messages.completed(run)
             ),
             metadata=self.metadata,
         )
