@@ -241,9 +241,15 @@ async def test_open_a_session_then_a_run(
 async def test_a_record_appended_through_grpc_appears_on_the_open_run_page(
     page: Watched, console: ConsoleUnderTest, shots: Path
 ) -> None:
+    """The record arrives over the page's open live stream: the browser makes
+    no request for it (no reload, no poll, no reconnect), so how soon it shows
+    is the stream's wake-up, not a clock on a shared machine. The time it took
+    is printed."""
     run = await console.store.root(agent_id="live-browser")
     await sign_in(page.page, console, then=f"/run?id={run.id}")
     await live(page.page)
+    requests: list[str] = []
+    page.page.on("request", lambda request: requests.append(request.url))
     await console.store.runtime.AppendRunRecord(
         rs.AppendRunRecordRequest(record=run.record("appended-live", payload=b'{"fresh":true}'))
     )
@@ -253,7 +259,8 @@ async def test_a_record_appended_through_grpc_appears_on_the_open_run_page(
     shown_after = time.monotonic() - committed
     print(f"live: record shown {shown_after * 1000:.0f} ms after its append returned")
     assert "appended-live" in (await row.text_content() or "")
-    assert shown_after < 2.0, f"the record took {shown_after:.2f} s to appear"
+    assert requests == [], requests
+    assert await page.page.locator("#live-state").text_content() == "live"
     await page.page.screenshot(path=str(shots / "live.png"), full_page=True)
 
 
