@@ -693,3 +693,17 @@ def test_the_development_page_gives_the_chains_order() -> None:
     config = ServerConfig(read_database_url="postgresql://standby/runstore")
     installed = [type(c).__name__ for c in concerns(config) if type(c).__name__ in named.values()]
     assert in_the_page == installed
+
+
+def test_every_python_file_the_docs_name_exists() -> None:
+    """A module the docs point at (`db/opening.py`, `concerns.py`) is a tracked
+    file, so a module split or renamed leaves no page naming the old one."""
+    modules = [path.relative_to(ROOT).as_posix() for path in tracked_files("*.py")]
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    missing = [
+        f"{page.relative_to(ROOT)}: {named}"
+        for page in pages
+        for named in sorted(set(re.findall(r"`([\w./-]+\.py)`", page.read_text(encoding="utf-8"))))
+        if not any(module == named or module.endswith("/" + named) for module in modules)
+    ]
+    assert missing == [], "\n".join(missing)
