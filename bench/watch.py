@@ -374,13 +374,23 @@ async def idle_arm(
     watchers: int,
 ) -> list[dict[str, Any]]:
     """One arm of the idle-watchers comparison on a fresh server of its own (same
-    protections as ``server``): a server that once had watchers keeps its
+    protections as ``server``; on SQLite over a fresh file, as one file has one
+    server): a server that once had watchers keeps its
     listener (on PostgreSQL, a LISTEN connection receiving its own NOTIFYs), so
     an arm without watchers after one with them would not be one."""
     from bench import harness
+    from runstore.server.db import migrate
 
     plan = idle_plan(args, repetition, watchers)
-    async with harness.start_server(url, args.sqlite_synchronous, server.protections) as fresh:
+    async with contextlib.AsyncExitStack() as stack:
+        if url.startswith("sqlite"):
+            # One serve per SQLite file, and the main server holds this one:
+            # the arm's server gets a migrated file of its own.
+            url = await stack.enter_async_context(harness.database("sqlite", ""))
+            await migrate.upgrade(url)
+        fresh = await stack.enter_async_context(
+            harness.start_server(url, args.sqlite_synchronous, server.protections)
+        )
         if not watchers:
             measured = await harness.run_driver(fresh, plan, tag=tag, database_url=url)
         else:
