@@ -483,6 +483,26 @@ async def test_seed_records_count_in_stored_bytes_and_their_uploads_are_refused(
     assert one.quotas.stored_bytes(name) == 0
 
 
+async def test_a_seed_declarations_rendered_prompts_count_in_stored_bytes(one: Replica) -> None:
+    """BeginRunSeed stores its declaration's rendered prompts, labels and all:
+    bytes a namespace holds, measured in bytes (not characters) before any
+    seed record is appended, so further uploads are refused past the quota."""
+    name = await _namespace(one, quota_stored_bytes=1_000_000)
+    runtime = cast(Any, _Namespaced(one, name))
+    labels = {f"label-{index}": "é" * 1000 for index in range(12)}  # 2 bytes a character
+    prompt = sd.RenderedPrompt(
+        prompt_id="greeting", version="v1", scope=sd.PromptScope(labels=labels)
+    )
+    upload = Upload(runtime, declaration(rendered_prompts=[prompt]))
+    await upload.begin()
+    await one.keeper.recount()
+    assert one.quotas.stored_bytes(name) >= 12 * 2000
+    async with RemoteNamespaceAdmin(one.target, retry=NO_RETRY) as admin:
+        await admin.update_namespace(name, quota_stored_bytes=20_000)
+    failure, _ = await refused(Upload(runtime, declaration()).begin())
+    _assert_quota(failure, name, "stored_bytes", "20000")
+
+
 async def test_quotas_of_one_namespace_never_refuse_another(one: Replica) -> None:
     noisy = await _namespace(
         one, quota_writes_per_s=1.0, quota_reads_per_s=1.0, quota_stored_bytes=0
