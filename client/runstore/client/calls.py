@@ -79,7 +79,9 @@ class _Connection:
 
 
 class Client:
-    """What every remote client shares: the channel, deadlines, metadata, retries."""
+    """What every remote client shares: the channel, deadlines, metadata, retries.
+
+    Not thread-safe: one client per event loop (or ``runstore.client.sync``)."""
 
     def __init__(
         self,
