@@ -19,7 +19,8 @@ def coalescer_for(
     client: Client, stub: rs_grpc.RuntimeStoreAsyncStub, coalescing: AppendCoalescing | None
 ) -> AppendCoalescer | None:
     """The coalescer of ``client``'s appends, sending with its metadata
-    through ``stub``; None when ``coalescing`` is None (off)."""
+    through ``stub``; None when ``coalescing`` is None (off). (``RuntimeStoreAsyncStub``
+    exists only in the typing stubs: what ``RuntimeStoreStub`` over an aio channel is.)"""
     if coalescing is None:
         return None
 
