@@ -518,6 +518,21 @@ def test_the_development_page_names_the_clients_dependencies() -> None:
     assert {name.lower() for name in required} - named == set(), line
 
 
+def test_every_missing_migration_number_is_explained() -> None:
+    """A number skipped in db/migrations/versions/ is explained on
+    docs/upgrades.md and named on each page that lists the revisions."""
+    versions = ROOT / "server/runstore/server/db/migrations/versions"
+    numbers = {int(path.name[:4]) for path in versions.glob("[0-9][0-9][0-9][0-9]_*.py")}
+    missing = [f"{n:04d}" for n in range(1, max(numbers)) if n not in numbers]
+    assert missing, "no gap left: drop the explanations this test keeps"
+    upgrades = (DOCS / "upgrades.md").read_text(encoding="utf-8")
+    for number in missing:
+        assert f"There is no revision `{number}`" in upgrades, number
+        for page in ("admin-commands.md", "development.md"):
+            text = (DOCS / page).read_text(encoding="utf-8")
+            assert f"no `{number}`" in text, (page, number)
+
+
 def test_the_sqlite_synchronous_help_names_every_level() -> None:
     import dataclasses
 

@@ -226,6 +226,9 @@ def _assert_quota(failure: Failure, namespace: str, quota: str, limit: str) -> N
 
 
 def test_every_method_of_the_namespaced_services_has_a_rule() -> None:
+    """Each but AppendRunRecordCalls, whose carried calls take a token each
+    (docs/limits.md "Coalesced appends")."""
+    carrier = "/runstore.v1.RuntimeStore/AppendRunRecordCalls"
     methods = {
         f"/{service.full_name}/{method.name}"
         for module, name in (
@@ -237,10 +240,10 @@ def test_every_method_of_the_namespaced_services_has_a_rule() -> None:
         for service in [module.DESCRIPTOR.services_by_name[name]]
         for method in service.methods
     }
-    # The carrier of coalesced appends takes no token of its own: each call
-    # it carries is served through the chain and takes AppendRunRecord's.
-    carrier = "/runstore.v1.RuntimeStore/AppendRunRecordCalls"
-    assert carrier in methods and METHODS[CARRIED_METHOD].kind == "write"
+    # The carrier takes no token of its own: each call it carries is served
+    # through the chain and takes AppendRunRecord's.
+    assert carrier in methods and carrier not in METHODS
+    assert METHODS[CARRIED_METHOD].kind == "write"
     assert set(METHODS) == methods - {carrier}
     watches = {method for method, rule in METHODS.items() if rule.kind == "watch"}
     assert watches == {
@@ -494,6 +497,26 @@ async def test_seed_records_count_in_stored_bytes_and_their_uploads_are_refused(
     assert list(purged.purged_run_ids) == [run.id]
     await one.keeper.recount()
     assert one.quotas.stored_bytes(name) == 0
+
+
+async def test_a_seed_declarations_rendered_prompts_count_in_stored_bytes(one: Replica) -> None:
+    """BeginRunSeed stores its declaration's rendered prompts, labels and all:
+    bytes a namespace holds, measured in bytes (not characters) before any
+    seed record is appended, so further uploads are refused past the quota."""
+    name = await _namespace(one, quota_stored_bytes=1_000_000)
+    runtime = cast(Any, _Namespaced(one, name))
+    labels = {f"label-{index}": "é" * 1000 for index in range(12)}  # 2 bytes a character
+    prompt = sd.RenderedPrompt(
+        prompt_id="greeting", version="v1", scope=sd.PromptScope(labels=labels)
+    )
+    upload = Upload(runtime, declaration(rendered_prompts=[prompt]))
+    await upload.begin()
+    await one.keeper.recount()
+    assert one.quotas.stored_bytes(name) >= 12 * 2000
+    async with RemoteNamespaceAdmin(one.target, retry=NO_RETRY) as admin:
+        await admin.update_namespace(name, quota_stored_bytes=20_000)
+    failure, _ = await refused(Upload(runtime, declaration()).begin())
+    _assert_quota(failure, name, "stored_bytes", "20000")
 
 
 async def test_quotas_of_one_namespace_never_refuse_another(one: Replica) -> None:
