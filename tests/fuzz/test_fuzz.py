@@ -59,7 +59,7 @@ from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
 from tests import postgres
 from tests.seeds import Upload, declaration, messages, synchronous_request
-from tests.support import Run, Store, failure_of, now_ms, run_start, ts, unique
+from tests.support import SERVER_OWN_TABLES, Run, Store, failure_of, now_ms, run_start, ts, unique
 
 T = TypeVar("T")
 
@@ -88,11 +88,6 @@ ALLOWED_FAILURES = {
 }
 
 # --- The server under fuzz: its own database, served from a loop thread ------------
-
-
-SERVER_OWN_TABLES = frozenset({"quota_replicas"})
-"""Written by the server's own clock (each replica's heartbeat, every 2 s
-whatever the calls do: the commit-stall probe), never by a call."""
 
 
 @dataclass
