@@ -35,6 +35,12 @@ _counter = itertools.count(1)
 REQUEST_ID_KEY = "x-request-id"
 
 
+SERVER_OWN_TABLES = frozenset({"quota_replicas"})
+"""Tables written by the server's own clock (each replica's heartbeat, every
+2 s whatever the calls do: the commit-stall probe), never by a call: left out
+of the tests' "wrote nothing" comparisons."""
+
+
 def unique(prefix: str) -> str:
     """An ID no other test uses (tests share one server per backend)."""
     return f"{prefix}-{uuid.uuid4().hex[:10]}-{next(_counter)}"

@@ -59,7 +59,7 @@ from runstore.v1 import session_admin_pb2 as sa
 from runstore.v1 import types_pb2 as pb
 from tests import postgres
 from tests.seeds import Upload, declaration, messages, synchronous_request
-from tests.support import Run, Store, failure_of, now_ms, run_start, ts, unique
+from tests.support import SERVER_OWN_TABLES, Run, Store, failure_of, now_ms, run_start, ts, unique
 
 T = TypeVar("T")
 
@@ -123,10 +123,13 @@ class Served:
         await self._stack.aclose()
 
     async def fingerprint(self) -> dict[str, tuple[int, str]]:
-        """Row count and content hash of every table, read straight from the database
-        (PostgreSQL hashes on its side; SQLite rows are hashed here, bytes as they are)."""
+        """Row count and content hash of every table the calls write, read
+        straight from the database (PostgreSQL hashes on its side; SQLite rows
+        are hashed here, bytes as they are)."""
         prints: dict[str, tuple[int, str]] = {}
         for table in metadata.sorted_tables:
+            if table.name in SERVER_OWN_TABLES:
+                continue
             order = ", ".join(column.name for column in table.primary_key.columns)
             if self._pg is not None:
                 count, digest = await self._pg.fetchrow(

@@ -46,6 +46,8 @@ from runstore.server.db.postgres import asyncpg_dsn
 from runstore.server.db.transaction import SqlTransaction
 from tests import postgres
 
+pytestmark = pytest.mark.usefixtures("acting_in_default")  # direct database work
+
 RUNS = int(os.environ.get("RUNSTORE_TEST_TRIAGE_RUNS", "200000"))
 PAGE = 100
 FAILED = frozenset({RunStatus.FAILED})
@@ -168,10 +170,10 @@ async def _pages(url: str, kind: str, query: Any, monkeypatch: pytest.MonkeyPatc
 def _transaction_type(db: Any) -> type[SqlTransaction]:
     from runstore.server.db import postgres as pg_backend
     from runstore.server.db import sqlite as sqlite_backend
+    from runstore.server.db.sqlite_groups import SqliteTransaction
 
-    inner = getattr(db, "inner", db)
-    if isinstance(inner, sqlite_backend.SqliteDatabase):
-        return sqlite_backend._SqliteTransaction
+    if isinstance(db.backend, sqlite_backend.SqliteDatabase):
+        return SqliteTransaction
     return pg_backend._PostgresTransaction
 
 

@@ -32,6 +32,7 @@ from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.server.config import ServerConfig
 from runstore.server.db.namespace_sql import DATA_TABLES
 from runstore.v1 import namespace_admin_pb2 as na
+from runstore.v1 import runtime_store_pb2 as rs
 from tests import backends
 from tests.secured import (
     ROLES,
@@ -127,7 +128,26 @@ def _answer(outcome: Any) -> Any:
 
 
 def _stable(message: Any) -> bytes:
+    """The response's bytes, less the request ids each carried call's outcome
+    names (AppendRunRecordCalls): new per call, as a status's are."""
+    if isinstance(message, rs.AppendRunRecordCallsResponse):
+        message = _without_request_ids(message)
     return bytes(message.SerializeToString(deterministic=True))
+
+
+def _without_request_ids(
+    response: rs.AppendRunRecordCallsResponse,
+) -> rs.AppendRunRecordCallsResponse:
+    stable = rs.AppendRunRecordCallsResponse()
+    stable.CopyFrom(response)
+    for outcome in stable.outcomes:
+        outcome.request_id = ""
+        for detail in outcome.error.details:
+            info = error_details_pb2.ErrorInfo()
+            if detail.Unpack(info):
+                info.metadata.pop("request_id", None)
+                detail.Pack(info)
+    return stable
 
 
 async def _call(matrix: Matrix, method: str, request: Any, metadata: Any) -> Any:

@@ -11,6 +11,8 @@ from runstore.v1 import runtime_store_pb2 as rs
 from tests.server.test_watch import watch_server
 from tests.support import unique
 
+pytestmark = pytest.mark.usefixtures("acting_in_default")  # direct database work
+
 
 async def test_tails_follow_appends_in_a_run_and_across_a_sessions_runs(
     database_url: str,
