@@ -49,7 +49,7 @@ async def _build(directory: str) -> Path | None:
 async def measure_server(
     args: argparse.Namespace, backend: str, url: str, server: Any, tag: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    from bench import harness
+    from bench import cpu, harness
 
     if WORKLOAD not in args.workloads:
         return []
@@ -78,12 +78,23 @@ async def measure_server(
                 f"-warmup={args.warmup}s",
                 stdout=asyncio.subprocess.PIPE,
             )
-            out, _ = await process.communicate()
-            if process.returncode != 0:
+            assert process.stdout is not None
+            server_cpu: dict[str, float | None] = {}
+            measured: dict[str, Any] = {}
+            while line := await process.stdout.readline():
+                message = json.loads(line)
+                if "mark" in message:
+                    server_cpu[message["mark"]] = cpu.process_cpu(server.pid)
+                else:
+                    measured = message
+            if await process.wait() != 0 or not measured:
                 raise RuntimeError(f"{WORKLOAD} failed on {backend}")
+            begin, end = server_cpu.get("begin"), server_cpu.get("end")
+            seconds = None if begin is None or end is None else end - begin
+            measured["server_cpu_ms_per_op"] = cpu.per_op_ms(seconds, measured.get("ops", 0))
             row = {
                 **base,
-                **json.loads(out.decode().strip().splitlines()[-1]),
+                **measured,
                 "workload": WORKLOAD,
                 "pair": pair,
                 "repetition": repetition,

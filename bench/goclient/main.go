@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	runstore "github.com/runstore/runstore/go"
@@ -71,6 +72,19 @@ func main() {
 	}
 	begin := time.Now().Add(*warmup)
 	end := begin.Add(*duration)
+	// The window's marks on stdout (the harness reads the server's CPU at
+	// each) and this process's own CPU over it.
+	marks := json.NewEncoder(os.Stdout)
+	var cpuBegin, cpuEnd time.Duration
+	var window sync.WaitGroup
+	window.Go(func() {
+		time.Sleep(time.Until(begin))
+		cpuBegin = ownCPU()
+		_ = marks.Encode(map[string]string{"mark": "begin"})
+		time.Sleep(time.Until(end))
+		cpuEnd = ownCPU()
+		_ = marks.Encode(map[string]string{"mark": "end"})
+	})
 	var mu sync.Mutex
 	var latencies []time.Duration
 	var wg sync.WaitGroup
@@ -99,14 +113,25 @@ func main() {
 		})
 	}
 	wg.Wait()
+	window.Wait()
 	slices.Sort(latencies)
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	row := map[string]any{"ops": len(latencies), "ops_per_s": float64(len(latencies)) / duration.Seconds()}
 	if n := len(latencies); n > 0 {
+		row["client_cpu_ms_per_op"] = ms(cpuEnd-cpuBegin) / float64(n)
 		row["p50_ms"] = ms(latencies[n/2])
 		row["p99_ms"] = ms(latencies[min(n-1, n*99/100)])
 	}
-	if err := json.NewEncoder(os.Stdout).Encode(row); err != nil {
+	if err := marks.Encode(row); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// ownCPU is this process's CPU time so far (user and system).
+func ownCPU() time.Duration {
+	var usage syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &usage); err != nil {
+		log.Fatal(err)
+	}
+	return time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
 }
