@@ -238,11 +238,12 @@ func (c *coalescer) carry(batch []*queued) {
 		}
 		request.Calls[i] = call
 	}
-	// The message outlives none of its callers' deadlines; a caller leaving
-	// does not cancel its neighbours'.
-	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
+	// The message is no caller's: it outlives none of their deadlines, a
+	// caller leaving does not cancel its neighbours', and no caller's
+	// outgoing metadata rides on the others' calls.
+	ctx, cancel := context.WithCancel(context.Background())
 	if bounded {
-		ctx, cancel = context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
+		ctx, cancel = context.WithDeadline(context.Background(), latest)
 	}
 	defer cancel()
 	var response runstorev1.AppendRunRecordCallsResponse
