@@ -217,8 +217,14 @@ def test_the_watch_latency_plan_scales_records_with_duration() -> None:
 def test_the_default_workloads_include_the_watch_workloads() -> None:
     args = harness.parse_args([])
     assert {"watch_latency", "idle_watchers"} <= args.workloads
+    assert {"append_client_go", "lone_append"} <= args.workloads
     assert args.peers is False
-    assert {m.__name__ for m in harness.server_modules()} == {"bench.watch", "bench.peers"}
+    assert {m.__name__ for m in harness.server_modules()} == {
+        "bench.watch",
+        "bench.peers",
+        "bench.goclient",
+    }
+    assert "bench.lone" in {m.__name__ for m in harness.optional_modules()}
 
 
 @pytest.mark.parametrize("peer", peers.PEERS["sqlite"])
