@@ -9,9 +9,11 @@ import json
 import logging
 import re
 import ssl
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import httpx
 import pytest
@@ -19,7 +21,9 @@ import pytest
 from runstore.server.app import ListenError, build_server, create_stores, open_database, shutdown
 from runstore.server.auth import SecurityError
 from runstore.server.config import ServerConfig
+from runstore.contract.model import RunStatus
 from runstore.server.console import reads, views
+from runstore.server.core import listing
 from runstore.server.console.server import check_exposure
 from runstore.v1 import runtime_store_pb2 as rs
 from tests.certs import Authority
@@ -51,7 +55,7 @@ def _screens(under: ConsoleUnderTest) -> list[tuple[str, dict[str, str]]]:
     assert seeded.root is not None
     return [
         ("/sessions", {}),
-        ("/sessions", {"q": seeded.session_id[:10]}),
+        ("/sessions", {"id": seeded.session_id[:10]}),
         ("/session", {"id": seeded.session_id}),
         ("/runs", {}),
         ("/run", {"id": seeded.root.id}),
@@ -238,53 +242,168 @@ async def test_the_session_page_shows_its_runs_as_a_tree(console: ConsoleUnderTe
 # --- Listings ----------------------------------------------------------------------------
 
 
-async def test_sessions_are_filtered_paged_and_searched(
+def _links(html: str, path: str) -> list[str]:
+    return re.findall(rf'<a href="{path}\?id=([^"&]+)">', html)
+
+
+def _pager_link(html: str, name: str) -> dict[str, list[str]] | None:
+    found = re.search(rf'class="{name}" href="[^"?]*\?([^"]*)"', html)
+    if found is None:
+        return None
+    return parse_qs(found[1].replace("&amp;", "&"))
+
+
+async def test_sessions_are_newest_first_filtered_counted_and_paged_both_ways(
     console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prefix = unique("find")
-    ids = [await console.store.session(f"{prefix}-{n}") for n in range(3)]
+    ids = [await console.store.session(f"{prefix}-{n}") for n in range(5)]
     await console.store.end(ids[1])
     monkeypatch.setattr(views, "LIST_PAGE_SIZE", 2)
     async with httpx.AsyncClient(
         base_url=console.base, timeout=30, headers=console.bearer()
     ) as http:
-        found = (await http.get("/sessions", params={"q": prefix})).text
-        assert all(f">{i}</a>" in found for i in ids)
-        exact = (await http.get("/sessions", params={"q": ids[2]})).text
-        assert "(exact match)" in exact
-        ended = (await http.get("/sessions", params={"status": "ended"})).text
-        assert f">{ids[1]}</a>" in ended and f">{ids[0]}</a>" not in ended
-        walked: list[str] = []
-        params: dict[str, str] = {}
-        for _ in range(100):
-            page = await http.get("/sessions", params=params)
-            walked += re.findall(r'<a href="/session\?id=([^"]+)">', page.text)
-            token = re.search(r'class="next" href="[^"]*page_token=([^"&]+)', page.text)
-            if token is None:
-                break
-            params = {"page_token": httpx.QueryParams(f"t={token.group(1)}")["t"]}
-        assert set(ids) <= set(walked) and len(walked) == len(set(walked))
-        later = (await http.get("/sessions", params={"created_after": "2999-01-01T00:00"})).text
+        first = (await http.get("/sessions", params={"id": prefix})).text
+        assert _links(first, "/session") == [ids[4], ids[3]]  # newest first
+        assert re.search(r"active <span class=\"count\">4</span>", first)
+        assert re.search(r"ended <span class=\"count\">1</span>", first)
+        # Forwards to the end, then back to the first page, by the pager alone.
+        walked, html, history = [], first, [first]
+        while (following := _pager_link(html, "next")) is not None:
+            html = (await http.get("/sessions", params=following)).text
+            history.append(html)
+            walked += _links(html, "/session")
+        assert _links(first, "/session") + walked == ids[::-1]
+        while (back := _pager_link(html, "previous")) is not None:
+            html = (await http.get("/sessions", params=back)).text
+            history.pop()
+            assert _links(html, "/session") == _links(history[-1], "/session")
+        assert _links(html, "/session") == [ids[4], ids[3]]
+        oldest = (await http.get("/sessions", params={"id": prefix, "order": "oldest"})).text
+        assert _links(oldest, "/session") == [ids[0], ids[1]]
+        exact = (await http.get("/sessions", params={"id": ids[2], "match": "exact"})).text
+        assert _links(exact, "/session") == [ids[2]]
+        ended = (await http.get("/sessions", params={"id": prefix, "status": "ended"})).text
+        assert _links(ended, "/session") == [ids[1]]
+        recent = (await http.get("/sessions", params={"id": prefix, "range": "15m"})).text
+        assert _links(recent, "/session") == [ids[4], ids[3]]
+        assert "at=" in recent  # the relative range is anchored for the next pages
+        later = (await http.get("/sessions", params={"from": "2999-01-01T00:00"})).text
         assert "no sessions" in later
-        bad = await http.get("/sessions", params={"created_after": "yesterday"})
-        assert bad.status_code == 400 and "created_after" in bad.text
+        bad = await http.get("/sessions", params={"from": "yesterday", "range": "custom"})
+        assert bad.status_code == 400 and "from" in bad.text
 
 
-async def test_runs_are_filtered_by_agent_status_and_sessionless(
-    console: ConsoleUnderTest,
+async def test_the_listings_ask_the_store_to_filter_and_count(
+    console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seeded = console.seeded
-    assert seeded.one_shot and seeded.suspended and seeded.root
+    """The filters are ListRuns' and ListSessions', read once per page with
+    the counts: the console never reads a page to filter it."""
+    store = console.running.console.console.store  # type: ignore[union-attr]
+    asked: list[tuple[Any, int, str, bool]] = []
+    for name in ("list_runs", "list_sessions"):
+        original = getattr(store, name)
+
+        def spy(original: Any = original) -> Any:
+            async def listed(
+                query: Any, size: int, token: str, count_statuses: bool = False
+            ) -> Any:
+                asked.append((query, size, token, count_statuses))
+                return await original(query, size, token, count_statuses)
+
+            return listed
+
+        monkeypatch.setattr(store, name, spy())
     async with httpx.AsyncClient(
         base_url=console.base, timeout=30, headers=console.bearer()
     ) as http:
-        by_agent = (await http.get("/runs", params={"agent": "waiter"})).text
-        suspended = (await http.get("/runs", params={"status": "suspended"})).text
-        sessionless = (await http.get("/runs", params={"sessionless": "1"})).text
-    assert seeded.suspended.id in by_agent and seeded.root.id not in by_agent
-    assert seeded.suspended.id in suspended and seeded.root.id not in suspended
-    assert seeded.one_shot.id in sessionless and seeded.root.id not in sessionless
-    assert "<td>one-shot</td>" in sessionless
+        page = await http.get(
+            "/runs",
+            params={
+                "id": "run-",
+                "agent": "fetch",
+                "label": "tier=gold, zone = eu",
+                "status": "failed",
+                "range": "24h",
+                "root": "1",
+            },
+        )
+        assert page.status_code == 200
+        ((query, size, token, counted),) = asked
+        assert (size, token, counted) == (views.LIST_PAGE_SIZE, "", True)
+        assert query.run_id_prefix == "run-" and query.agent_id_prefix == "fetch"
+        assert dict(query.labels) == {"tier": "gold", "zone": "eu"}
+        assert query.statuses == frozenset({RunStatus.FAILED}) and query.root_only
+        assert query.newest_first and query.started_after is not None
+        assert time.time_ns() - query.started_after < 24 * 3600 * 10**9 + 60 * 10**9
+        asked.clear()
+        await http.get("/sessions", params={"id": "abc", "match": "exact", "order": "oldest"})
+        ((query, size, token, counted),) = asked
+        assert query.session_id == "abc" and not query.session_id_prefix
+        assert not query.newest_first and counted
+
+
+async def test_runs_show_failure_end_duration_and_every_filter(
+    console: ConsoleUnderTest,
+) -> None:
+    seeded = console.seeded
+    assert seeded.one_shot and seeded.suspended and seeded.root and seeded.failed
+    assert seeded.child
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+
+        async def listed(**params: str) -> str:
+            response = await http.get("/runs", params=params)
+            assert response.status_code == 200, response.text
+            return response.text
+
+        by_agent = await listed(agent="wait")  # a prefix of "waiter"
+        assert seeded.suspended.id in by_agent and seeded.root.id not in by_agent
+        suspended = await listed(status="suspended")
+        assert seeded.suspended.id in suspended and seeded.root.id not in suspended
+        sessionless = await listed(sessionless="1")
+        assert seeded.one_shot.id in sessionless and seeded.root.id not in sessionless
+        assert "<td>one-shot</td>" in sessionless
+        roots = await listed(root="1")
+        assert seeded.root.id in roots and seeded.child.id not in roots
+        gold = await listed(label="tier=gold")
+        assert _links(gold, "/run") == [seeded.failed.id]
+        assert _links(await listed(label="tier=silver"), "/run") == []
+        exact = await listed(id=seeded.failed.id, match="exact")
+        assert _links(exact, "/run") == [seeded.failed.id]
+        prefix = await listed(id=seeded.failed.id[:-2])
+        assert seeded.failed.id in _links(prefix, "/run")
+        # The failed run: its failure in the row (escaped), its end and duration.
+        row = gold[gold.index('<tr class="run') : gold.index("</tr>", gold.index('<tr class="run'))]
+        assert '<span class="failure-kind">timeout</span>' in row
+        assert '<span class="failure-code">E42</span>' in row and "retryable" in row
+        assert "tool &lt;b&gt;fetch&lt;/b&gt; timed out" in row and "<b>fetch" not in row
+        assert len(re.findall(r"<time datetime=", row)) == 2  # started and ended
+        assert re.search(r"<td>1\.\d s</td>", row)  # ended 1.5 s after its start
+        # Totals per status, whatever the status filter, and "about" at the cap.
+        failed = await listed(status="failed")
+        assert re.search(
+            r'status-failed current" href="[^"]*">failed <span class="count">\d', failed
+        )
+        assert re.search(r"running <span class=\"count\">\d", failed)
+        recent = await listed(range="1h")
+        assert seeded.root.id in recent
+        future = await listed(range="custom", **{"from": "2999-01-01T00:00"})
+        assert "no runs" in future
+        bad = await http.get("/runs", params={"label": "tier"})
+        assert bad.status_code == 400 and "key=value" in bad.text
+
+
+async def test_a_count_at_the_cap_says_about(
+    console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(listing, "COUNT_CAP", 1)
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        html = (await http.get("/runs")).text
+    assert re.search(r"running <span class=\"count\">about 1\+</span>", html)
 
 
 # --- Paging from the tail ----------------------------------------------------------------

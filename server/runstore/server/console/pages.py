@@ -77,7 +77,13 @@ def _environment() -> jinja2.Environment:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    environment.globals.update(timestamp=render.timestamp, kind=run_kind, url=url)
+    environment.globals.update(
+        timestamp=render.timestamp,
+        iso=render.iso,
+        duration=render.duration,
+        kind=run_kind,
+        url=url,
+    )
     return environment
 
 
@@ -87,5 +93,5 @@ def url(path: str, **params: Any) -> str:
     namespace = call_scope.named()  # None on a page outside any (sign-in, refusals)
     if namespace not in (None, DEFAULT) and "namespace" not in params:
         params["namespace"] = namespace
-    kept = {key: value for key, value in params.items() if value not in ("", None, 0, False)}
-    return f"{path}?{urlencode(kept)}" if kept else path
+    kept = {key: value for key, value in params.items() if value not in ("", None, 0, False, [])}
+    return f"{path}?{urlencode(kept, doseq=True)}" if kept else path

@@ -4,23 +4,28 @@ records per request; every URL names what it shows, so it can be shared."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from typing import Final
 
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
 from runstore.contract.errors import InvalidArgumentError, NotFoundError, ReadArgumentError
-from runstore.contract.model import RunFilter, RunStatus, SessionFilter, SessionStatus
-from runstore.server.console import reads, render
+from runstore.contract.model import (
+    RunFilter,
+    RunStatus,
+    SessionFilter,
+    SessionStatus,
+    StatusCount,
+)
+from runstore.server.console import filters, reads, render
 from runstore.server.console.pages import Console
 from runstore.server.core.model import Nanos, Session
 
 LIST_PAGE_SIZE: Final = 100
 """Sessions or runs one listing page shows."""
-
-SEARCH_PAGE_SIZE: Final = 1000
-"""Sessions one ID-prefix search examines per request (the listing's largest
-page): the store has no prefix index, so a search walks the listing in pages."""
 
 
 def _position(request: Request, name: str) -> int:
@@ -49,45 +54,72 @@ def _required(request: Request, name: str) -> str:
     return value
 
 
+def _status_param(request: Request, every: type[SessionStatus] | type[RunStatus]) -> str:
+    status = request.query_params.get("status", "")
+    if status and status not in {s.value for s in every}:
+        raise ReadArgumentError(
+            f"status must be one of {', '.join(s.value for s in every)}", field="status"
+        )
+    return status
+
+
+def _totals(counts: Sequence[StatusCount]) -> list[StatusCount]:
+    return [count for count in counts if count.count or count.estimated]
+
+
 async def sessions(console: Console, request: Request) -> Response:
+    """Sessions, newest first unless asked otherwise, through ListSessions'
+    filters (ID exact or prefix, status, creation time) and its counts."""
     params = request.query_params
-    status = params.get("status", "")
-    if status and status not in set(SessionStatus):
-        raise ReadArgumentError("status must be active or ended", field="status")
+    status = _status_param(request, SessionStatus)
+    exact, prefix = filters.id_match(params)
+    span = filters.time_range(params)
+    newest = filters.newest_first(params)
+    at = filters.pages(params)
     query: SessionFilter[Nanos] = SessionFilter(
         statuses=frozenset({SessionStatus(status)}) if status else None,
-        created_after=_time(request, "created_after"),
-        created_before=_time(request, "created_before"),
+        created_after=span.since,
+        created_before=span.until,
+        session_id=exact,
+        session_id_prefix=prefix,
+        newest_first=newest,
     )
-    search = params.get("q", "").strip()
-    token = params.get("page_token", "")
-    exact: Session | None = None
-    if search:
-        if not token:
-            try:
-                exact = await console.store.load_session(search)
-            except (NotFoundError, InvalidArgumentError):
-                exact = None
-        page = await console.store.list_sessions(query, SEARCH_PAGE_SIZE, token)
-        items = [s for s in page.items if s.id.startswith(search) and s != exact]
-    else:
-        page = await console.store.list_sessions(query, LIST_PAGE_SIZE, token)
-        items = list(page.items)
+    page = await console.store.list_sessions(query, LIST_PAGE_SIZE, at.token, count_statuses=True)
+    kept = _kept(params, span, newest)
     return console.page(
         request,
         "sessions.html",
         title="Sessions",
-        sessions=items,
-        exact=exact,
-        next_token=page.next_page_token,
+        sessions=page.items,
+        totals=_totals(page.status_counts),
         status=status,
         statuses=[s.value for s in SessionStatus],
-        created_after=params.get("created_after", ""),
-        created_before=params.get("created_before", ""),
-        search=search,
-        searched=len(page.items) if search else 0,
-        first_page=not token,
+        span=span,
+        ranges=list(filters.RANGES),
+        newest=newest,
+        search=exact or prefix,
+        match="exact" if exact else "prefix",
+        kept=kept,
+        next_page=at.next_links(page.next_page_token) if page.next_page_token else None,
+        previous_page=at.previous_links(),
+        first_page=not at.token,
+        now=time.time_ns(),
     )
+
+
+def _kept(params: QueryParams, span: filters.TimeRange, newest: bool) -> dict[str, object]:
+    """The listing's filters as its links carry them (a relative range with its anchor)."""
+    kept: dict[str, object] = {
+        key: params.get(key, "")
+        for key in ("id", "match", "agent", "label", "status", "root", "sessionless")
+    }
+    kept.update(
+        range=span.name,
+        at=span.at or 0,
+        **{"from": span.start_text, "to": span.end_text},
+        order="" if newest else "oldest",
+    )
+    return kept
 
 
 async def session(console: Console, request: Request) -> Response:
@@ -108,32 +140,50 @@ async def session(console: Console, request: Request) -> Response:
 
 
 async def runs(console: Console, request: Request) -> Response:
+    """Runs, newest first unless asked otherwise, through ListRuns' filters
+    (run ID exact or prefix, agent prefix, labels, status, start time, roots
+    or sessionless only) and its counts per status."""
     params = request.query_params
-    status = params.get("status", "")
-    if status and status not in set(RunStatus):
-        raise ReadArgumentError(
-            f"status must be one of {', '.join(s.value for s in RunStatus)}", field="status"
-        )
-    agent = params.get("agent", "").strip()
-    sessionless = params.get("sessionless", "") == "1"
+    status = _status_param(request, RunStatus)
+    exact, prefix = filters.id_match(params)
+    span = filters.time_range(params)
+    newest = filters.newest_first(params)
+    at = filters.pages(params)
     query: RunFilter[Nanos] = RunFilter(
-        agent_id=agent,
+        agent_id_prefix=params.get("agent", "").strip(),
         statuses=frozenset({RunStatus(status)}) if status else None,
-        sessionless_only=sessionless,
+        started_after=span.since,
+        started_before=span.until,
+        sessionless_only=params.get("sessionless", "") == "1",
+        run_id=exact,
+        run_id_prefix=prefix,
+        labels=filters.labels(params.get("label", "")),
+        root_only=params.get("root", "") == "1",
+        newest_first=newest,
     )
-    token = params.get("page_token", "")
-    page = await console.store.list_runs(query, LIST_PAGE_SIZE, token)
+    page = await console.store.list_runs(query, LIST_PAGE_SIZE, at.token, count_statuses=True)
     return console.page(
         request,
         "runs.html",
         title="Runs",
         runs=page.items,
-        next_token=page.next_page_token,
-        agent=agent,
+        totals=_totals(page.status_counts),
+        agent=query.agent_id_prefix,
+        label=params.get("label", ""),
         status=status,
         statuses=[s.value for s in RunStatus],
-        sessionless=sessionless,
-        first_page=not token,
+        span=span,
+        ranges=list(filters.RANGES),
+        newest=newest,
+        search=exact or prefix,
+        match="exact" if exact else "prefix",
+        sessionless=query.sessionless_only,
+        root_only=query.root_only,
+        kept=_kept(params, span, newest),
+        next_page=at.next_links(page.next_page_token) if page.next_page_token else None,
+        previous_page=at.previous_links(),
+        first_page=not at.token,
+        now=time.time_ns(),
     )
 
 
