@@ -31,8 +31,8 @@ from runstore.server.app import (
 from runstore.server.config import ServerConfig
 from runstore.server.core.quota_keeper import QuotaKeeper
 from runstore.server.core.quotas import Quotas
-from runstore.v1 import types_pb2 as pb
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import types_pb2 as pb
 from tests.certs import Authority
 from tests.secured import ROLES, Entry, channel_with_token, write_auth_file
 from tests.support import Run, Store, now_ms, run_start, unique

@@ -18,17 +18,18 @@ from urllib.parse import parse_qs
 import httpx
 import pytest
 
+from runstore.contract.model import RunStatus
 from runstore.server.app import ListenError, build_server, create_stores, open_database, shutdown
 from runstore.server.auth import SecurityError
 from runstore.server.config import ServerConfig
-from runstore.contract.model import RunStatus
 from runstore.server.console import reads, views
-from runstore.server.core import listing
 from runstore.server.console.server import check_exposure
+from runstore.server.core import listing
 from runstore.v1 import runtime_store_pb2 as rs
 from tests.certs import Authority
 from tests.console.support import (
     ELSEWHERE,
+    SCRIPT_PAYLOAD,
     ConsoleUnderTest,
     console_server,
     seed,
@@ -228,15 +229,140 @@ async def test_a_large_payload_starts_collapsed(console: ConsoleUnderTest) -> No
 
 async def test_the_session_page_shows_its_runs_as_a_tree(console: ConsoleUnderTest) -> None:
     seeded = console.seeded
-    assert seeded.root is not None and seeded.child is not None
+    assert seeded.root is not None and seeded.child is not None and seeded.failed is not None
     async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
         html = (
             await http.get("/session", params={"id": seeded.session_id}, headers=console.bearer())
         ).text
-    root_item = html[html.index(f'<li><a href="/run?id={seeded.root.id}"') :]
+    # The root is flagged: a run below it failed.
+    root_item = html[html.index(f'<li class="failed-below"><a href="/run?id={seeded.root.id}"') :]
     nested = root_item[: root_item.index("</ul>")]
+    assert "a run below failed" in nested
     assert f'href="/run?id={seeded.child.id}"' in nested
+    assert f'href="/run?id={seeded.failed.id}"' in nested
     assert '<span class="kind">child</span>' in nested
+    assert re.search(r'id="run-count">\s*7', html)  # the session's totals
+    assert re.search(r"failed 1</a>", html)
+
+
+async def test_a_session_pages_its_runs(
+    console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session page reads one ListRuns page of its runs (never the whole
+    session), and pages forwards and back through them."""
+    session_id = await console.store.session()
+    runs = [await console.store.root(session_id, agent_id=f"a{n}") for n in range(7)]
+    monkeypatch.setattr(views, "SESSION_RUNS_PAGE", 3)
+    store = console.running.console.console.store  # type: ignore[union-attr]
+    sizes: list[int] = []
+    original = store.list_runs
+
+    async def counting(query: Any, size: int, token: str, count_statuses: bool = False) -> Any:
+        sizes.append(size)
+        return await original(query, size, token, count_statuses)
+
+    async def whole_session(*args: Any) -> Any:
+        raise AssertionError("a session page read every run of its session")
+
+    monkeypatch.setattr(store, "list_runs", counting)
+    monkeypatch.setattr(store, "list_runs_by_session", whole_session)
+
+    def shown(html: str) -> list[str]:
+        tree = html[html.index("<h2>Runs") : html.index("<h2>Records")]
+        return re.findall(r'<li><a href="/run\?id=([^"]+)"', tree)
+
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        html = (await http.get("/session", params={"id": session_id})).text
+        pages = [shown(html)]
+        while (following := _pager_link(html, "next")) is not None:
+            html = (await http.get("/session", params=following)).text
+            pages.append(shown(html))
+        assert pages == [[r.id for r in runs[i : i + 3]] for i in (0, 3, 6)]
+        back = _pager_link(html, "previous")
+        assert back is not None
+        html = (await http.get("/session", params=back)).text
+        assert shown(html) == pages[1]
+    assert sizes == [3] * 4
+    assert re.search(r'id="run-count">\s*7', html)
+
+
+async def test_a_failed_run_shows_its_failure_first(console: ConsoleUnderTest) -> None:
+    seeded = console.seeded
+    assert seeded.failed is not None and seeded.root is not None
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        failed = (await http.get("/run", params={"id": seeded.failed.id})).text
+        root = (await http.get("/run", params={"id": seeded.root.id})).text
+    box = failed[failed.index('id="failure"') : failed.index("</section>")]
+    assert failed.index('id="failure"') < failed.index('<dl class="facts">')
+    assert '<span class="failure-kind">timeout</span>' in box
+    assert '<span class="failure-code">E42</span>' in box and "retryable" in box
+    assert "tool &lt;b&gt;fetch&lt;/b&gt; timed out" in box and "<b>" not in failed
+    ended = failed[failed.index('id="run-ended"') :]
+    assert ended.index("<time datetime=") < ended.index("</dd>")
+    assert re.search(r'id="run-duration">1\.\d s<', failed)
+    # Its parent flags it among its children.
+    assert "1 child run failed" in root
+    children = root[root.index('id="children"') :]
+    assert f'<span class="child child-failed"><a href="/run?id={seeded.failed.id}"' in children
+
+
+async def test_records_by_type_and_jump_to_record_n(console: ConsoleUnderTest) -> None:
+    run = await console.store.root(agent_id="jumper")
+    seed_long_run(console.database, run, 200)  # with its start record: 201 records
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        jumped = (await http.get("/run", params={"id": run.id, "record": "37"})).text
+        assert '<li class="record target" data-position="37"' in jumped
+        assert 37 in _positions(jumped) and len(_positions(jumped)) == reads.RECORDS_PER_PAGE
+        assert "data-live=" not in jumped  # not the tail
+        first = (await http.get("/run", params={"id": run.id, "record": "1"})).text
+        assert '<li class="record target" data-position="1"' in first
+        started = (
+            await http.get("/run", params={"id": run.id, "record": "1", "type": "run_started"})
+        ).text
+        assert _positions(started) == [1]
+        assert 'data-type="run_started"' in started
+        older = re.search(r'class="older" href="([^"]+)"', jumped)
+        assert older is not None and "type=" not in older[1]
+        typed_older = re.search(
+            r'class="older" href="([^"]+)"',
+            (await http.get("/run", params={"id": run.id, "type": "x", "record": "120"})).text,
+        )
+        assert typed_older is not None and "type=x" in typed_older[1]
+        beyond = await http.get("/run", params={"id": run.id, "record": "999"})
+        assert beyond.status_code == 400 and "record" in beyond.text
+
+
+async def test_a_payload_downloads_byte_for_byte(console: ConsoleUnderTest) -> None:
+    root = console.seeded.root
+    assert root is not None
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        page = (await http.get("/run", params={"id": root.id}, headers=console.bearer())).text
+        link = re.search(r'class="raw" href="(/run/payload\?id=[^"&]+&amp;record=(\d+))"', page)
+        assert link is not None
+        records = await console.store.records(root.id)
+        script = next(r for r in records if r.payload == SCRIPT_PAYLOAD)
+        url = f"/run/payload?id={root.id}&record={script.id}"
+        response = await http.get(url, headers=console.bearer())
+        assert response.status_code == 200 and response.content == SCRIPT_PAYLOAD
+        assert response.headers["content-type"] == "application/octet-stream"
+        assert response.headers["content-disposition"].startswith("attachment;")
+        assert response.headers["content-security-policy"] == CSP
+        assert (await http.get(url)).status_code == 401
+        assert (await http.get(url, headers=console.bearer("worker"))).status_code == 403
+        missing = await http.get(
+            "/run/payload", params={"id": root.id, "record": "9999"}, headers=console.bearer()
+        )
+        assert missing.status_code == 404
+        zero = await http.get(
+            "/run/payload", params={"id": root.id, "record": "0"}, headers=console.bearer()
+        )
+        assert zero.status_code == 400
 
 
 # --- Listings ----------------------------------------------------------------------------
@@ -410,7 +536,7 @@ async def test_a_count_at_the_cap_says_about(
 
 
 def _positions(html: str) -> list[int]:
-    return [int(p) for p in re.findall(r'<li class="record" data-position="(\d+)"', html)]
+    return [int(p) for p in re.findall(r'<li class="record[^"]*" data-position="(\d+)"', html)]
 
 
 async def test_records_open_at_the_tail_and_page_back(console: ConsoleUnderTest) -> None:

@@ -121,13 +121,18 @@ class Pages:
     """Tokens of earlier pages, oldest first (the first page has none)."""
     deep: bool = False
     """Deeper than ``MAX_PREVIOUS`` pages: the earlier tokens were let go."""
+    prefix: str = ""
+    """Before the parameters' names, for a page with two pagers (a session's runs)."""
+
+    def _names(self, **values: object) -> dict[str, object]:
+        return {self.prefix + name: value for name, value in values.items()}
 
     def next_links(self, next_token: str) -> dict[str, object]:
         """The query of the page after this one."""
         chain = [*self.previous, self.token] if self.token else []
         if self.deep or len(chain) > MAX_PREVIOUS:
-            return {"page_token": next_token, "deep": 1}
-        return {"page_token": next_token, "prev": chain}
+            return self._names(page_token=next_token, deep=1)
+        return self._names(page_token=next_token, prev=chain)
 
     def previous_links(self) -> dict[str, object] | None:
         """The query of the page before this one; None when it is not known
@@ -136,14 +141,15 @@ class Pages:
             return None
         if not self.previous:
             return {}
-        return {"page_token": self.previous[-1], "prev": self.previous[:-1]}
+        return self._names(page_token=self.previous[-1], prev=self.previous[:-1])
 
 
-def pages(params: QueryParams) -> Pages:
+def pages(params: QueryParams, prefix: str = "") -> Pages:
     return Pages(
-        params.get("page_token", ""),
-        [t for t in params.getlist("prev") if t][-MAX_PREVIOUS:],
-        params.get("deep", "") == "1",
+        params.get(prefix + "page_token", ""),
+        [t for t in params.getlist(prefix + "prev") if t][-MAX_PREVIOUS:],
+        params.get(prefix + "deep", "") == "1",
+        prefix,
     )
 
 

@@ -12,7 +12,7 @@ from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 
-from runstore.contract.errors import InvalidArgumentError, NotFoundError, ReadArgumentError
+from runstore.contract.errors import NotFoundError, ReadArgumentError
 from runstore.contract.model import (
     RunFilter,
     RunStatus,
@@ -22,7 +22,7 @@ from runstore.contract.model import (
 )
 from runstore.server.console import filters, reads, render
 from runstore.server.console.pages import Console
-from runstore.server.core.model import Nanos, Session
+from runstore.server.core.model import Nanos
 
 LIST_PAGE_SIZE: Final = 100
 """Sessions or runs one listing page shows."""
@@ -35,16 +35,6 @@ def _position(request: Request, name: str) -> int:
     if not (text.isascii() and text.isdigit()):
         raise ReadArgumentError(f"{name} must be a record position", field=name)
     return int(text)
-
-
-def _time(request: Request, name: str) -> Nanos | None:
-    text = request.query_params.get(name, "")
-    moment = render.parse_time(text)
-    if text.strip() and moment is None:
-        raise ReadArgumentError(
-            f"{name} must be a date and time (YYYY-MM-DDTHH:MM, UTC)", field=name
-        )
-    return moment
 
 
 def _required(request: Request, name: str) -> str:
@@ -111,7 +101,7 @@ def _kept(params: QueryParams, span: filters.TimeRange, newest: bool) -> dict[st
     """The listing's filters as its links carry them (a relative range with its anchor)."""
     kept: dict[str, object] = {
         key: params.get(key, "")
-        for key in ("id", "match", "agent", "label", "status", "root", "sessionless")
+        for key in ("id", "match", "session", "agent", "label", "status", "root", "sessionless")
     }
     kept.update(
         range=span.name,
@@ -122,20 +112,36 @@ def _kept(params: QueryParams, span: filters.TimeRange, newest: bool) -> dict[st
     return kept
 
 
+SESSION_RUNS_PAGE: Final = 100
+"""Runs of a session one session page shows (a session of 10,000 runs pages)."""
+
+
 async def session(console: Console, request: Request) -> Response:
+    """A session: a page of its runs as a tree (ListRuns by session, in start
+    order, with the session's totals per status) and its records from the tail."""
+    params = request.query_params
     session_id = _required(request, "id")
     found = await console.store.load_session(session_id)
-    runs = await console.store.list_runs_by_session(session_id)
+    at = filters.pages(params, prefix="runs_")
+    page = await console.store.list_runs(
+        RunFilter(session_id=session_id), SESSION_RUNS_PAGE, at.token, count_statuses=True
+    )
     records = await reads.session_records(console.store, session_id, _position(request, "before"))
     return console.page(
         request,
         "session.html",
         title=f"Session {session_id}",
         session=found,
-        tree=reads.run_tree(runs),
-        run_count=len(runs),
+        tree=reads.run_tree(page.items),
+        totals=_totals(page.status_counts),
+        run_count=sum(count.count for count in page.status_counts),
+        run_count_estimated=any(count.estimated for count in page.status_counts),
+        runs_next=at.next_links(page.next_page_token) if page.next_page_token else None,
+        runs_previous=at.previous_links(),
+        runs_first_page=not at.token,
         records=records,
         shown={position: render.formatted(r.payload) for position, r in records.records},
+        now=time.time_ns(),
     )
 
 
@@ -150,6 +156,7 @@ async def runs(console: Console, request: Request) -> Response:
     newest = filters.newest_first(params)
     at = filters.pages(params)
     query: RunFilter[Nanos] = RunFilter(
+        session_id=params.get("session", "").strip(),
         agent_id_prefix=params.get("agent", "").strip(),
         statuses=frozenset({RunStatus(status)}) if status else None,
         started_after=span.since,
@@ -169,6 +176,7 @@ async def runs(console: Console, request: Request) -> Response:
         runs=page.items,
         totals=_totals(page.status_counts),
         agent=query.agent_id_prefix,
+        session_filter=query.session_id,
         label=params.get("label", ""),
         status=status,
         statuses=[s.value for s in RunStatus],
@@ -188,15 +196,24 @@ async def runs(console: Console, request: Request) -> Response:
 
 
 async def run(console: Console, request: Request) -> Response:
+    """A run: its failure first, its lifecycle, children and successors (one
+    ListRuns page of the runs started after it), a page of its records (of one
+    type, or around record N), or its transcript."""
+    params = request.query_params
     run_id = _required(request, "id")
-    view = request.query_params.get("view", "records")
+    view = params.get("view", "records")
     if view not in ("records", "transcript"):
         raise ReadArgumentError("view must be records or transcript", field="view")
+    record_type = params.get("type", "").strip()
+    target = _position(request, "record")
+    before = target + reads.RECORDS_PER_PAGE // 2 + 1 if target else _position(request, "before")
     found = await console.store.load_run(run_id)
-    records = await reads.run_records(console.store, run_id, _position(request, "before"))
-    session_runs = (
-        await console.store.list_runs_by_session(found.session_id) if found.session_id else []
-    )
+    records = await reads.run_records(console.store, run_id, before)
+    if target and target > records.tail:
+        raise ReadArgumentError(
+            f"record must be at most {records.tail}, the run's newest record", field="record"
+        )
+    related = await reads.related(console.store, found)
     first = next((r for position, r in records.records if position == 1), None)
     predecessor = (
         str(render.json_object(first.payload).get("predecessor_run_id") or "")
@@ -213,11 +230,22 @@ async def run(console: Console, request: Request) -> Response:
         title=f"Run {run_id}",
         run=found,
         records=records,
+        rows=[
+            (position, record)
+            for position, record in records.records
+            if not record_type or record.type == record_type
+        ],
+        record_type=record_type,
+        types=sorted({record.type for _, record in records.records} | {record_type} - {""}),
+        target=target,
         view=view,
         shown={position: render.formatted(r.payload) for position, r in records.records},
-        children=[r for r in session_runs if r.parent_run_id == run_id],
+        children=related.children,
+        failed_children=sum(c.status is RunStatus.FAILED for c in related.children),
+        more_related=related.more,
+        related_scan=reads.RELATED_RUNS,
         predecessor=predecessor,
-        successors=await reads.successors(console.store, found, session_runs),
+        successors=related.successors,
         checkpoint=(
             render.formatted(found.checkpoint.data) if found.checkpoint is not None else None
         ),
@@ -226,4 +254,32 @@ async def run(console: Console, request: Request) -> Response:
             render.formatted(cancellation.payload) if cancellation is not None else None
         ),
         transcript=render.transcript(oldest_first) if view == "transcript" else None,
+        now=time.time_ns(),
     )
+
+
+async def payload(console: Console, request: Request) -> Response:
+    """One record's payload, byte for byte, as a download (never rendered:
+    ``attachment``, ``nosniff`` and an opaque type)."""
+    run_id = _required(request, "id")
+    position = _position(request, "record")
+    if position < 1:
+        raise ReadArgumentError("record must be a record ID (1 or more)", field="record")
+    page = await console.store.list_run_records(run_id, str(position - 1), 1)
+    if not page.events or page.events[0].id != position:
+        raise NotFoundError(f"run {run_id!r} has no record {position}")
+    record = page.events[0]
+    name = f"{_file_part(run_id)}-{position}.bin"
+    return Response(
+        record.payload,
+        media_type="application/octet-stream",
+        headers={
+            "content-disposition": f'attachment; filename="{name}"',
+            "cache-control": "no-store",
+        },
+    )
+
+
+def _file_part(text: str) -> str:
+    """``text`` with anything but letters, digits, ``-``, ``_`` and ``.`` as ``_``."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in text)[:80]
