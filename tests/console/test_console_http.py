@@ -26,6 +26,7 @@ from runstore.server.console import reads, views
 from runstore.server.console.server import check_exposure
 from runstore.server.core import listing
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import seeds_pb2 as sd
 from tests.certs import Authority
 from tests.console.support import (
     ELSEWHERE,
@@ -36,7 +37,8 @@ from tests.console.support import (
     seed_long_run,
 )
 from tests.secured import write_auth_file
-from tests.support import unique
+from tests.seeds import Upload, declaration, part
+from tests.support import run_start, started_record, unique
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -363,6 +365,30 @@ async def test_a_payload_downloads_byte_for_byte(console: ConsoleUnderTest) -> N
             "/run/payload", params={"id": root.id, "record": "0"}, headers=console.bearer()
         )
         assert zero.status_code == 400
+
+
+async def test_a_seeded_run_shows_its_seed(console: ConsoleUnderTest) -> None:
+    upload = Upload(console.store.runtime, declaration())
+    await upload.begin()
+    await upload.history(b'[{"role":"user","parts":[{"text":"<script>seeded</script>"}]}]')
+    await upload.append(part(unique("p"), str(upload.end), b'[{"role":"user"', final=False))
+    await upload.append(part(unique("p"), str(upload.end), b"]", final=True))
+    await upload.compiled(b"compiled start")
+    await upload.publish()
+    run = run_start(run_id=upload.run_id, seed_end_id=str(upload.seed_end))
+    await console.store.runtime.StartSynchronousRun(
+        sd.StartSynchronousRunRequest(run=run.start, started=started_record(run.start))
+    )
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        html = (await http.get("/run", params={"id": run.id})).text
+    shown = html[html.index('id="seed"') :]
+    shown = shown[: shown.index("</dd>")]
+    assert "literal seed, history through seed record" in shown
+    assert len(re.findall(r'<li class="seed-record">', shown)) == 3  # not the compiled part
+    assert "&lt;script&gt;seeded&lt;/script&gt;" in shown and "<script>seeded" not in html
+    assert "literal part (final)" in shown
 
 
 # --- Listings ----------------------------------------------------------------------------

@@ -107,7 +107,13 @@ ROUTES: Final[Mapping[str, Door]] = {
     ),
     "runs": Door((_SESSIONS + "ListRuns",), _PAGE, may_lag=True),
     "run": Door(
-        (_RUNTIME + "LoadRun", _RUNTIME + "ListRunRecords", _SESSIONS + "ListRuns"),
+        (
+            _RUNTIME + "LoadRun",
+            _RUNTIME + "ListRunRecords",
+            _SESSIONS + "ListRuns",
+            _RUNTIME + "LoadRunSeed",
+            _RUNTIME + "ListRunSeedRecords",
+        ),
         _PAGE,
         may_lag=True,
     ),

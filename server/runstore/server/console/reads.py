@@ -16,6 +16,7 @@ from typing import Final
 
 from runstore.contract.errors import NotFoundError
 from runstore.contract.model import RunFilter, RunStatus
+from runstore.contract.seeds import RunSeed, SeedRecord
 from runstore.server.console.render import json_object
 from runstore.server.core.model import Nanos, Page, RunRecord, RunState
 from runstore.server.core.store import RuntimeStore
@@ -200,3 +201,31 @@ async def predecessor(store: RuntimeStore, run_id: str) -> str:
         return ""
     value = json_object(page.events[0].payload).get("predecessor_run_id")
     return value if isinstance(value, str) else ""
+
+
+SEED_RECORDS: Final = 20
+"""Seed records a run's page shows (one ListRunSeedRecords page); the rest
+stay a page away (``runstore export --seed``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SeedShown:
+    """A run's seed (§9.7) as its page shows it."""
+
+    seed: RunSeed | None
+    """None when the store no longer holds it."""
+    records: list[SeedRecord]
+    more: bool
+
+
+async def seed_of(store: RuntimeStore, run: RunState) -> SeedShown | None:
+    """The published seed the run started from (its header and first
+    ``SEED_RECORDS`` history records), None for a run without one."""
+    if not run.seed_end_id:
+        return None
+    try:
+        seed = await store.load_run_seed(run.run_id, run.seed_end_id)
+        page = await store.list_run_seed_records(run.run_id, run.seed_end_id, "", SEED_RECORDS)
+    except NotFoundError:
+        return SeedShown(None, [], False)
+    return SeedShown(seed, list(page.records), bool(page.next_cursor))

@@ -224,9 +224,15 @@ async def run(console: Console, request: Request) -> Response:
         (r for _, r in records.records if r.event_key == found.keys.cancellation), None
     )
     oldest_first = [record for _, record in reversed(records.records)]
+    seed = await reads.seed_of(console.store, found)
     return console.page(
         request,
         "run.html",
+        seed=seed,
+        seed_shown=[
+            render.formatted(r.messages or (r.literal_part.data if r.literal_part else b""))
+            for r in (seed.records if seed is not None else [])
+        ],
         title=f"Run {run_id}",
         run=found,
         records=records,
