@@ -213,6 +213,9 @@ async def test_open_a_session_then_a_run(
     await page.page.locator("#run-status").wait_for()
     assert await page.page.text_content("h1 .id") == seeded.root.id
     await page.page.screenshot(path=str(shots / "run.png"), full_page=True)
+    await page.page.get_by_role("link", name="Timeline").click()
+    await page.page.locator("svg.timeline-chart rect.bar-status-failed").wait_for()
+    await page.page.screenshot(path=str(shots / "timeline.png"), full_page=True)
 
     await page.page.goto(f"/run?id={seeded.transcript_run.id}&view=transcript")
     await page.page.locator(".tool-call .result").wait_for()

@@ -63,6 +63,7 @@ def _screens(under: ConsoleUnderTest) -> list[tuple[str, dict[str, str]]]:
         ("/runs", {}),
         ("/run", {"id": seeded.root.id}),
         ("/run", {"id": seeded.root.id, "view": "transcript"}),
+        ("/run", {"id": seeded.root.id, "view": "timeline"}),
         ("/run/events", {"id": seeded.root.id, "after": "0"}),
         ("/session/events", {"id": seeded.session_id, "after": "0"}),
     ]
@@ -389,6 +390,29 @@ async def test_a_seeded_run_shows_its_seed(console: ConsoleUnderTest) -> None:
     assert len(re.findall(r'<li class="seed-record">', shown)) == 3  # not the compiled part
     assert "&lt;script&gt;seeded&lt;/script&gt;" in shown and "<script>seeded" not in html
     assert "literal part (final)" in shown
+
+
+async def test_the_timeline_draws_the_run_its_records_and_its_children(
+    console: ConsoleUnderTest,
+) -> None:
+    seeded = console.seeded
+    assert seeded.root and seeded.child and seeded.failed
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        html = (await http.get("/run", params={"id": seeded.root.id, "view": "timeline"})).text
+        records = (await http.get("/run", params={"id": seeded.root.id})).text
+    chart = html[html.index('<svg class="timeline-chart"') : html.index("</svg>")]
+    bars = re.findall(r'<rect class="bar bar-(\w+) bar-status-(\w+)[^"]*" x="([\d.]+)"', chart)
+    assert [(role, status) for role, status, _ in bars] == [
+        ("run", "running"),
+        ("child", "running"),
+        ("child", "failed"),
+    ]
+    assert all(0 <= float(x) <= 1000 for _, _, x in bars)
+    ticks = re.findall(r'<rect class="tick[^"]*" x="([\d.]+)"', chart)
+    assert len(ticks) == len(_positions(records))  # one per record of the page
+    assert "(failed)" in chart and f'href="/run?id={seeded.failed.id}&amp;view=timeline"' in chart
 
 
 # --- Listings ----------------------------------------------------------------------------

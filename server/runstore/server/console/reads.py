@@ -144,6 +144,8 @@ class Related:
 
     children: list[RunState]
     successors: list[str]
+    successor_runs: list[RunState]
+    """The successors among the runs read (for the timeline)."""
     more: bool
     """More runs started later than those read: the lists may be incomplete."""
 
@@ -163,7 +165,9 @@ async def related(store: RuntimeStore, run: RunState) -> Related:
     for other in await _seed_era_successors(store, run, later):
         if other not in found:
             found.append(other)
-    return Related(children, found, bool(page.next_page_token))
+    by_id = {other.run_id: other for other in later}
+    runs = [by_id[other] for other in found if other in by_id]
+    return Related(children, found, runs, bool(page.next_page_token))
 
 
 SUCCESSOR_CANDIDATES: Final = 20

@@ -20,7 +20,7 @@ from runstore.contract.model import (
     SessionStatus,
     StatusCount,
 )
-from runstore.server.console import filters, reads, render
+from runstore.server.console import filters, reads, render, timeline
 from runstore.server.console.pages import Console
 from runstore.server.core.model import Nanos
 
@@ -195,6 +195,10 @@ async def runs(console: Console, request: Request) -> Response:
     )
 
 
+VIEWS: Final = ("records", "transcript", "timeline")
+"""What a run's page shows below its facts."""
+
+
 async def run(console: Console, request: Request) -> Response:
     """A run: its failure first, its lifecycle, children and successors (one
     ListRuns page of the runs started after it), a page of its records (of one
@@ -202,8 +206,8 @@ async def run(console: Console, request: Request) -> Response:
     params = request.query_params
     run_id = _required(request, "id")
     view = params.get("view", "records")
-    if view not in ("records", "transcript"):
-        raise ReadArgumentError("view must be records or transcript", field="view")
+    if view not in VIEWS:
+        raise ReadArgumentError(f"view must be one of {', '.join(VIEWS)}", field="view")
     record_type = params.get("type", "").strip()
     target = _position(request, "record")
     before = target + reads.RECORDS_PER_PAGE // 2 + 1 if target else _position(request, "before")
@@ -225,6 +229,7 @@ async def run(console: Console, request: Request) -> Response:
     )
     oldest_first = [record for _, record in reversed(records.records)]
     seed = await reads.seed_of(console.store, found)
+    now = time.time_ns()
     return console.page(
         request,
         "run.html",
@@ -260,7 +265,12 @@ async def run(console: Console, request: Request) -> Response:
             render.formatted(cancellation.payload) if cancellation is not None else None
         ),
         transcript=render.transcript(oldest_first) if view == "transcript" else None,
-        now=time.time_ns(),
+        timeline=(
+            timeline.timeline(found, records.records, related.children, related.successor_runs, now)
+            if view == "timeline"
+            else None
+        ),
+        now=now,
     )
 
 
