@@ -22,9 +22,11 @@ from runstore.contract.model import RunStatus
 from runstore.server.app import ListenError, build_server, create_stores, open_database, shutdown
 from runstore.server.auth import SecurityError
 from runstore.server.config import ServerConfig
-from runstore.server.console import reads, views
+from runstore.server.console import reads, stores, views
 from runstore.server.console.server import check_exposure
 from runstore.server.core import listing
+from runstore.v1 import context_store_pb2 as ctx
+from runstore.v1 import memory_store_pb2 as ms
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import seeds_pb2 as sd
 from tests.certs import Authority
@@ -38,7 +40,7 @@ from tests.console.support import (
 )
 from tests.secured import write_auth_file
 from tests.seeds import Upload, declaration, part
-from tests.support import run_start, started_record, unique
+from tests.support import now_ms, run_start, started_record, ts, unique
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -64,6 +66,8 @@ def _screens(under: ConsoleUnderTest) -> list[tuple[str, dict[str, str]]]:
         ("/run", {"id": seeded.root.id}),
         ("/run", {"id": seeded.root.id, "view": "transcript"}),
         ("/run", {"id": seeded.root.id, "view": "timeline"}),
+        ("/memory", {"agent": "planner", "run": seeded.root.id}),
+        ("/context", {"key": seeded.session_id}),
         ("/run/events", {"id": seeded.root.id, "after": "0"}),
         ("/session/events", {"id": seeded.session_id, "after": "0"}),
     ]
@@ -413,6 +417,58 @@ async def test_the_timeline_draws_the_run_its_records_and_its_children(
     ticks = re.findall(r'<rect class="tick[^"]*" x="([\d.]+)"', chart)
     assert len(ticks) == len(_positions(records))  # one per record of the page
     assert "(failed)" in chart and f'href="/run?id={seeded.failed.id}&amp;view=timeline"' in chart
+
+
+async def test_the_memory_and_context_stores_are_visible_a_page_at_a_time(
+    console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent, run_id, key = unique("agent"), unique("memory-run"), unique("context")
+    events = [
+        ms.MemoryEvent(
+            type="user_message",
+            timestamp=ts(now_ms()),
+            data=json.dumps({"message": f"<b>note {n}</b>"}).encode(),
+        )
+        for n in range(5)
+    ]
+    await console.store.memory.AppendEvents(
+        ms.AppendEventsRequest(agent_id=agent, run_id=run_id, events=events)
+    )
+    for expected, prompt in enumerate(("first <i>prompt</i>", "second prompt")):
+        await console.store.context.SaveContext(
+            ctx.SaveContextRequest(
+                key=key,
+                snapshot=ctx.ContextSnapshot(system_prompt=prompt),
+                expected_version=expected,
+            )
+        )
+    monkeypatch.setattr(stores, "MEMORY_PAGE", 2)
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        first = (await http.get("/memory", params={"agent": agent, "run": run_id})).text
+        assert "5 events stored" in first
+        assert _positions(first) == [1, 2] and "&lt;b&gt;note 0&lt;/b&gt;" in first
+        following = _pager_link(first, "next")
+        assert following is not None
+        second = (await http.get("/memory", params=following)).text
+        assert _positions(second) == [3, 4]
+        back = _pager_link(second, "previous")
+        assert back is not None
+        assert _positions((await http.get("/memory", params=back)).text) == [1, 2]
+        none = (await http.get("/memory", params={"agent": agent, "run": "nothing"})).text
+        assert "0 events stored" in none
+
+        current = (await http.get("/context", params={"key": key})).text
+        assert "2 of 2" in current and "second prompt" in current
+        older = (await http.get("/context", params={"key": key, "version": "1"})).text
+        assert "1 of 2" in older and "first &lt;i&gt;prompt&lt;/i&gt;" in older
+        assert "<i>prompt" not in older
+        missing = (await http.get("/context", params={"key": unique("absent")})).text
+        assert 'id="context-missing"' in missing
+        assert (await http.get("/memory")).status_code == 200  # the form
+        refused = await http.get("/context", params={"key": key}, headers=console.bearer("worker"))
+        assert refused.status_code == 403 and "prompt" not in refused.text
 
 
 # --- Listings ----------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from runstore.contract.namespaces import NAME_RULE, is_valid_name
 from runstore.server import call_principal, call_request_id
 from runstore.server.auth.principals import Principal
 from runstore.server.concerns import Call, Door
-from runstore.server.console import access, live, views
+from runstore.server.console import access, live, stores, views
 from runstore.server.console.pages import Console, url
 from runstore.server.core.quota_rules import READ, WATCH, Rule
 from runstore.server.error_status import public_message
@@ -118,6 +118,8 @@ ROUTES: Final[Mapping[str, Door]] = {
         may_lag=True,
     ),
     "run_payload": Door((_RUNTIME + "ListRunRecords",), _PAGE, may_lag=True),
+    "memory": Door(("/runstore.v1.MemoryStore/LoadRun",), _PAGE, may_lag=False),
+    "context": Door(("/runstore.v1.ContextStore/GetContext",), _PAGE, may_lag=False),
     "run_events": Door((_RUNTIME + "LoadRun", _RUNTIME + "WatchRunRecords"), _LIVE, may_lag=False),
 }
 """Every screen, by route name, and what it passes (``concerns.Door``): the
@@ -423,6 +425,8 @@ def create_app(console: Console) -> Starlette:
         screen("run", "/run", views.run),
         screen("run_events", "/run/events", live.run_events),
         screen("run_payload", "/run/payload", views.payload),
+        screen("memory", "/memory", stores.memory),
+        screen("context", "/context", stores.context),
         Mount(
             "/static",
             StaticFiles(packages=[("runstore.server.console", "static")]),
