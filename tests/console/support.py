@@ -279,3 +279,25 @@ def seed_long_run(database: Path, run: Run, count: int) -> None:
                 last_position,
             ),
         )
+
+
+def seed_session_runs(database: Path, model: Run, count: int) -> None:
+    """Adds ``count`` runs to ``model``'s session straight into the SQLite file,
+    copies of its row (one INSERT ... SELECT over a generated series) with
+    their own IDs (``<model>-bulk-N``) and start times, one millisecond apart."""
+    with sqlite3.connect(database, timeout=30) as connection:
+        columns = [row[1] for row in connection.execute("PRAGMA table_info(runs)")]
+        chosen = {
+            "run_id": "? || '-bulk-' || n",
+            "started_at_ms": "started_at_ms + n",
+            "start_key": "'started'",
+        }
+        picked = ", ".join(chosen.get(column, column) for column in columns)
+        connection.execute(
+            f"""
+            WITH RECURSIVE series(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM series WHERE n < ?)
+            INSERT INTO runs ({", ".join(columns)})
+            SELECT {picked} FROM runs, series WHERE run_id = ?
+            """,
+            (count, model.id, model.id),
+        )

@@ -37,6 +37,7 @@ from tests.console.support import (
     console_server,
     seed,
     seed_long_run,
+    seed_session_runs,
 )
 from tests.secured import write_auth_file
 from tests.seeds import Upload, declaration, part
@@ -293,6 +294,38 @@ async def test_a_session_pages_its_runs(
         assert shown(html) == pages[1]
     assert sizes == [3] * 4
     assert re.search(r'id="run-count">\s*7', html)
+
+
+async def test_a_session_of_10000_runs_opens_one_page_of_them(
+    console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The work per page is one ListRuns page of the session's runs and a
+    count capped at 10,000, whatever the session holds."""
+    session_id = await console.store.session()
+    model = await console.store.root(session_id, agent_id="bulk")
+    seed_session_runs(console.database, model, 10_000)
+    store = console.running.console.console.store  # type: ignore[union-attr]
+    pages: list[int] = []
+    original = store.list_runs
+
+    async def counting(query: Any, size: int, token: str, count_statuses: bool = False) -> Any:
+        page = await original(query, size, token, count_statuses)
+        pages.append(len(page.items))
+        return page
+
+    monkeypatch.setattr(store, "list_runs", counting)
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=60, headers=console.bearer()
+    ) as http:
+        started = time.perf_counter()
+        html = (await http.get("/session", params={"id": session_id})).text
+        took = time.perf_counter() - started
+    print(f"a session of 10,001 runs: its page in {took * 1000:.0f} ms")
+    assert pages == [views.SESSION_RUNS_PAGE]
+    tree = html[html.index("<h2>Runs") : html.index("<h2>Records")]
+    assert len(re.findall(r'<li><a href="/run\?id=', tree)) == views.SESSION_RUNS_PAGE
+    assert re.search(r'id="run-count">\s*about 10,000\+', html)
+    assert _pager_link(html, "next") is not None
 
 
 async def test_a_failed_run_shows_its_failure_first(console: ConsoleUnderTest) -> None:
