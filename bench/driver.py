@@ -32,12 +32,12 @@ import grpc
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench import cpu
+from bench import cpu, messages
+from bench.closed_loop import ClosedLoop
 from bench.messages import now
 from bench.messages import record as run_record
 from runstore.client.model import RunRecord
 from runstore.client.remote import RemoteStore
-from runstore.contract import lifecycle
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
 from runstore.v1 import session_admin_pb2 as sa
@@ -84,17 +84,6 @@ at the start as at the end: a window of a few seconds is within about ±15 %."""
 
 def _varied_payload(size: int) -> bytes:
     return b'{"data":"' + b"v" * (size - 11) + b'"}'
-
-
-_STARTED = lifecycle.encode_run_started(lifecycle.RunStartedPayload())
-_CANCELED = lifecycle.encode_run_completed(
-    lifecycle.RunCompletedPayload(
-        status="canceled", phase="canceled", cancellation_reason=lifecycle.REASON_SESSION_ENDED
-    )
-)
-_COMPLETED = lifecycle.encode_run_completed(
-    lifecycle.RunCompletedPayload(status="success", phase="completed")
-)
 
 
 def _bearer(token: str) -> Metadata:
@@ -149,10 +138,8 @@ class Client:
         await self.runtime.StartRootRun(
             rs.StartRootRunRequest(
                 run=run,
-                started=run_record(run, "started", lifecycle.RUN_STARTED, _STARTED, run.started_at),
-                canceled=run_record(
-                    run, "stopped", lifecycle.RUN_COMPLETED, _CANCELED, run.started_at
-                ),
+                started=messages.started(run),
+                canceled=messages.stopped_at_session_end(run),
             ),
             metadata=self.worker,
         )
@@ -163,7 +150,7 @@ class Client:
             rs.RecordRunTerminalRequest(
                 run_id=run.run_id,
                 status=pb.RUN_STATUS_COMPLETED,
-                record=run_record(run, "completed", lifecycle.RUN_COMPLETED, _COMPLETED, now()),
+                record=messages.completed(run, now()),
             ),
             metadata=self.worker,
         )
@@ -405,34 +392,19 @@ async def measure(
         await _make_op(clients[index % len(clients)], workload, spec, index, shared)
         for index in range(concurrency)
     ]
-    latencies: list[float] = []
-    timing = False
-    deadline = 0.0
-
-    async def worker(op: Op) -> None:
-        while True:
-            started = time.perf_counter()
-            if started >= deadline:
-                return
-            await op()
-            if timing:
-                latencies.append(time.perf_counter() - started)
-
-    deadline = time.perf_counter() + float(spec.get("warmup", 0.2))
-    await asyncio.gather(*(worker(op) for op in ops))
-    timing = True
+    loop = ClosedLoop(ops)
+    await loop.run(float(spec.get("warmup", 0.2)), timed=False)
     probe = probe or CpuProbe(None, None)
     count_commits = workload in COMMITTING_WORKLOADS and probe.counts_commits
     cpu_before = await probe.read()
     began = time.perf_counter()
-    deadline = began + float(spec["duration"])
-    timed = asyncio.gather(*(worker(op) for op in ops))
+    timed = loop.run(float(spec["duration"]), timed=True)
     commits_before = await probe.commits() if count_commits else None
     await timed
     elapsed = time.perf_counter() - began
     cpu_after = await probe.read()
     commits_after = await probe.commits() if count_commits else None
-    latencies.sort()
+    latencies = sorted(loop.latencies)
     per_op = RECORDS_PER_OP.get(workload, 1)
     records = len(latencies) * per_op
     commits = (

@@ -39,7 +39,6 @@ from typing import Any
 import grpc
 
 from bench import messages, postgres, standalone
-from runstore.contract import lifecycle
 from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.v1 import namespace_admin_pb2 as na
 from runstore.v1 import namespace_admin_pb2_grpc as na_grpc
@@ -64,9 +63,7 @@ def _run() -> pb.RunStart:
 
 
 def _start(run: pb.RunStart) -> rs.StartOneShotRunRequest:
-    payload = lifecycle.encode_run_started(lifecycle.RunStartedPayload())
-    started = messages.record(run, "started", lifecycle.RUN_STARTED, payload)
-    return rs.StartOneShotRunRequest(run=run, started=started)
+    return rs.StartOneShotRunRequest(run=run, started=messages.started(run))
 
 
 async def quiet_appends(target: str, warmup: float, duration: float) -> float:

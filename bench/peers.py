@@ -43,6 +43,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from bench.closed_loop import ClosedLoop
 from bench.stats import throughput_row
 
 PEERS: dict[str, tuple[str, ...]] = {
@@ -78,26 +79,11 @@ def workload_name(peer: str, items: int = 1) -> str:
 
 async def _measure_async(ops: list[AsyncOp], spec: dict[str, Any]) -> dict[str, Any]:
     """``bench.driver.measure``'s loop: a warm-up, then ``duration`` seconds timed."""
-    latencies: list[float] = []
-    timing = False
-    deadline = 0.0
-
-    async def worker(op: AsyncOp) -> None:
-        while True:
-            started = time.perf_counter()
-            if started >= deadline:
-                return
-            await op()
-            if timing:
-                latencies.append(time.perf_counter() - started)
-
-    deadline = time.perf_counter() + float(spec.get("warmup", 0.2))
-    await asyncio.gather(*(worker(op) for op in ops))
-    timing = True
+    loop = ClosedLoop(ops)
+    await loop.run(float(spec.get("warmup", 0.2)), timed=False)
     began = time.perf_counter()
-    deadline = began + float(spec["duration"])
-    await asyncio.gather(*(worker(op) for op in ops))
-    return throughput_row(spec, latencies, time.perf_counter() - began)
+    await loop.run(float(spec["duration"]), timed=True)
+    return throughput_row(spec, loop.latencies, time.perf_counter() - began)
 
 
 def _checkpoint(step: int) -> tuple[Any, dict[str, Any], dict[str, int]]:

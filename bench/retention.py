@@ -29,7 +29,6 @@ from typing import Any
 import grpc
 
 from bench import messages, postgres, standalone
-from runstore.contract import lifecycle
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import runtime_store_pb2_grpc as rs_grpc
 from runstore.v1 import session_admin_pb2 as sa
@@ -57,25 +56,9 @@ class Client:
             session_id=session_id,
             started_at=messages.stamp(at_ms),
         )
-        started = messages.record(
-            run,
-            "started",
-            lifecycle.RUN_STARTED,
-            lifecycle.encode_run_started(lifecycle.RunStartedPayload()),
-        )
+        started = messages.started(run)
         if session_id:
-            canceled = messages.record(
-                run,
-                "stopped",
-                lifecycle.RUN_COMPLETED,
-                lifecycle.encode_run_completed(
-                    lifecycle.RunCompletedPayload(
-                        status="canceled",
-                        phase="canceled",
-                        cancellation_reason=lifecycle.REASON_SESSION_ENDED,
-                    )
-                ),
-            )
+            canceled = messages.stopped_at_session_end(run)
             await self.runtime.StartRootRun(
                 rs.StartRootRunRequest(run=run, started=started, canceled=canceled)
             )
@@ -84,14 +67,7 @@ class Client:
         for index in range(records - 2):
             record = messages.record(run, f"r{index}", "tool_result_received", b'{"ok":true}')
             await self.runtime.AppendRunRecord(rs.AppendRunRecordRequest(record=record))
-        completed = messages.record(
-            run,
-            "completed",
-            lifecycle.RUN_COMPLETED,
-            lifecycle.encode_run_completed(
-                lifecycle.RunCompletedPayload(status="success", phase="completed")
-            ),
-        )
+        completed = messages.completed(run)
         await self.runtime.RecordRunTerminal(
             rs.RecordRunTerminalRequest(
                 run_id=run.run_id, status=pb.RUN_STATUS_COMPLETED, record=completed

@@ -15,6 +15,9 @@ the CA that signed the server's certificate:
     RUNSTORE_HOST_TOKEN=... RUNSTORE_WORKER_TOKEN=... \\
         .venv/bin/python examples/worker.py --target runstore.internal:50051 --ca ca.crt
 
+``runstore.internal`` stands for the name your DNS (or ``/etc/hosts``) gives
+the server, the one its certificate holds (docs/security.md#certificates).
+
 The host (role ``host``) creates, lists and ends the session; the worker (role
 ``worker``) writes the runs, and could not end or purge the session if it tried.
 """

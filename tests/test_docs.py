@@ -518,6 +518,21 @@ def test_the_development_page_names_the_clients_dependencies() -> None:
     assert {name.lower() for name in required} - named == set(), line
 
 
+def test_every_missing_migration_number_is_explained() -> None:
+    """A number skipped in db/migrations/versions/ is explained on
+    docs/upgrades.md and named on each page that lists the revisions."""
+    versions = ROOT / "server/runstore/server/db/migrations/versions"
+    numbers = {int(path.name[:4]) for path in versions.glob("[0-9][0-9][0-9][0-9]_*.py")}
+    missing = [f"{n:04d}" for n in range(1, max(numbers)) if n not in numbers]
+    assert missing, "no gap left: drop the explanations this test keeps"
+    upgrades = (DOCS / "upgrades.md").read_text(encoding="utf-8")
+    for number in missing:
+        assert f"There is no revision `{number}`" in upgrades, number
+        for page in ("admin-commands.md", "development.md"):
+            text = (DOCS / page).read_text(encoding="utf-8")
+            assert f"no `{number}`" in text, (page, number)
+
+
 def test_the_sqlite_synchronous_help_names_every_level() -> None:
     import dataclasses
 
@@ -669,3 +684,41 @@ async def test_the_auth_commands_and_the_reload_run_as_written(tmp_path: Path) -
             while b"reloaded: 2 principals" not in server.log[mark:]:
                 assert server.process.returncode is None, server.log.decode()
                 await asyncio.sleep(0.02)
+
+
+def test_the_development_page_gives_the_chains_order() -> None:
+    """docs/development.md names the chain's concerns in the order
+    ``interceptors.concerns`` installs them, outermost first (read lag innermost)."""
+    from runstore.server.config import ServerConfig
+    from runstore.server.interceptors import concerns
+
+    named = {
+        "request ids": "RequestIds",
+        "authentication": "Authentication",
+        "the namespace": "NamespaceResolution",
+        "request parsing": "RequestParsing",
+        "the database bound": "DatabaseBound",
+        "reads that may lag": "ReadLag",
+    }
+    text = (DOCS / "development.md").read_text(encoding="utf-8")
+    (line,) = [p for p in text.split("\n\n") if "Cross-cutting concerns are one" in p]
+    line = " ".join(line.split())
+    assert all(phrase in line for phrase in named), line
+    in_the_page = [named[phrase] for phrase in sorted(named, key=line.index)]
+    config = ServerConfig(read_database_url="postgresql://standby/runstore")
+    installed = [type(c).__name__ for c in concerns(config) if type(c).__name__ in named.values()]
+    assert in_the_page == installed
+
+
+def test_every_python_file_the_docs_name_exists() -> None:
+    """A module the docs point at (`db/opening.py`, `concerns.py`) is a tracked
+    file, so a module split or renamed leaves no page naming the old one."""
+    modules = [path.relative_to(ROOT).as_posix() for path in tracked_files("*.py")]
+    pages = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+    missing = [
+        f"{page.relative_to(ROOT)}: {named}"
+        for page in pages
+        for named in sorted(set(re.findall(r"`([\w./-]+\.py)`", page.read_text(encoding="utf-8"))))
+        if not any(module == named or module.endswith("/" + named) for module in modules)
+    ]
+    assert missing == [], "\n".join(missing)

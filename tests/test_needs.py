@@ -86,3 +86,18 @@ def test_elsewhere_missing_packages_skip_and_forced_skips_are_listed(tmp_path: P
     assert "1 passed, 3 skipped" in out, out
     (forced,) = _forced_section(out)
     assert "test_forced" in forced, out
+
+
+def test_no_test_skips_on_a_missing_python_package_by_itself() -> None:
+    """A Python package a test imports is the venv's to provide: ``needs``
+    (``unless``, ``module``) turns its absence into a failure under CI, where
+    ``pytest.importorskip`` would skip it silently."""
+    here = Path(__file__).resolve()
+    calls = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if path != here
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "importorskip(" in line
+    ]
+    assert calls == [], "use tests/needs.py instead: " + ", ".join(calls)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,7 +23,8 @@ from runstore.contract.auth_file import (
 )
 from tests.certs import Authority
 from tests.cli.test_operator_cli import Finished, shell
-from tests.processes import server_process
+from tests.processes import ServerProcess, server_process
+from tests.support import unique
 
 
 def _auth(*argv: str, auth_file: Path) -> list[str]:
@@ -33,101 +36,147 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-async def test_the_auth_commands_manage_a_running_servers_principals(tmp_path: Path) -> None:
-    auth_file = tmp_path / "auth.toml"
-    ops_token = tmp_path / "ops.token"
-    added = await shell(
-        *_auth("add-token", "--name", "ops", "--role", "admin", auth_file=auth_file),
-        "--token-out",
-        str(ops_token),
+@dataclass
+class Secured:
+    """A ``runstore serve`` with mTLS and an auth file, for the module's tests:
+    each adds principals of its own and reloads."""
+
+    server: ServerProcess
+    auth_file: Path
+    directory: Path
+    ca: Authority
+    anyone: tuple[Path, Path]
+    """A client certificate no principal maps (its CN is ``anyone``)."""
+
+    def as_client(self, pair: tuple[Path, Path]) -> dict[str, str]:
+        return {
+            "RUNSTORE_TLS_CA": str(self.directory / "ca.crt"),
+            "RUNSTORE_TLS_CERT": str(pair[0]),
+            "RUNSTORE_TLS_KEY": str(pair[1]),
+        }
+
+    async def sessions(self, pair: tuple[Path, Path], *token: str) -> Finished:
+        """``runstore sessions list`` with the client certificate ``pair``."""
+        target = ("--target", self.server.target)
+        return await shell("sessions", "list", *target, *token, env=self.as_client(pair))
+
+    async def auth(self, *argv: str) -> Finished:
+        return await shell(*_auth(*argv, auth_file=self.auth_file))
+
+    async def reload(self) -> None:
+        """SIGHUP, waiting until the server has read every principal of the file."""
+        await self.server.reload(len(read_auth_file(self.auth_file)))
+
+    def certificate(self, common_name: str) -> tuple[Path, Path]:
+        return self.ca.client(common_name).write(self.directory, common_name)
+
+
+@pytest.fixture(scope="module")
+async def secured(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Secured]:
+    directory = tmp_path_factory.mktemp("auth-cli")
+    auth_file = directory / "auth.toml"
+    add_token(auth_file, "first", "admin")  # the server needs one principal to start
+    ca = Authority()
+    cert, key = ca.server().write(directory, "server")
+    (directory / "ca.crt").write_bytes(ca.pem)
+    anyone = ca.client("anyone").write(directory, "anyone")
+    async with server_process(
+        "--database-url", f"sqlite:///{directory / 'runstore.db'}",
+        "--auth-file", str(auth_file),
+        "--tls-cert", str(cert), "--tls-key", str(key),
+        "--tls-client-ca", str(directory / "ca.crt"),
+    ) as server:  # fmt: skip
+        yield Secured(server, auth_file, directory, ca, anyone)
+
+
+async def test_add_token_writes_the_token_to_a_private_file_and_it_authenticates(
+    secured: Secured,
+) -> None:
+    name, token = unique("ops"), secured.directory / f"{unique('ops')}.token"
+    added = await secured.auth(
+        "add-token", "--name", name, "--role", "admin", "--token-out", str(token)
     )
     assert added.code == 0, added.err
     assert added.out == ""  # the token went to the file, not the terminal
-    assert f"the token is in {ops_token} (mode 0600)" in added.err
-    assert _mode(ops_token) == 0o600 and _mode(auth_file) == 0o600
+    assert f"the token is in {token} (mode 0600)" in added.err
+    assert _mode(token) == 0o600 and _mode(secured.auth_file) == 0o600
+    await secured.reload()
+    by_token = await secured.sessions(secured.anyone, "--token-file", str(token))
+    assert by_token.code == 0, by_token.err
 
-    ca = Authority()
-    cert, key = ca.server().write(tmp_path, "server")
-    (tmp_path / "ca.crt").write_bytes(ca.pem)
-    anyone = ca.client("anyone").write(tmp_path, "anyone")
-    reader = ca.client("dashboards-1").write(tmp_path, "dashboards")
-    tls = {"RUNSTORE_TLS_CA": str(tmp_path / "ca.crt")}
 
-    def as_client(pair: tuple[Path, Path]) -> dict[str, str]:
-        return {**tls, "RUNSTORE_TLS_CERT": str(pair[0]), "RUNSTORE_TLS_KEY": str(pair[1])}
+async def test_add_cert_maps_a_certificates_common_name_to_a_principal(secured: Secured) -> None:
+    common_name = unique("dashboards")
+    reader = secured.certificate(common_name)
+    unmapped = await secured.sessions(reader)
+    assert unmapped.code == 1 and "UNAUTHENTICATED" in unmapped.err
+    mapped = await secured.auth(
+        "add-cert", "--name", unique("dashboards"), "--role", "reader", "--identity", common_name
+    )
+    assert mapped.code == 0, mapped.err
+    await secured.reload()
+    assert (await secured.sessions(reader)).code == 0
 
-    async with server_process(
-        "--database-url",
-        f"sqlite:///{tmp_path / 'runstore.db'}",
-        "--auth-file",
-        str(auth_file),
-        "--tls-cert",
-        str(cert),
-        "--tls-key",
-        str(key),
-        "--tls-client-ca",
-        str(tmp_path / "ca.crt"),
-    ) as server:
-        target = ["--target", server.target]
 
-        async def sessions(env: dict[str, str], *token: str) -> Finished:
-            return await shell("sessions", "list", *target, *token, env=env)
+async def test_rotate_stops_the_old_token_and_starts_the_new_one(secured: Secured) -> None:
+    name = unique("rotated")
+    old_file, new_file = secured.directory / f"{name}.token", secured.directory / f"{name}-2.token"
+    added = await secured.auth(
+        "add-token", "--name", name, "--role", "host", "--token-out", str(old_file)
+    )
+    assert added.code == 0, added.err
+    await secured.reload()
+    assert (await secured.sessions(secured.anyone, "--token-file", str(old_file))).code == 0
+    rotated = await secured.auth("rotate", "--name", name, "--token-out", str(new_file))
+    assert rotated.code == 0, rotated.err
+    await secured.reload()
+    refused = await secured.sessions(secured.anyone, "--token-file", str(old_file))
+    assert refused.code == 1 and "UNAUTHENTICATED" in refused.err
+    assert (await secured.sessions(secured.anyone, "--token-file", str(new_file))).code == 0
 
-        by_token = await sessions(as_client(anyone), "--token-file", str(ops_token))
-        assert by_token.code == 0, by_token.err
-        unmapped = await sessions(as_client(reader))
-        assert unmapped.code == 1 and "UNAUTHENTICATED" in unmapped.err
 
-        # add-cert: the certificate's CN becomes a reader.
-        mapped = await shell(
-            *_auth(
-                "add-cert",
-                "--name",
-                "dashboards",
-                "--role",
-                "reader",
-                "--identity",
-                "dashboards-1",
-                auth_file=auth_file,
-            )
+async def test_list_shows_names_roles_and_kinds_never_a_token_or_hash(secured: Secured) -> None:
+    by_token, by_cert, common_name = unique("listed"), unique("listed-cert"), unique("cn")
+    token_file = secured.directory / f"{by_token}.token"
+    assert (
+        await secured.auth(
+            "add-token", "--name", by_token, "--role", "admin", "--token-out", str(token_file)
         )
-        assert mapped.code == 0, mapped.err
-        await server.reload(2)
-        assert (await sessions(as_client(reader))).code == 0
-
-        # rotate: the old token stops, the new one works.
-        old = ops_token.read_text().strip()
-        new_token_file = tmp_path / "ops-2.token"
-        rotated = await shell(
-            *_auth("rotate", "--name", "ops", auth_file=auth_file),
-            "--token-out",
-            str(new_token_file),
+    ).code == 0
+    assert (
+        await secured.auth(
+            "add-cert", "--name", by_cert, "--role", "reader", "--identity", common_name
         )
-        assert rotated.code == 0, rotated.err
-        await server.reload(2)
-        refused = await sessions(as_client(anyone), "--token-file", str(ops_token))
-        assert refused.code == 1 and "UNAUTHENTICATED" in refused.err
-        assert (await sessions(as_client(anyone), "--token-file", str(new_token_file))).code == 0
+    ).code == 0
+    listed = await secured.auth("list")
+    assert listed.code == 0, listed.err
+    header, *rows = listed.out.splitlines()
+    assert header.split() == ["NAME", "ROLE", "KIND", "NAMESPACES", "CERTIFICATES"]
+    ours = [row.split() for row in rows if row.split()[0] in (by_token, by_cert)]
+    assert ours == [
+        [by_token, "admin", "token", "default", "-"],
+        [by_cert, "reader", "cert", "default", common_name],
+    ]
+    token = token_file.read_text().strip()
+    for secret in (token, hash_token(token)):
+        assert secret not in listed.out + listed.err
 
-        # list: names, roles and kinds; never a token or a hash.
-        listed = await shell(*_auth("list", auth_file=auth_file))
-        assert listed.code == 0, listed.err
-        header, *rows = listed.out.splitlines()
-        assert header.split() == ["NAME", "ROLE", "KIND", "NAMESPACES", "CERTIFICATES"]
-        assert [row.split() for row in rows] == [
-            ["ops", "admin", "token", "default", "-"],
-            ["dashboards", "reader", "cert", "default", "dashboards-1"],
-        ]
-        new = new_token_file.read_text().strip()
-        for secret in (old, new, hash_token(old), hash_token(new)):
-            assert secret not in listed.out + listed.err
 
-        # remove: the certificate is refused again.
-        removed = await shell(*_auth("remove", "--name", "dashboards", auth_file=auth_file))
-        assert removed.code == 0, removed.err
-        await server.reload(1)
-        gone = await sessions(as_client(reader))
-        assert gone.code == 1 and "UNAUTHENTICATED" in gone.err
+async def test_remove_refuses_the_principals_certificate_again(secured: Secured) -> None:
+    name, common_name = unique("removed"), unique("removed-cn")
+    pair = secured.certificate(common_name)
+    assert (
+        await secured.auth(
+            "add-cert", "--name", name, "--role", "reader", "--identity", common_name
+        )
+    ).code == 0
+    await secured.reload()
+    assert (await secured.sessions(pair)).code == 0
+    removed = await secured.auth("remove", "--name", name)
+    assert removed.code == 0, removed.err
+    await secured.reload()
+    gone = await secured.sessions(pair)
+    assert gone.code == 1 and "UNAUTHENTICATED" in gone.err
 
 
 @pytest.mark.parametrize(

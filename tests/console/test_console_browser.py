@@ -36,7 +36,12 @@ from tests.console.support import (
 from tests.secured import Entry, channel_with_token
 from tests.support import Store
 
-playwright_api = pytest.importorskip("playwright.async_api")
+try:  # the dev group's: make install (and so .ci/run) installs it
+    from playwright import async_api as playwright_api
+except ImportError as error:
+    NO_PLAYWRIGHT: str | None = f"cannot import playwright.async_api: {error} (make install)"
+else:
+    NO_PLAYWRIGHT = None
 
 CHROMIUM = os.environ.get("RUNSTORE_CHROMIUM", "/usr/bin/chromium")
 OPERATOR = "operator"
@@ -44,10 +49,13 @@ OPERATOR = "operator"
 WAIT_MS = 30_000
 """Generous: the machine may be busy; waits end as soon as their condition holds."""
 
-pytestmark = needs.unless(
-    "chromium",
-    None if os.access(CHROMIUM, os.X_OK) else f"no Chromium at {CHROMIUM} (make install)",
-)
+pytestmark = [
+    needs.unless("playwright", NO_PLAYWRIGHT),
+    needs.unless(
+        "chromium",
+        None if os.access(CHROMIUM, os.X_OK) else f"no Chromium at {CHROMIUM} (make install)",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -284,9 +292,15 @@ async def test_triage_find_the_failed_run_and_read_its_failure(
 async def test_a_record_appended_through_grpc_appears_on_the_open_run_page(
     page: Watched, console: ConsoleUnderTest, shots: Path
 ) -> None:
+    """The record arrives over the page's open live stream: the browser makes
+    no request for it (no reload, no poll, no reconnect), so how soon it shows
+    is the stream's wake-up, not a clock on a shared machine. The time it took
+    is printed."""
     run = await console.store.root(agent_id="live-browser")
     await sign_in(page.page, console, then=f"/run?id={run.id}")
     await live(page.page)
+    requests: list[str] = []
+    page.page.on("request", lambda request: requests.append(request.url))
     await console.store.runtime.AppendRunRecord(
         rs.AppendRunRecordRequest(record=run.record("appended-live", payload=b'{"fresh":true}'))
     )
@@ -296,7 +310,8 @@ async def test_a_record_appended_through_grpc_appears_on_the_open_run_page(
     shown_after = time.monotonic() - committed
     print(f"live: record shown {shown_after * 1000:.0f} ms after its append returned")
     assert "appended-live" in (await row.text_content() or "")
-    assert shown_after < 2.0, f"the record took {shown_after:.2f} s to appear"
+    assert requests == [], requests
+    assert await page.page.locator("#live-state").text_content() == "live"
     # The pagers' counters follow the live rows.
     ranges = page.page.locator(".pager .range")
     assert await ranges.all_text_contents() == ["records 1–2 of 2"] * 2

@@ -20,7 +20,12 @@ from tests import needs
 from tests.console.support import ConsoleUnderTest, console_server
 from tests.support import Run
 
-playwright_api = pytest.importorskip("playwright.async_api")
+try:  # the dev group's: make install (and so .ci/run) installs it
+    from playwright import async_api as playwright_api
+except ImportError as error:
+    NO_PLAYWRIGHT: str | None = f"cannot import playwright.async_api: {error} (make install)"
+else:
+    NO_PLAYWRIGHT = None
 
 CHROMIUM = os.environ.get("RUNSTORE_CHROMIUM", "/usr/bin/chromium")
 RUNS = 1_000_000
@@ -28,10 +33,13 @@ FAILED_EVERY = 997
 """One run in this many failed (a prime: failures spread over agents and hours)."""
 WAIT_MS = 60_000
 
-pytestmark = needs.unless(
-    "chromium",
-    None if os.access(CHROMIUM, os.X_OK) else f"no Chromium at {CHROMIUM} (make install)",
-)
+pytestmark = [
+    needs.unless("playwright", NO_PLAYWRIGHT),
+    needs.unless(
+        "chromium",
+        None if os.access(CHROMIUM, os.X_OK) else f"no Chromium at {CHROMIUM} (make install)",
+    ),
+]
 
 
 def seed_runs(database: Path, model: Run, count: int) -> None:

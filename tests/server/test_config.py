@@ -211,3 +211,22 @@ def test_the_installed_command_has_no_traceback() -> None:
     assert done.stderr == (
         "runstore: --listen must end in a port from 0 to 65535, not '127.0.0.1:99999'\n"
     )
+
+
+def test_every_setting_has_a_type_its_flag_and_variable_parse() -> None:
+    """A setting's type is read from its evaluated annotation: one of the
+    types a flag or variable is converted to and checked as (a new type would
+    otherwise pass as text, unchecked)."""
+    known = {bool, config.OPTIONAL_BOOL, int, float, str}
+    unknown = {
+        spec.name: config.setting_type(spec)
+        for spec in dataclasses.fields(ServerConfig)
+        if config.setting_type(spec) not in known
+    }
+    assert unknown == {}
+    assert config.setting_type(_field("access_log")) == bool | None
+    assert config.setting_type(_field("migrate")) is bool
+
+
+def _field(name: str) -> dataclasses.Field[object]:
+    return next(spec for spec in dataclasses.fields(ServerConfig) if spec.name == name)

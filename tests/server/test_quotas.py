@@ -22,6 +22,9 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 
 from runstore.client import (
     QuotaExceededError,
@@ -33,12 +36,13 @@ from runstore.client import (
 from runstore.client.retry import NO_RETRY, RetryPolicy, call_with_retry, is_retryable
 from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.server.app import Telemetry
-from runstore.server.call_scope import ALL_NAMESPACES, acting_in
+from runstore.server.carried_calls import CARRIED_METHOD
 from runstore.server.core.namespaces import REFRESH_SECONDS, NamespaceDirectory, NamespaceStore
 from runstore.server.core.quota_bucket import QUEUE_SECONDS, TokenBucket
 from runstore.server.core.quota_keeper import QuotaKeeper
 from runstore.server.core.quota_rules import METHODS
 from runstore.server.core.quotas import Quotas
+from runstore.server.db import migrate
 from runstore.server.metrics import Metrics
 from runstore.v1 import (
     context_store_pb2,
@@ -87,6 +91,7 @@ class Replica:
     namespaces: NamespaceStore
     clock: FakeClock
     metrics: Metrics
+    database_url: str
 
     @property
     def quotas(self) -> Quotas:
@@ -134,7 +139,9 @@ async def _replica(stack: AsyncExitStack, url: str, *, live: bool = False) -> Re
         )
     )
     keeper, namespaces = server.stores.quotas, server.stores.namespaces
-    return Replica(server.store, server.target, keeper, namespaces, clock, metrics)
+    return Replica(
+        server.store, server.target, keeper, namespaces, clock, metrics, server.database_url
+    )
 
 
 @pytest.fixture(scope="module", params=backends.BACKENDS)
@@ -219,6 +226,9 @@ def _assert_quota(failure: Failure, namespace: str, quota: str, limit: str) -> N
 
 
 def test_every_method_of_the_namespaced_services_has_a_rule() -> None:
+    """Each but AppendRunRecordCalls, whose carried calls take a token each
+    (docs/limits.md "Coalesced appends")."""
+    carrier = "/runstore.v1.RuntimeStore/AppendRunRecordCalls"
     methods = {
         f"/{service.full_name}/{method.name}"
         for module, name in (
@@ -230,7 +240,11 @@ def test_every_method_of_the_namespaced_services_has_a_rule() -> None:
         for service in [module.DESCRIPTOR.services_by_name[name]]
         for method in service.methods
     }
-    assert set(METHODS) == methods
+    # The carrier takes no token of its own: each call it carries is served
+    # through the chain and takes AppendRunRecord's.
+    assert carrier in methods and carrier not in METHODS
+    assert METHODS[CARRIED_METHOD].kind == "write"
+    assert set(METHODS) == methods - {carrier}
     watches = {method for method, rule in METHODS.items() if rule.kind == "watch"}
     assert watches == {
         "/runstore.v1.RuntimeStore/WatchRunRecords",
@@ -287,8 +301,10 @@ async def test_the_write_quota_refuses_at_its_limit_with_retry_info_and_recovers
     await _session(one, name)
     failure, _ = await refused(_session(one, name))
     assert failure.metadata["quota"] == "writes_per_second"
-    refusals = one.metrics.quota_refusals.labels(name, "writes_per_second")
-    assert refusals._value.get() == 2
+    refusals = one.metrics.registry.get_sample_value(
+        "runstore_quota_refusals_total", {"namespace": name, "quota": "writes_per_second"}
+    )
+    assert refusals == 2
 
 
 async def test_the_read_quota_refuses_at_its_limit_and_recovers(one: Replica) -> None:
@@ -481,6 +497,26 @@ async def test_seed_records_count_in_stored_bytes_and_their_uploads_are_refused(
     assert list(purged.purged_run_ids) == [run.id]
     await one.keeper.recount()
     assert one.quotas.stored_bytes(name) == 0
+
+
+async def test_a_seed_declarations_rendered_prompts_count_in_stored_bytes(one: Replica) -> None:
+    """BeginRunSeed stores its declaration's rendered prompts, labels and all:
+    bytes a namespace holds, measured in bytes (not characters) before any
+    seed record is appended, so further uploads are refused past the quota."""
+    name = await _namespace(one, quota_stored_bytes=1_000_000)
+    runtime = cast(Any, _Namespaced(one, name))
+    labels = {f"label-{index}": "é" * 1000 for index in range(12)}  # 2 bytes a character
+    prompt = sd.RenderedPrompt(
+        prompt_id="greeting", version="v1", scope=sd.PromptScope(labels=labels)
+    )
+    upload = Upload(runtime, declaration(rendered_prompts=[prompt]))
+    await upload.begin()
+    await one.keeper.recount()
+    assert one.quotas.stored_bytes(name) >= 12 * 2000
+    async with RemoteNamespaceAdmin(one.target, retry=NO_RETRY) as admin:
+        await admin.update_namespace(name, quota_stored_bytes=20_000)
+    failure, _ = await refused(Upload(runtime, declaration()).begin())
+    _assert_quota(failure, name, "stored_bytes", "20000")
 
 
 async def test_quotas_of_one_namespace_never_refuse_another(one: Replica) -> None:
@@ -740,24 +776,33 @@ async def test_appends_touch_no_counter_row(one: Replica) -> None:
     await _beat([one])
     await one.keeper.recount()
 
-    db = one.keeper._db
-    with acting_in(ALL_NAMESPACES):  # the usage and heartbeat rows: every namespace's
-        usage_before = (await db.read(lambda tx: tx.namespace_usage()))[name]
-        beats_before = await db.read(_heartbeats)
+    usage_before = await _rows(one, USAGE, name=name)
+    beats_before = await _rows(one, HEARTBEATS)
+    assert usage_before and beats_before  # the recount and the heartbeat wrote them
     run = await _one_shot(one, name)
     for index in range(20):
         await one.store.runtime.AppendRunRecord(
             rs.AppendRunRecordRequest(record=run.record(f"n{index}", payload=b"p" * 100)),
             metadata=one.md(name),
         )
-    with acting_in(ALL_NAMESPACES):
-        assert (await db.read(lambda tx: tx.namespace_usage()))[name] == usage_before
-        assert await db.read(_heartbeats) == beats_before
-    assert one.quotas.stored_bytes(name) >= usage_before[0] + 20 * 100
+    assert await _rows(one, USAGE, name=name) == usage_before
+    assert await _rows(one, HEARTBEATS) == beats_before
+    assert one.quotas.stored_bytes(name) >= usage_before[0][0] + 20 * 100
 
 
-async def _heartbeats(tx: Any) -> list[Any]:
-    return list(await tx._all(tx._namespace_sql.replicas))
+USAGE = "SELECT stored_bytes, measured_at FROM namespace_usage WHERE name = :name"
+HEARTBEATS = "SELECT replica_id, beats, seen_at, streams FROM quota_replicas ORDER BY replica_id"
+
+
+async def _rows(replica: Replica, sql: str, **params: Any) -> list[tuple[Any, ...]]:
+    """The rows ``sql`` reads from the replica's database, on a connection of
+    the test's own: what is stored, not what the server's code says it stored."""
+    engine = create_async_engine(migrate.async_url(replica.database_url), poolclass=NullPool)
+    try:
+        async with engine.connect() as connection:
+            return [tuple(row) for row in await connection.execute(text(sql), params)]
+    finally:
+        await engine.dispose()
 
 
 async def test_the_typed_watch_backs_off_at_the_watch_stream_quota(one: Replica) -> None:

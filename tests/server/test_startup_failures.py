@@ -1,7 +1,9 @@
 """Every start-up failure of ``serve``, ``migrate`` and ``backup`` is one line
 naming what failed and the flag or variable to fix, with exit code 2, no
 traceback unless ``--log-level debug``, and never the database password
-(docs/errors.md#start-up-failures). Driven through the real ``runstore``."""
+(docs/errors.md#start-up-failures). Driven through the real ``runstore``
+program (runstore-client's script, whose serve, migrate and backup the
+server's entry points add), as an operator runs it."""
 
 from __future__ import annotations
 
@@ -22,11 +24,15 @@ from tests.processes import server_process
 
 PASSWORD = "sekret-do-not-print"
 
+RUNSTORE = Path(sys.executable).with_name("runstore")
+"""The venv's ``runstore`` script (``make install`` installs it)."""
+
 
 def runstore(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """``runstore *argv`` to its end; its exit code and stderr."""
+    assert RUNSTORE.is_file(), f"no runstore program at {RUNSTORE}: make install"
     done = subprocess.run(
-        [sys.executable, "-m", "runstore.server", *argv],
+        [str(RUNSTORE), *argv],
         capture_output=True,
         text=True,
         timeout=120,

@@ -14,6 +14,8 @@ from runstore.client import context as context
 from runstore.client import memory as memory
 from runstore.client import records as records
 from runstore.client import transcript as transcript
+from runstore.client.calls import TokenSource
+from runstore.client.channel import Keepalive, PEMSource, TLSConfig, open_channel
 from runstore.client.context import (
     ContextMessage,
     ContextSnapshot,
@@ -69,16 +71,9 @@ from runstore.client.model import (
 )
 from runstore.client.namespaces import NamespaceInfo, NamespaceSettings, RemoteNamespaceAdmin
 from runstore.client.protocols import SeedStore, SessionAdmin, Store
-from runstore.client.remote import (
-    Keepalive,
-    PEMSource,
-    RemoteSessionAdmin,
-    RemoteStore,
-    TLSConfig,
-    TokenSource,
-    open_channel,
-)
 from runstore.client.retry import NO_RETRY, RetryCallback, RetryClock, RetryPolicy
+from runstore.client.runtime_store import RemoteStore
+from runstore.client.session_admin import RemoteSessionAdmin
 from runstore.client.sync import SyncRemoteSessionAdmin, SyncRemoteStore
 from runstore.client.tokens import InvalidTokenError, clean_token, read_token_file
 from runstore.client.version import __version__

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any, TypeAlias, cast
 
 from runstore.client import convert
-from runstore.client.remote import _Client
+from runstore.client.calls import Client
 from runstore.client.transcript import (
     CacheCheckpointPart,
     Citation,
@@ -282,7 +282,7 @@ def snapshot_from_wire(snapshot: ctx.ContextSnapshot) -> ContextSnapshot:
 # --- The client ---------------------------------------------------------------------
 
 
-class RemoteContextStore(_Client):
+class RemoteContextStore(Client):
     """``runstore.v1.ContextStore`` over gRPC; options as for ``RemoteStore``.
 
     A stale save raises ``ContextVersionConflictError`` (never retried: reload,

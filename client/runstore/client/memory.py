@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from runstore.client import convert
-from runstore.client.remote import _Client
+from runstore.client.calls import Client
 from runstore.client.transcript import JSONObject, JSONValue, decode_json, encode_json
 from runstore.contract.model import AppendOutcome
 from runstore.v1 import memory_store_pb2 as ms
@@ -184,7 +184,7 @@ def _from_wire(message: ms.MemoryEvent) -> MemoryEvent:
     )
 
 
-class RemoteMemoryStore(_Client):
+class RemoteMemoryStore(Client):
     """``runstore.v1.MemoryStore`` over gRPC; options as for ``RemoteStore``."""
 
     def __init__(self, target: str | None = None, **kwargs: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Final
 from google.protobuf import field_mask_pb2
 
 from runstore.client import convert
-from runstore.client.remote import _Client
+from runstore.client.calls import Client
 from runstore.contract.model import ListPage
 from runstore.contract.wire import NAMESPACE_SETTINGS, NAMESPACE_STATE_FROM_WIRE
 from runstore.v1 import namespace_admin_pb2 as na
@@ -75,7 +75,7 @@ _MASK_PATHS: Final = {
 SETTING_NAMES: Final = tuple(field.name for field in fields(NamespaceSettings))
 
 
-class RemoteNamespaceAdmin(_Client):
+class RemoteNamespaceAdmin(Client):
     """``NamespaceAdmin`` over gRPC; same options as ``RemoteStore``."""
 
     def __init__(self, target: str | None = None, **kwargs: Any) -> None:

@@ -49,7 +49,8 @@ from runstore.client.model import (
     SessionPage,
     SessionStatus,
 )
-from runstore.client.remote import RemoteSessionAdmin, RemoteStore
+from runstore.client.runtime_store import RemoteStore
+from runstore.client.session_admin import RemoteSessionAdmin
 
 T = TypeVar("T")
 C = TypeVar("C", RemoteStore, RemoteSessionAdmin)

@@ -22,7 +22,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Final
+from typing import Any, Final, get_type_hints
 
 from runstore.contract import durations
 
@@ -396,6 +396,10 @@ class ServerConfig:
                 raise ConfigError(f"{flag_name(spec.name)} {complaint}")
 
 
+_TYPES: Final[Mapping[str, Any]] = get_type_hints(ServerConfig)
+"""Each setting's type, its annotation evaluated (this module's annotations are text)."""
+
+
 def flag_name(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -404,37 +408,49 @@ def _env_name(name: str) -> str:
     return f"RUNSTORE_{name.upper()}"
 
 
+OPTIONAL_BOOL: Final[Any] = bool | None
+"""A switch left unset (None) unless given: ``--access-log``/``--no-access-log``."""
+
+_ACCEPTED: Final[Mapping[Any, tuple[type, ...]]] = {
+    bool: (bool,),
+    OPTIONAL_BOOL: (bool,),
+    int: (int,),
+    float: (int, float),
+    str: (str,),
+}
+"""The Python values each type of setting takes (a float setting takes an int)."""
+
+_KIND_NAMES: Final[Mapping[Any, str]] = {
+    bool: "true or false",
+    OPTIONAL_BOOL: "true or false",
+    int: "an integer",
+    float: "a number",
+    str: "text",
+}
+
+
+def setting_type(spec: dataclasses.Field[Any]) -> Any:
+    """The setting's type, resolved from its annotation (``bool``, ``int``,
+    ``float``, ``str`` or ``OPTIONAL_BOOL``), however the annotation is spelled."""
+    return _TYPES[spec.name]
+
+
 def complaint_about(spec: dataclasses.Field[Any], value: Any) -> str | None:
     """What is wrong with ``value`` for the setting ``spec``, or None: its type
     first (a float setting takes an int), then the field's own check."""
-    kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
-    if kind == "bool | None" and value is None:
+    kind = setting_type(spec)
+    if kind == OPTIONAL_BOOL and value is None:
         return None
-    wanted = {
-        "bool": (bool,),
-        "bool | None": (bool,),
-        "int": (int,),
-        "float": (int, float),
-        "str": (str,),
-    }.get(kind)
+    wanted = _ACCEPTED.get(kind)
     if wanted is not None and (
         not isinstance(value, wanted) or (bool not in wanted and isinstance(value, bool))
     ):
         return f"must be {_KIND_NAMES[kind]}, not {value!r}"
-    if kind == "float" and not math.isfinite(value):
+    if kind is float and not math.isfinite(value):
         return f"must be a finite number, not {value!r}"
     check: Check | None = spec.metadata.get("check")
     complaint = check(value) if check is not None else None
     return None if complaint is None else f"{complaint}, not {value!r}"
-
-
-_KIND_NAMES: Final = {
-    "bool": "true or false",
-    "bool | None": "true or false",
-    "int": "an integer",
-    "float": "a number",
-    "str": "text",
-}
 
 
 def _parse_bool(text: str) -> bool:
@@ -449,14 +465,14 @@ def _parse_bool(text: str) -> bool:
 def _convert(spec: dataclasses.Field[Any], text: str) -> Any:
     """``text`` (a flag's or a variable's) as the setting's type; ``ValueError``
     says why not (a duration's message is the whole complaint)."""
-    kind = spec.type
+    kind = setting_type(spec)
     if spec.metadata.get("duration"):
         return durations.parse_duration(text)
-    if kind in (bool, "bool", "bool | None"):
+    if kind is bool or kind == OPTIONAL_BOOL:
         return _parse_bool(text)
-    if kind in (int, "int"):
+    if kind is int:
         return int(text)
-    if kind in (float, "float"):
+    if kind is float:
         return float(text)
     return text
 
@@ -476,11 +492,12 @@ def add_arguments(parser: argparse.ArgumentParser, names: Sequence[str] | None =
         help_text = (
             f"{spec.metadata.get('help', '')} [env {_env_name(spec.name)}, default {default!r}]"
         )
-        if spec.type in (bool, "bool"):
+        kind = setting_type(spec)
+        if kind is bool:
             parser.add_argument(
                 flag, action="store_const", const=True, default=None, help=help_text
             )
-        elif spec.type == "bool | None":
+        elif kind == OPTIONAL_BOOL:
             parser.add_argument(
                 flag, action=argparse.BooleanOptionalAction, default=None, help=help_text
             )
@@ -522,9 +539,8 @@ def load(
         except ValueError as exc:
             if spec.metadata.get("duration"):
                 raise ConfigError(f"{source} {exc}") from None
-            kind = spec.type if isinstance(spec.type, str) else spec.type.__name__
             raise ConfigError(
-                f"{source} must be {_KIND_NAMES.get(kind, 'valid')}, not {text!r}"
+                f"{source} must be {_KIND_NAMES.get(setting_type(spec), 'valid')}, not {text!r}"
             ) from None
         complaint = complaint_about(spec, value)
         if complaint is not None:

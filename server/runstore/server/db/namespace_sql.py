@@ -62,10 +62,24 @@ STORED_SIZES: Final = (
     ("context_transcript", "length(message)"),
     ("runs", "length(checkpoint_data)"),
     ("seed_records", "length(data)"),
+    ("seed_attempts", "{text_bytes}(rendered_prompts)"),
 )
 """What a namespace's stored bytes count (``stored_bytes`` quota): record
-payloads, memory event data, context snapshots and transcript messages, and
-suspension checkpoints (docs/namespaces.md#quotas)."""
+payloads, memory event data, context snapshots and transcript messages,
+suspension checkpoints, seed records and seed declarations' rendered prompts
+(docs/namespaces.md#quotas). ``{text_bytes}(column)`` is a text column's
+size in bytes, not characters (``_stored_size``)."""
+
+
+def _stored_size(size: str, dialect: Dialect) -> str:
+    """``size`` with ``{text_bytes}(column)`` written in ``dialect``'s SQL."""
+    if "{text_bytes}" not in size:
+        return size
+    column = size.removeprefix("{text_bytes}(").removesuffix(")")
+    if dialect.name == "postgresql":
+        return f"octet_length({column})"
+    return f"length(CAST({column} AS BLOB))"
+
 
 QUOTA_LOCK_KEY: Final = 0x72756E73746F7171
 """The advisory lock key of the stored-bytes recount (PostgreSQL; retention
@@ -157,7 +171,10 @@ class NamespaceStatements:
         purges = tuple(compile_for(_purge(table, dialect), dialect) for table in DATA_TABLES)
         stored = tuple(
             compile_for(
-                text(f"SELECT COALESCE(SUM({size}), 0) FROM {table} WHERE namespace = :counted"),
+                text(
+                    f"SELECT COALESCE(SUM({_stored_size(size, dialect)}), 0) "
+                    f"FROM {table} WHERE namespace = :counted"
+                ),
                 dialect,
             )
             for table, size in STORED_SIZES
