@@ -284,12 +284,13 @@ def seed_long_run(database: Path, run: Run, count: int) -> None:
 def seed_session_runs(database: Path, model: Run, count: int) -> None:
     """Adds ``count`` runs to ``model``'s session straight into the SQLite file,
     copies of its row (one INSERT ... SELECT over a generated series) with
-    their own IDs (``<model>-bulk-N``) and start times, one millisecond apart."""
+    their own IDs (``<model>-bulk-N``) and start times, one millisecond apart
+    before the model's (so later tests' newest runs stay on their first pages)."""
     with sqlite3.connect(database, timeout=30) as connection:
         columns = [row[1] for row in connection.execute("PRAGMA table_info(runs)")]
         chosen = {
             "run_id": "? || '-bulk-' || n",
-            "started_at_ms": "started_at_ms + n",
+            "started_at_ms": "started_at_ms - n",
             "start_key": "'started'",
         }
         picked = ", ".join(chosen.get(column, column) for column in columns)
