@@ -32,6 +32,7 @@ from runstore.server.config import ServerConfig
 from runstore.server.core.quota_keeper import QuotaKeeper
 from runstore.server.core.quotas import Quotas
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import types_pb2 as pb
 from tests.certs import Authority
 from tests.secured import ROLES, Entry, channel_with_token, write_auth_file
 from tests.support import Run, Store, now_ms, run_start, unique
@@ -40,6 +41,8 @@ SCRIPT_PAYLOAD: Final = b'{"text":"<script>window.__xss=1</script>"}'
 IMG_PAYLOAD: Final = b'"\\"><img src=x onerror=\\"window.__xss=2\\">"'
 """A JSON string that closes an attribute and opens an image whose onerror runs."""
 TOOL_INPUT_XSS: Final = "<img src=x onerror=window.__xss=3>"
+FAILURE_MESSAGE: Final = "tool <b>fetch</b> timed out"
+"""The seeded failed run's failure message: markup, to be shown as text."""
 ELSEWHERE: Final = "reader-of-team-b"
 """The key in ``ConsoleUnderTest.tokens`` of a reader bound only to namespace team-b."""
 
@@ -51,6 +54,8 @@ class Seeded:
     session_id: str = ""
     root: Run | None = None
     child: Run | None = None
+    failed: Run | None = None
+    """A child of ``root`` that failed (its failure's message is hostile markup)."""
     suspended: Run | None = None
     successor: Run | None = None
     canceled: Run | None = None
@@ -174,6 +179,24 @@ async def seed(under: ConsoleUnderTest) -> Seeded:
         session_id=seeded.session_id, parent_run_id=root.id, agent_id="searcher"
     )
     await store.runtime.StartChildRun(child.child_request(root.start.agent_id))
+    failed = seeded.failed = run_start(
+        session_id=seeded.session_id,
+        parent_run_id=root.id,
+        agent_id="fetcher",
+        labels={"tier": "gold"},
+    )
+    await store.runtime.StartChildRun(
+        failed.child_request(root.start.agent_id, link_key="linked-2", tool_call_id="c2")
+    )
+    await store.runtime.RecordRunTerminal(
+        failed.terminal_request(
+            pb.RUN_STATUS_FAILED,
+            failure=lifecycle.RunFailure(
+                message=FAILURE_MESSAGE, kind="timeout", code="E42", retryable=True
+            ),
+            at_ms=now_ms() + 1500,
+        )
+    )
 
     suspended = seeded.suspended = await store.root(seeded.session_id, agent_id="waiter")
     await store.runtime.RecordRunSuspension(
@@ -255,4 +278,27 @@ def seed_long_run(database: Path, run: Run, count: int) -> None:
                 at,
                 last_position,
             ),
+        )
+
+
+def seed_session_runs(database: Path, model: Run, count: int) -> None:
+    """Adds ``count`` runs to ``model``'s session straight into the SQLite file,
+    copies of its row (one INSERT ... SELECT over a generated series) with
+    their own IDs (``<model>-bulk-N``) and start times, one millisecond apart
+    before the model's (so later tests' newest runs stay on their first pages)."""
+    with sqlite3.connect(database, timeout=30) as connection:
+        columns = [row[1] for row in connection.execute("PRAGMA table_info(runs)")]
+        chosen = {
+            "run_id": "? || '-bulk-' || n",
+            "started_at_ms": "started_at_ms - n",
+            "start_key": "'started'",
+        }
+        picked = ", ".join(chosen.get(column, column) for column in columns)
+        connection.execute(
+            f"""
+            WITH RECURSIVE series(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM series WHERE n < ?)
+            INSERT INTO runs ({", ".join(columns)})
+            SELECT {picked} FROM runs, series WHERE run_id = ?
+            """,
+            (count, model.id, model.id),
         )

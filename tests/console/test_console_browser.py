@@ -219,8 +219,11 @@ async def test_open_a_session_then_a_run(
     await tree.get_by_role("link", name=seeded.root.id).click()
     await page.page.wait_for_url("**/run?id=*")
     await page.page.locator("#run-status").wait_for()
-    assert (await page.page.text_content("h1") or "").endswith(seeded.root.id)
+    assert await page.page.text_content("h1 .id") == seeded.root.id
     await page.page.screenshot(path=str(shots / "run.png"), full_page=True)
+    await page.page.get_by_role("link", name="Timeline").click()
+    await page.page.locator("svg.timeline-chart rect.bar-status-failed").wait_for()
+    await page.page.screenshot(path=str(shots / "timeline.png"), full_page=True)
 
     await page.page.goto(f"/run?id={seeded.transcript_run.id}&view=transcript")
     await page.page.locator(".tool-call .result").wait_for()
@@ -236,6 +239,54 @@ async def test_open_a_session_then_a_run(
     await page.page.goto("/runs")
     await page.page.locator("table#runs").wait_for()
     await page.page.screenshot(path=str(shots / "runs.png"), full_page=True)
+
+
+async def test_triage_find_the_failed_run_and_read_its_failure(
+    page: Watched, console: ConsoleUnderTest, shots: Path
+) -> None:
+    """The operator's path: Runs, failed in the last hour, the failure in the
+    row, its page with the failure first, local times, copy and raw download,
+    and up to its parent, which flags it."""
+    seeded = console.seeded
+    assert seeded.failed is not None and seeded.root is not None
+    await page.page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    await sign_in(page.page, console, then="/runs")
+    filters = page.page.locator("#run-filters")
+    await filters.locator("select[name=status]").select_option("failed")
+    await filters.locator("select[name=range]").select_option("1h")
+    await filters.get_by_role("button", name="Filter").click()
+    await page.page.wait_for_url("**/runs?*status=failed*")
+    row = page.page.locator("table#runs tbody tr", has_text=seeded.failed.id)
+    await row.wait_for()
+    assert "timeout" in (await row.locator("td.failure").text_content() or "")
+    assert "failed 1" in (await page.page.text_content("#totals") or "").replace("\n", " ")
+    await page.page.screenshot(path=str(shots / "triage.png"), full_page=True)
+
+    await row.get_by_role("link", name=seeded.failed.id).click()
+    await page.page.wait_for_url("**/run?id=*")
+    box = page.page.locator("#failure")
+    assert "tool <b>fetch</b> timed out" in (await box.text_content() or "")
+    ended = page.page.locator("#run-ended time")
+    utc = await ended.text_content() or ""
+    assert utc.endswith("Z")
+    await page.page.get_by_role("button", name=re.compile("^times: UTC")).click()
+    local = await ended.text_content() or ""
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} [+-]\d\d:\d\d", local)
+    await page.page.screenshot(path=str(shots / "failed-run.png"), full_page=True)
+    copy = page.page.locator("li.record button.copy").first
+    await copy.click()
+    await page.page.locator("li.record button.copy", has_text="copied").first.wait_for()
+    async with page.page.expect_download() as waiting:
+        await page.page.locator("li.record a.raw").first.click()
+    download = await waiting.value
+    assert download.suggested_filename.startswith(seeded.failed.id)
+
+    await page.page.get_by_role("link", name=seeded.root.id).first.click()
+    await page.page.wait_for_url(f"**/run?id={seeded.root.id}*")
+    assert "1 child run failed" in (await page.page.text_content("#failed-children") or "")
+    # The choice of local times holds on the next page.
+    started = await page.page.locator("#run-started time").text_content() or ""
+    assert not started.endswith("Z")
 
 
 async def test_a_record_appended_through_grpc_appears_on_the_open_run_page(
@@ -261,6 +312,9 @@ async def test_a_record_appended_through_grpc_appears_on_the_open_run_page(
     assert "appended-live" in (await row.text_content() or "")
     assert requests == [], requests
     assert await page.page.locator("#live-state").text_content() == "live"
+    # The pagers' counters follow the live rows.
+    ranges = page.page.locator(".pager .range")
+    assert await ranges.all_text_contents() == ["records 1–2 of 2"] * 2
     await page.page.screenshot(path=str(shots / "live.png"), full_page=True)
 
 

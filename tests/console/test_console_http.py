@@ -9,29 +9,39 @@ import json
 import logging
 import re
 import ssl
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import httpx
 import pytest
 
+from runstore.contract.model import RunStatus
 from runstore.server.app import ListenError, build_server, create_stores, open_database, shutdown
 from runstore.server.auth import SecurityError
 from runstore.server.config import ServerConfig
-from runstore.server.console import reads, views
+from runstore.server.console import reads, stores, views
 from runstore.server.console.server import check_exposure
+from runstore.server.core import listing
+from runstore.v1 import context_store_pb2 as ctx
+from runstore.v1 import memory_store_pb2 as ms
 from runstore.v1 import runtime_store_pb2 as rs
+from runstore.v1 import seeds_pb2 as sd
 from tests.certs import Authority
 from tests.console.support import (
     ELSEWHERE,
+    SCRIPT_PAYLOAD,
     ConsoleUnderTest,
     console_server,
     seed,
     seed_long_run,
+    seed_session_runs,
 )
 from tests.secured import write_auth_file
-from tests.support import unique
+from tests.seeds import Upload, declaration, part
+from tests.support import now_ms, run_start, started_record, ts, unique
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -51,11 +61,14 @@ def _screens(under: ConsoleUnderTest) -> list[tuple[str, dict[str, str]]]:
     assert seeded.root is not None
     return [
         ("/sessions", {}),
-        ("/sessions", {"q": seeded.session_id[:10]}),
+        ("/sessions", {"id": seeded.session_id[:10]}),
         ("/session", {"id": seeded.session_id}),
         ("/runs", {}),
         ("/run", {"id": seeded.root.id}),
         ("/run", {"id": seeded.root.id, "view": "transcript"}),
+        ("/run", {"id": seeded.root.id, "view": "timeline"}),
+        ("/memory", {"agent": "planner", "run": seeded.root.id}),
+        ("/context", {"key": seeded.session_id}),
         ("/run/events", {"id": seeded.root.id, "after": "0"}),
         ("/session/events", {"id": seeded.session_id, "after": "0"}),
     ]
@@ -224,74 +237,445 @@ async def test_a_large_payload_starts_collapsed(console: ConsoleUnderTest) -> No
 
 async def test_the_session_page_shows_its_runs_as_a_tree(console: ConsoleUnderTest) -> None:
     seeded = console.seeded
-    assert seeded.root is not None and seeded.child is not None
+    assert seeded.root is not None and seeded.child is not None and seeded.failed is not None
     async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
         html = (
             await http.get("/session", params={"id": seeded.session_id}, headers=console.bearer())
         ).text
-    root_item = html[html.index(f'<li><a href="/run?id={seeded.root.id}"') :]
+    # The root is flagged: a run below it failed.
+    root_item = html[html.index(f'<li class="failed-below"><a href="/run?id={seeded.root.id}"') :]
     nested = root_item[: root_item.index("</ul>")]
+    assert "a run below failed" in nested
     assert f'href="/run?id={seeded.child.id}"' in nested
+    assert f'href="/run?id={seeded.failed.id}"' in nested
     assert '<span class="kind">child</span>' in nested
+    assert re.search(r'id="run-count">\s*7', html)  # the session's totals
+    assert re.search(r"failed 1</a>", html)
+
+
+async def test_a_session_pages_its_runs(
+    console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session page reads one ListRuns page of its runs (never the whole
+    session), and pages forwards and back through them."""
+    session_id = await console.store.session()
+    runs = [await console.store.root(session_id, agent_id=f"a{n}") for n in range(7)]
+    monkeypatch.setattr(views, "SESSION_RUNS_PAGE", 3)
+    store = console.running.console.console.store  # type: ignore[union-attr]
+    sizes: list[int] = []
+    original = store.list_runs
+
+    async def counting(query: Any, size: int, token: str, count_statuses: bool = False) -> Any:
+        sizes.append(size)
+        return await original(query, size, token, count_statuses)
+
+    async def whole_session(*args: Any) -> Any:
+        raise AssertionError("a session page read every run of its session")
+
+    monkeypatch.setattr(store, "list_runs", counting)
+    monkeypatch.setattr(store, "list_runs_by_session", whole_session)
+
+    def shown(html: str) -> list[str]:
+        tree = html[html.index("<h2>Runs") : html.index("<h2>Records")]
+        return re.findall(r'<li><a href="/run\?id=([^"]+)"', tree)
+
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        html = (await http.get("/session", params={"id": session_id})).text
+        pages = [shown(html)]
+        while (following := _pager_link(html, "next")) is not None:
+            html = (await http.get("/session", params=following)).text
+            pages.append(shown(html))
+        assert pages == [[r.id for r in runs[i : i + 3]] for i in (0, 3, 6)]
+        back = _pager_link(html, "previous")
+        assert back is not None
+        html = (await http.get("/session", params=back)).text
+        assert shown(html) == pages[1]
+    assert sizes == [3] * 4
+    assert re.search(r'id="run-count">\s*7', html)
+
+
+async def test_a_session_of_10000_runs_opens_one_page_of_them(
+    console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The work per page is one ListRuns page of the session's runs and a
+    count capped at 10,000, whatever the session holds."""
+    session_id = await console.store.session()
+    model = await console.store.root(session_id, agent_id="bulk")
+    seed_session_runs(console.database, model, 10_000)
+    store = console.running.console.console.store  # type: ignore[union-attr]
+    pages: list[int] = []
+    original = store.list_runs
+
+    async def counting(query: Any, size: int, token: str, count_statuses: bool = False) -> Any:
+        page = await original(query, size, token, count_statuses)
+        pages.append(len(page.items))
+        return page
+
+    monkeypatch.setattr(store, "list_runs", counting)
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=60, headers=console.bearer()
+    ) as http:
+        started = time.perf_counter()
+        html = (await http.get("/session", params={"id": session_id})).text
+        took = time.perf_counter() - started
+    print(f"a session of 10,001 runs: its page in {took * 1000:.0f} ms")
+    assert pages == [views.SESSION_RUNS_PAGE]
+    tree = html[html.index("<h2>Runs") : html.index("<h2>Records")]
+    assert len(re.findall(r'<li><a href="/run\?id=', tree)) == views.SESSION_RUNS_PAGE
+    assert re.search(r'id="run-count">\s*about 10,000\+', html)
+    assert _pager_link(html, "next") is not None
+
+
+async def test_a_failed_run_shows_its_failure_first(console: ConsoleUnderTest) -> None:
+    seeded = console.seeded
+    assert seeded.failed is not None and seeded.root is not None
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        failed = (await http.get("/run", params={"id": seeded.failed.id})).text
+        root = (await http.get("/run", params={"id": seeded.root.id})).text
+    box = failed[failed.index('id="failure"') : failed.index("</section>")]
+    assert failed.index('id="failure"') < failed.index('<dl class="facts">')
+    assert '<span class="failure-kind">timeout</span>' in box
+    assert '<span class="failure-code">E42</span>' in box and "retryable" in box
+    assert "tool &lt;b&gt;fetch&lt;/b&gt; timed out" in box and "<b>" not in failed
+    ended = failed[failed.index('id="run-ended"') :]
+    assert ended.index("<time datetime=") < ended.index("</dd>")
+    assert re.search(r'id="run-duration">1\.\d s<', failed)
+    # Its parent flags it among its children.
+    assert "1 child run failed" in root
+    children = root[root.index('id="children"') :]
+    assert f'<span class="child child-failed"><a href="/run?id={seeded.failed.id}"' in children
+
+
+async def test_records_by_type_and_jump_to_record_n(console: ConsoleUnderTest) -> None:
+    run = await console.store.root(agent_id="jumper")
+    seed_long_run(console.database, run, 200)  # with its start record: 201 records
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        jumped = (await http.get("/run", params={"id": run.id, "record": "37"})).text
+        assert '<li class="record target" data-position="37"' in jumped
+        assert 37 in _positions(jumped) and len(_positions(jumped)) == reads.RECORDS_PER_PAGE
+        assert "data-live=" not in jumped  # not the tail
+        first = (await http.get("/run", params={"id": run.id, "record": "1"})).text
+        assert '<li class="record target" data-position="1"' in first
+        started = (
+            await http.get("/run", params={"id": run.id, "record": "1", "type": "run_started"})
+        ).text
+        assert _positions(started) == [1]
+        assert 'data-type="run_started"' in started
+        older = re.search(r'class="older" href="([^"]+)"', jumped)
+        assert older is not None and "type=" not in older[1]
+        typed_older = re.search(
+            r'class="older" href="([^"]+)"',
+            (await http.get("/run", params={"id": run.id, "type": "x", "record": "120"})).text,
+        )
+        assert typed_older is not None and "type=x" in typed_older[1]
+        beyond = await http.get("/run", params={"id": run.id, "record": "999"})
+        assert beyond.status_code == 400 and "record" in beyond.text
+
+
+async def test_a_payload_downloads_byte_for_byte(console: ConsoleUnderTest) -> None:
+    root = console.seeded.root
+    assert root is not None
+    async with httpx.AsyncClient(base_url=console.base, timeout=30) as http:
+        page = (await http.get("/run", params={"id": root.id}, headers=console.bearer())).text
+        link = re.search(r'class="raw" href="(/run/payload\?id=[^"&]+&amp;record=(\d+))"', page)
+        assert link is not None
+        records = await console.store.records(root.id)
+        script = next(r for r in records if r.payload == SCRIPT_PAYLOAD)
+        url = f"/run/payload?id={root.id}&record={script.id}"
+        response = await http.get(url, headers=console.bearer())
+        assert response.status_code == 200 and response.content == SCRIPT_PAYLOAD
+        assert response.headers["content-type"] == "application/octet-stream"
+        assert response.headers["content-disposition"].startswith("attachment;")
+        assert response.headers["content-security-policy"] == CSP
+        assert (await http.get(url)).status_code == 401
+        assert (await http.get(url, headers=console.bearer("worker"))).status_code == 403
+        missing = await http.get(
+            "/run/payload", params={"id": root.id, "record": "9999"}, headers=console.bearer()
+        )
+        assert missing.status_code == 404
+        zero = await http.get(
+            "/run/payload", params={"id": root.id, "record": "0"}, headers=console.bearer()
+        )
+        assert zero.status_code == 400
+
+
+async def test_a_seeded_run_shows_its_seed(console: ConsoleUnderTest) -> None:
+    upload = Upload(console.store.runtime, declaration())
+    await upload.begin()
+    await upload.history(b'[{"role":"user","parts":[{"text":"<script>seeded</script>"}]}]')
+    await upload.append(part(unique("p"), str(upload.end), b'[{"role":"user"', final=False))
+    await upload.append(part(unique("p"), str(upload.end), b"]", final=True))
+    await upload.compiled(b"compiled start")
+    await upload.publish()
+    run = run_start(run_id=upload.run_id, seed_end_id=str(upload.seed_end))
+    await console.store.runtime.StartSynchronousRun(
+        sd.StartSynchronousRunRequest(run=run.start, started=started_record(run.start))
+    )
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        html = (await http.get("/run", params={"id": run.id})).text
+    shown = html[html.index('id="seed"') :]
+    shown = shown[: shown.index("</dd>")]
+    assert "literal seed, history through seed record" in shown
+    assert len(re.findall(r'<li class="seed-record">', shown)) == 3  # not the compiled part
+    assert "&lt;script&gt;seeded&lt;/script&gt;" in shown and "<script>seeded" not in html
+    assert "literal part (final)" in shown
+
+
+async def test_the_timeline_draws_the_run_its_records_and_its_children(
+    console: ConsoleUnderTest,
+) -> None:
+    seeded = console.seeded
+    assert seeded.root and seeded.child and seeded.failed
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        html = (await http.get("/run", params={"id": seeded.root.id, "view": "timeline"})).text
+        records = (await http.get("/run", params={"id": seeded.root.id})).text
+    chart = html[html.index('<svg class="timeline-chart"') : html.index("</svg>")]
+    bars = re.findall(r'<rect class="bar bar-(\w+) bar-status-(\w+)[^"]*" x="([\d.]+)"', chart)
+    assert [(role, status) for role, status, _ in bars] == [
+        ("run", "running"),
+        ("child", "running"),
+        ("child", "failed"),
+    ]
+    assert all(0 <= float(x) <= 1000 for _, _, x in bars)
+    ticks = re.findall(r'<rect class="tick[^"]*" x="([\d.]+)"', chart)
+    assert len(ticks) == len(_positions(records))  # one per record of the page
+    assert "(failed)" in chart and f'href="/run?id={seeded.failed.id}&amp;view=timeline"' in chart
+
+
+async def test_the_memory_and_context_stores_are_visible_a_page_at_a_time(
+    console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent, run_id, key = unique("agent"), unique("memory-run"), unique("context")
+    events = [
+        ms.MemoryEvent(
+            type="user_message",
+            timestamp=ts(now_ms()),
+            data=json.dumps({"message": f"<b>note {n}</b>"}).encode(),
+        )
+        for n in range(5)
+    ]
+    await console.store.memory.AppendEvents(
+        ms.AppendEventsRequest(agent_id=agent, run_id=run_id, events=events)
+    )
+    for expected, prompt in enumerate(("first <i>prompt</i>", "second prompt")):
+        await console.store.context.SaveContext(
+            ctx.SaveContextRequest(
+                key=key,
+                snapshot=ctx.ContextSnapshot(system_prompt=prompt),
+                expected_version=expected,
+            )
+        )
+    monkeypatch.setattr(stores, "MEMORY_PAGE", 2)
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        first = (await http.get("/memory", params={"agent": agent, "run": run_id})).text
+        assert "5 events stored" in first
+        assert _positions(first) == [1, 2] and "&lt;b&gt;note 0&lt;/b&gt;" in first
+        following = _pager_link(first, "next")
+        assert following is not None
+        second = (await http.get("/memory", params=following)).text
+        assert _positions(second) == [3, 4]
+        back = _pager_link(second, "previous")
+        assert back is not None
+        assert _positions((await http.get("/memory", params=back)).text) == [1, 2]
+        none = (await http.get("/memory", params={"agent": agent, "run": "nothing"})).text
+        assert "0 events stored" in none
+
+        current = (await http.get("/context", params={"key": key})).text
+        assert "2 of 2" in current and "second prompt" in current
+        older = (await http.get("/context", params={"key": key, "version": "1"})).text
+        assert "1 of 2" in older and "first &lt;i&gt;prompt&lt;/i&gt;" in older
+        assert "<i>prompt" not in older
+        missing = (await http.get("/context", params={"key": unique("absent")})).text
+        assert 'id="context-missing"' in missing
+        assert (await http.get("/memory")).status_code == 200  # the form
+        refused = await http.get("/context", params={"key": key}, headers=console.bearer("worker"))
+        assert refused.status_code == 403 and "prompt" not in refused.text
 
 
 # --- Listings ----------------------------------------------------------------------------
 
 
-async def test_sessions_are_filtered_paged_and_searched(
+def _links(html: str, path: str) -> list[str]:
+    return re.findall(rf'<a href="{path}\?id=([^"&]+)">', html)
+
+
+def _pager_link(html: str, name: str) -> dict[str, list[str]] | None:
+    found = re.search(rf'class="{name}" href="[^"?]*\?([^"]*)"', html)
+    if found is None:
+        return None
+    return parse_qs(found[1].replace("&amp;", "&"))
+
+
+async def test_sessions_are_newest_first_filtered_counted_and_paged_both_ways(
     console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     prefix = unique("find")
-    ids = [await console.store.session(f"{prefix}-{n}") for n in range(3)]
+    ids = [await console.store.session(f"{prefix}-{n}") for n in range(5)]
     await console.store.end(ids[1])
     monkeypatch.setattr(views, "LIST_PAGE_SIZE", 2)
     async with httpx.AsyncClient(
         base_url=console.base, timeout=30, headers=console.bearer()
     ) as http:
-        found = (await http.get("/sessions", params={"q": prefix})).text
-        assert all(f">{i}</a>" in found for i in ids)
-        exact = (await http.get("/sessions", params={"q": ids[2]})).text
-        assert "(exact match)" in exact
-        ended = (await http.get("/sessions", params={"status": "ended"})).text
-        assert f">{ids[1]}</a>" in ended and f">{ids[0]}</a>" not in ended
-        walked: list[str] = []
-        params: dict[str, str] = {}
-        for _ in range(100):
-            page = await http.get("/sessions", params=params)
-            walked += re.findall(r'<a href="/session\?id=([^"]+)">', page.text)
-            token = re.search(r'class="next" href="[^"]*page_token=([^"&]+)', page.text)
-            if token is None:
-                break
-            params = {"page_token": httpx.QueryParams(f"t={token.group(1)}")["t"]}
-        assert set(ids) <= set(walked) and len(walked) == len(set(walked))
-        later = (await http.get("/sessions", params={"created_after": "2999-01-01T00:00"})).text
+        first = (await http.get("/sessions", params={"id": prefix})).text
+        assert _links(first, "/session") == [ids[4], ids[3]]  # newest first
+        assert re.search(r"active <span class=\"count\">4</span>", first)
+        assert re.search(r"ended <span class=\"count\">1</span>", first)
+        # Forwards to the end, then back to the first page, by the pager alone.
+        walked, html, history = [], first, [first]
+        while (following := _pager_link(html, "next")) is not None:
+            html = (await http.get("/sessions", params=following)).text
+            history.append(html)
+            walked += _links(html, "/session")
+        assert _links(first, "/session") + walked == ids[::-1]
+        while (back := _pager_link(html, "previous")) is not None:
+            html = (await http.get("/sessions", params=back)).text
+            history.pop()
+            assert _links(html, "/session") == _links(history[-1], "/session")
+        assert _links(html, "/session") == [ids[4], ids[3]]
+        oldest = (await http.get("/sessions", params={"id": prefix, "order": "oldest"})).text
+        assert _links(oldest, "/session") == [ids[0], ids[1]]
+        exact = (await http.get("/sessions", params={"id": ids[2], "match": "exact"})).text
+        assert _links(exact, "/session") == [ids[2]]
+        ended = (await http.get("/sessions", params={"id": prefix, "status": "ended"})).text
+        assert _links(ended, "/session") == [ids[1]]
+        recent = (await http.get("/sessions", params={"id": prefix, "range": "15m"})).text
+        assert _links(recent, "/session") == [ids[4], ids[3]]
+        assert "at=" in recent  # the relative range is anchored for the next pages
+        later = (await http.get("/sessions", params={"from": "2999-01-01T00:00"})).text
         assert "no sessions" in later
-        bad = await http.get("/sessions", params={"created_after": "yesterday"})
-        assert bad.status_code == 400 and "created_after" in bad.text
+        bad = await http.get("/sessions", params={"from": "yesterday", "range": "custom"})
+        assert bad.status_code == 400 and "from" in bad.text
 
 
-async def test_runs_are_filtered_by_agent_status_and_sessionless(
-    console: ConsoleUnderTest,
+async def test_the_listings_ask_the_store_to_filter_and_count(
+    console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seeded = console.seeded
-    assert seeded.one_shot and seeded.suspended and seeded.root
+    """The filters are ListRuns' and ListSessions', read once per page with
+    the counts: the console never reads a page to filter it."""
+    store = console.running.console.console.store  # type: ignore[union-attr]
+    asked: list[tuple[Any, int, str, bool]] = []
+    for name in ("list_runs", "list_sessions"):
+        original = getattr(store, name)
+
+        def spy(original: Any = original) -> Any:
+            async def listed(
+                query: Any, size: int, token: str, count_statuses: bool = False
+            ) -> Any:
+                asked.append((query, size, token, count_statuses))
+                return await original(query, size, token, count_statuses)
+
+            return listed
+
+        monkeypatch.setattr(store, name, spy())
     async with httpx.AsyncClient(
         base_url=console.base, timeout=30, headers=console.bearer()
     ) as http:
-        by_agent = (await http.get("/runs", params={"agent": "waiter"})).text
-        suspended = (await http.get("/runs", params={"status": "suspended"})).text
-        sessionless = (await http.get("/runs", params={"sessionless": "1"})).text
-    assert seeded.suspended.id in by_agent and seeded.root.id not in by_agent
-    assert seeded.suspended.id in suspended and seeded.root.id not in suspended
-    assert seeded.one_shot.id in sessionless and seeded.root.id not in sessionless
-    assert "<td>one-shot</td>" in sessionless
+        page = await http.get(
+            "/runs",
+            params={
+                "id": "run-",
+                "agent": "fetch",
+                "label": "tier=gold, zone = eu",
+                "status": "failed",
+                "range": "24h",
+                "root": "1",
+            },
+        )
+        assert page.status_code == 200
+        ((query, size, token, counted),) = asked
+        assert (size, token, counted) == (views.LIST_PAGE_SIZE, "", True)
+        assert query.run_id_prefix == "run-" and query.agent_id_prefix == "fetch"
+        assert dict(query.labels) == {"tier": "gold", "zone": "eu"}
+        assert query.statuses == frozenset({RunStatus.FAILED}) and query.root_only
+        assert query.newest_first and query.started_after is not None
+        assert time.time_ns() - query.started_after < 24 * 3600 * 10**9 + 60 * 10**9
+        asked.clear()
+        await http.get("/sessions", params={"id": "abc", "match": "exact", "order": "oldest"})
+        ((query, size, token, counted),) = asked
+        assert query.session_id == "abc" and not query.session_id_prefix
+        assert not query.newest_first and counted
+
+
+async def test_runs_show_failure_end_duration_and_every_filter(
+    console: ConsoleUnderTest,
+) -> None:
+    seeded = console.seeded
+    assert seeded.one_shot and seeded.suspended and seeded.root and seeded.failed
+    assert seeded.child
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+
+        async def listed(**params: str) -> str:
+            response = await http.get("/runs", params=params)
+            assert response.status_code == 200, response.text
+            return response.text
+
+        by_agent = await listed(agent="wait")  # a prefix of "waiter"
+        assert seeded.suspended.id in by_agent and seeded.root.id not in by_agent
+        suspended = await listed(status="suspended")
+        assert seeded.suspended.id in suspended and seeded.root.id not in suspended
+        sessionless = await listed(sessionless="1")
+        assert seeded.one_shot.id in sessionless and seeded.root.id not in sessionless
+        assert "<td>one-shot</td>" in sessionless
+        assert seeded.root.id in await listed(root="1", agent="planner")
+        assert seeded.child.id in await listed(agent="searcher")
+        assert seeded.child.id not in await listed(root="1", agent="searcher")
+        gold = await listed(label="tier=gold")
+        assert _links(gold, "/run") == [seeded.failed.id]
+        assert _links(await listed(label="tier=silver"), "/run") == []
+        exact = await listed(id=seeded.failed.id, match="exact")
+        assert _links(exact, "/run") == [seeded.failed.id]
+        prefix = await listed(id=seeded.failed.id[:-2])
+        assert seeded.failed.id in _links(prefix, "/run")
+        # The failed run: its failure in the row (escaped), its end and duration.
+        row = gold[gold.index('<tr class="run') : gold.index("</tr>", gold.index('<tr class="run'))]
+        assert '<span class="failure-kind">timeout</span>' in row
+        assert '<span class="failure-code">E42</span>' in row and "retryable" in row
+        assert "tool &lt;b&gt;fetch&lt;/b&gt; timed out" in row and "<b>fetch" not in row
+        assert len(re.findall(r"<time datetime=", row)) == 2  # started and ended
+        assert re.search(r"<td>1\.\d s</td>", row)  # ended 1.5 s after its start
+        # Totals per status, whatever the status filter, and "about" at the cap.
+        failed = await listed(status="failed")
+        assert re.search(
+            r'status-failed current" href="[^"]*">failed <span class="count">\d', failed
+        )
+        assert re.search(r"running <span class=\"count\">(about )?\d", failed)
+        assert seeded.root.id in await listed(range="1h", agent="planner")
+        future = await listed(range="custom", **{"from": "2999-01-01T00:00"})
+        assert "no runs" in future
+        bad = await http.get("/runs", params={"label": "tier"})
+        assert bad.status_code == 400 and "key=value" in bad.text
+
+
+async def test_a_count_at_the_cap_says_about(
+    console: ConsoleUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(listing, "COUNT_CAP", 1)
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        html = (await http.get("/runs")).text
+    assert re.search(r"running <span class=\"count\">about 1\+</span>", html)
 
 
 # --- Paging from the tail ----------------------------------------------------------------
 
 
 def _positions(html: str) -> list[int]:
-    return [int(p) for p in re.findall(r'<li class="record" data-position="(\d+)"', html)]
+    return [int(p) for p in re.findall(r'<li class="record[^"]*" data-position="(\d+)"', html)]
 
 
 async def test_records_open_at_the_tail_and_page_back(console: ConsoleUnderTest) -> None:

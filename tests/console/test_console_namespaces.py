@@ -229,3 +229,23 @@ async def test_a_live_stream_sees_its_namespace_only_and_ends_when_it_is_deleted
     never = await _get(teams, "operator", "/sessions", namespace="never-was")
     assert after.status_code == never.status_code == 404
     assert after.text.replace("team-gone", "never-was") == never.text
+
+
+async def test_a_refusal_keeps_the_picker_and_offers_no_sign_in_to_a_signed_in_principal(
+    teams: Teams,
+) -> None:
+    refused = await _get(teams, "reader-ab", "/sessions", namespace="team-c")
+    assert refused.status_code == 403
+    picker = refused.text[refused.text.index('id="namespace-picker"') :]
+    picker = picker[: picker.index("</form>")]
+    assert re.findall(r'<option value="([^"]+)"', picker) == ["team-a", "team-b"]
+    assert 'href="/login"' not in refused.text and "Sign in" not in refused.text
+    assert "Signed in as reader-ab (reader)" in refused.text
+    # A principal whose role may not read the console gets no picker, and no sign-in.
+    worker = await _get(teams, "worker", "/sessions")
+    assert worker.status_code == 403
+    assert 'id="namespace-picker"' not in worker.text and 'href="/login"' not in worker.text
+    # Without a principal, signing in is what is offered.
+    async with httpx.AsyncClient(base_url=teams.under.base, timeout=30) as http:
+        anonymous = await http.get("/sessions")
+    assert anonymous.status_code == 401 and 'href="/login"' in anonymous.text

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import os
 import random
 import time
@@ -30,7 +31,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import pytest
@@ -231,13 +232,32 @@ async def _end(harness: Harness, run: Run, rng: random.Random) -> None:
     ledger.endings[run.id] = status
 
 
+T = TypeVar("T")
+
+READ_RECOVERY_SECONDS = 60.0
+"""How long a verifying read retries UNAVAILABLE: right after a database
+crash the server's pool reconnects at its own pace (a loaded machine slows
+the database's recovery too), as a worker's client would wait."""
+
+
+async def _read(call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, retried while it answers UNAVAILABLE, for a bounded time."""
+    deadline = time.monotonic() + READ_RECOVERY_SECONDS
+    while True:
+        try:
+            return await call()
+        except grpc.aio.AioRpcError as err:
+            if err.code() not in TRANSIENT_CODES or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.1)  # a client's back-off, not a wait for a race
+
+
 async def _all_records(store: Store, run_id: str) -> list[pb.RunRecord]:
     events: list[pb.RunRecord] = []
     cursor = ""
     while True:
-        page = await store.runtime.ListRunRecords(
-            rs.ListRunRecordsRequest(run_id=run_id, cursor=cursor, limit=1000), timeout=10
-        )
+        request = rs.ListRunRecordsRequest(run_id=run_id, cursor=cursor, limit=1000)
+        page = await _read(functools.partial(store.runtime.ListRunRecords, request, timeout=10))
         events.extend(page.events)
         if not page.next_cursor:
             return events
@@ -257,7 +277,8 @@ async def _verify(store: Store, ledger: Ledger, *, quiet: bool = False) -> int:
     async def check(run_id: str) -> None:
         # The status first, then the records: a proof committed with the status
         # is visible to the later read even while writers go on.
-        meta = (await store.runtime.LoadRun(rs.LoadRunRequest(run_id=run_id), timeout=10)).run
+        load = rs.LoadRunRequest(run_id=run_id)
+        meta = (await _read(lambda: store.runtime.LoadRun(load, timeout=10))).run
         stored = {r.event_key: r for r in await _all_records(store, run_id)}
         for key, record_id, payload in by_run[run_id]:
             assert key in stored, f"acknowledged record {run_id}/{key} is missing"
@@ -271,9 +292,8 @@ async def _verify(store: Store, ledger: Ledger, *, quiet: bool = False) -> int:
                 assert not types[lifecycle.RUN_COMPLETED] and not types[lifecycle.RUN_SUSPENDED]
         elif meta.status == pb.RUN_STATUS_SUSPENDED:
             assert types[lifecycle.RUN_SUSPENDED] == 1, (run_id, types)
-            await store.runtime.LoadRunSuspension(
-                rs.LoadRunSuspensionRequest(run_id=run_id), timeout=10
-            )
+            suspension = rs.LoadRunSuspensionRequest(run_id=run_id)
+            await _read(lambda: store.runtime.LoadRunSuspension(suspension, timeout=10))
         else:
             assert types[lifecycle.RUN_COMPLETED] == 1, (run_id, meta.status, types)
 

@@ -230,6 +230,8 @@ async def build_server(
                 stores.namespaces.directory if stores.namespaces is not None else None,
                 quotas=stores.quotas.quotas if stores.quotas is not None else None,
                 metrics=telemetry.metrics,
+                memory=stores.memory,
+                context=stores.context,
             )
         except BaseException as exc:
             await shutdown(running, 0)

@@ -1683,11 +1683,11 @@ const file_runstore_v1_context_store_proto_rawDesc = "" +
 	"\x16ListTranscriptResponse\x127\n" +
 	"\bmessages\x18\x01 \x03(\v2\x1b.runstore.v1.ContextMessageR\bmessages\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor2\x9e\x04\n" +
-	"\fContextStore\x12_\n" +
+	"nextCursor2\xa0\x04\n" +
+	"\fContextStore\x12a\n" +
 	"\n" +
-	"GetContext\x12\x1e.runstore.v1.GetContextRequest\x1a\x1f.runstore.v1.GetContextResponse\"\x10\xb2\xa1\x19\f\n" +
-	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12c\n" +
+	"GetContext\x12\x1e.runstore.v1.GetContextRequest\x1a\x1f.runstore.v1.GetContextResponse\"\x12\xb2\xa1\x19\x0e\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x018\x01\x12c\n" +
 	"\vSaveContext\x12\x1f.runstore.v1.SaveContextRequest\x1a .runstore.v1.SaveContextResponse\"\x11\xb2\xa1\x19\r\n" +
 	"\x03\x01\x02\x03\x10\x03\x18\x01 \x01(\x01\x12g\n" +
 	"\rDeleteContext\x12!.runstore.v1.DeleteContextRequest\x1a\".runstore.v1.DeleteContextResponse\"\x0f\xb2\xa1\x19\v\n" +

@@ -518,10 +518,10 @@ const file_runstore_v1_memory_store_proto_rawDesc = "" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x15\n" +
 	"\x06run_id\x18\x02 \x01(\tR\x05runId\"3\n" +
 	"\x17MemoryDeleteRunResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\bR\adeleted2\xc2\x02\n" +
-	"\vMemoryStore\x12b\n" +
-	"\aLoadRun\x12!.runstore.v1.MemoryLoadRunRequest\x1a\".runstore.v1.MemoryLoadRunResponse\"\x10\xb2\xa1\x19\f\n" +
-	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12f\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted2\xc4\x02\n" +
+	"\vMemoryStore\x12d\n" +
+	"\aLoadRun\x12!.runstore.v1.MemoryLoadRunRequest\x1a\".runstore.v1.MemoryLoadRunResponse\"\x12\xb2\xa1\x19\x0e\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x018\x01\x12f\n" +
 	"\fAppendEvents\x12 .runstore.v1.AppendEventsRequest\x1a!.runstore.v1.AppendEventsResponse\"\x11\xb2\xa1\x19\r\n" +
 	"\x03\x01\x02\x03\x10\x03\x18\x01 \x01(\x01\x12g\n" +
 	"\tDeleteRun\x12#.runstore.v1.MemoryDeleteRunRequest\x1a$.runstore.v1.MemoryDeleteRunResponse\"\x0f\xb2\xa1\x19\v\n" +

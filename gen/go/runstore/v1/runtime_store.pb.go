@@ -2757,7 +2757,7 @@ const file_runstore_v1_runtime_store_proto_rawDesc = "" +
 	"\x17WatchRunRecordsResponse\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.runstore.v1.RunRecordR\x06events\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
-	"nextCursor2\xe6\x1a\n" +
+	"nextCursor2\xea\x1a\n" +
 	"\fRuntimeStore\x12t\n" +
 	"\x11LoadSessionStatus\x12%.runstore.v1.LoadSessionStatusRequest\x1a&.runstore.v1.LoadSessionStatusResponse\"\x10\xb2\xa1\x19\f\n" +
 	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12e\n" +
@@ -2817,11 +2817,11 @@ const file_runstore_v1_runtime_store_proto_rawDesc = "" +
 	"\n" +
 	"\x02\x01\x03\x10\x03 \x01(\x01\x12\x8c\x01\n" +
 	"\x19ListRunPreparationRecords\x12-.runstore.v1.ListRunPreparationRecordsRequest\x1a..runstore.v1.ListRunPreparationRecordsResponse\"\x10\xb2\xa1\x19\f\n" +
-	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12b\n" +
-	"\vLoadRunSeed\x12\x1f.runstore.v1.LoadRunSeedRequest\x1a .runstore.v1.LoadRunSeedResponse\"\x10\xb2\xa1\x19\f\n" +
-	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12w\n" +
-	"\x12ListRunSeedRecords\x12&.runstore.v1.ListRunSeedRecordsRequest\x1a'.runstore.v1.ListRunSeedRecordsResponse\"\x10\xb2\xa1\x19\f\n" +
-	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12\x87\x01\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x01\x12d\n" +
+	"\vLoadRunSeed\x12\x1f.runstore.v1.LoadRunSeedRequest\x1a .runstore.v1.LoadRunSeedResponse\"\x12\xb2\xa1\x19\x0e\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x018\x01\x12y\n" +
+	"\x12ListRunSeedRecords\x12&.runstore.v1.ListRunSeedRecordsRequest\x1a'.runstore.v1.ListRunSeedRecordsResponse\"\x12\xb2\xa1\x19\x0e\n" +
+	"\x04\x01\x02\x03\x04\x10\x02 \x01(\x018\x01\x12\x87\x01\n" +
 	"\x16WatchSessionRunRecords\x12*.runstore.v1.WatchSessionRunRecordsRequest\x1a+.runstore.v1.WatchSessionRunRecordsResponse\"\x12\xb2\xa1\x19\x0e\n" +
 	"\x04\x01\x02\x03\x04\x10\x04 \x01(\x018\x010\x01\x12r\n" +
 	"\x0fWatchRunRecords\x12#.runstore.v1.WatchRunRecordsRequest\x1a$.runstore.v1.WatchRunRecordsResponse\"\x12\xb2\xa1\x19\x0e\n" +

@@ -1389,7 +1389,7 @@ const file_runstore_v1_session_admin_proto_rawDesc = "" +
 	"\tListOrder\x12\x1a\n" +
 	"\x16LIST_ORDER_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17LIST_ORDER_OLDEST_FIRST\x10\x01\x12\x1b\n" +
-	"\x17LIST_ORDER_NEWEST_FIRST\x10\x022\xd8\a\n" +
+	"\x17LIST_ORDER_NEWEST_FIRST\x10\x022\xd6\a\n" +
 	"\fSessionAdmin\x12h\n" +
 	"\rCreateSession\x12!.runstore.v1.CreateSessionRequest\x1a\".runstore.v1.CreateSessionResponse\"\x10\xb2\xa1\x19\f\n" +
 	"\x02\x01\x02\x10\x03\x18\x01 \x01(\x01\x12c\n" +
@@ -1399,9 +1399,9 @@ const file_runstore_v1_session_admin_proto_rawDesc = "" +
 	"EndSession\x12\x1e.runstore.v1.EndSessionRequest\x1a\x1f.runstore.v1.EndSessionResponse\"\x10\xb2\xa1\x19\f\n" +
 	"\x02\x01\x02\x10\x03 \x01(\x010\x01\x12e\n" +
 	"\fPurgeSession\x12 .runstore.v1.PurgeSessionRequest\x1a!.runstore.v1.PurgeSessionResponse\"\x10\xb2\xa1\x19\f\n" +
-	"\x02\x01\x02\x10\x03 \x01(\x010\x01\x12u\n" +
-	"\x11ListRunsBySession\x12%.runstore.v1.ListRunsBySessionRequest\x1a&.runstore.v1.ListRunsBySessionResponse\"\x11\xb2\xa1\x19\r\n" +
-	"\x03\x01\x02\x04\x10\x02 \x01(\x018\x01\x12f\n" +
+	"\x02\x01\x02\x10\x03 \x01(\x010\x01\x12s\n" +
+	"\x11ListRunsBySession\x12%.runstore.v1.ListRunsBySessionRequest\x1a&.runstore.v1.ListRunsBySessionResponse\"\x0f\xb2\xa1\x19\v\n" +
+	"\x03\x01\x02\x04\x10\x02 \x01(\x01\x12f\n" +
 	"\fListSessions\x12 .runstore.v1.ListSessionsRequest\x1a!.runstore.v1.ListSessionsResponse\"\x11\xb2\xa1\x19\r\n" +
 	"\x03\x01\x02\x04\x10\x02 \x03(\x018\x01\x12Z\n" +
 	"\bListRuns\x12\x1c.runstore.v1.ListRunsRequest\x1a\x1d.runstore.v1.ListRunsResponse\"\x11\xb2\xa1\x19\r\n" +

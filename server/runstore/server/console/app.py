@@ -40,7 +40,7 @@ from runstore.contract.namespaces import NAME_RULE, is_valid_name
 from runstore.server import call_principal, call_request_id
 from runstore.server.auth.principals import Principal
 from runstore.server.concerns import Call, Door
-from runstore.server.console import access, live, views
+from runstore.server.console import access, live, stores, views
 from runstore.server.console.pages import Console, url
 from runstore.server.core.quota_rules import READ, WATCH, Rule
 from runstore.server.error_status import public_message
@@ -96,7 +96,7 @@ ROUTES: Final[Mapping[str, Door]] = {
     "session": Door(
         (
             _SESSIONS + "LoadSession",
-            _SESSIONS + "ListRunsBySession",
+            _SESSIONS + "ListRuns",
             _RUNTIME + "ListSessionRunRecords",
         ),
         _PAGE,
@@ -107,10 +107,19 @@ ROUTES: Final[Mapping[str, Door]] = {
     ),
     "runs": Door((_SESSIONS + "ListRuns",), _PAGE, may_lag=True),
     "run": Door(
-        (_RUNTIME + "LoadRun", _RUNTIME + "ListRunRecords", _SESSIONS + "ListRunsBySession"),
+        (
+            _RUNTIME + "LoadRun",
+            _RUNTIME + "ListRunRecords",
+            _SESSIONS + "ListRuns",
+            _RUNTIME + "LoadRunSeed",
+            _RUNTIME + "ListRunSeedRecords",
+        ),
         _PAGE,
         may_lag=True,
     ),
+    "run_payload": Door((_RUNTIME + "ListRunRecords",), _PAGE, may_lag=True),
+    "memory": Door(("/runstore.v1.MemoryStore/LoadRun",), _PAGE, may_lag=False),
+    "context": Door(("/runstore.v1.ContextStore/GetContext",), _PAGE, may_lag=False),
     "run_events": Door((_RUNTIME + "LoadRun", _RUNTIME + "WatchRunRecords"), _LIVE, may_lag=False),
 }
 """Every screen, by route name, and what it passes (``concerns.Door``): the
@@ -161,6 +170,8 @@ def principal_of(console: Console, request: Request) -> Principal:
         principal = console.access.by_sign_in(request.cookies.get(access.COOKIE, ""))
         if principal is None:
             raise UnauthenticatedError("sign in first")
+    # Known from here, refused or not: a refusal page shows who is signed in.
+    request.scope["runstore_principal"] = principal
     if console.access.required:
         call_principal.set_current(principal.name)  # for the access log and refusals
         if not access.may_view(principal):
@@ -251,7 +262,25 @@ class Screen:
                 return await self.handler(console, request)
         except RunstoreError as exc:
             call.error = exc
+            await self._offer_namespaces(request)
             return self._refusal(request, exc)
+
+    async def _offer_namespaces(self, request: Request) -> None:
+        """A refused page keeps the picker: the namespaces its principal may
+        view (none for a principal whose role may not read the console)."""
+        principal = request.scope.get("runstore_principal")
+        if principal is None or "runstore_namespaces" in request.scope:
+            return
+        console = self.console
+        if console.access.required and not access.may_view(principal):
+            return
+        try:
+            active = await console.active_namespaces()
+        except RunstoreError:
+            return  # the directory cannot say: no picker, the refusal still shows
+        request.scope["runstore_namespaces"] = access.viewable_namespaces(
+            principal, active, open_console=not console.access.required
+        )
 
     def _refusal(self, request: Request, exc: RunstoreError) -> Response:
         console = self.console
@@ -395,6 +424,9 @@ def create_app(console: Console) -> Starlette:
         screen("runs", "/runs", views.runs),
         screen("run", "/run", views.run),
         screen("run_events", "/run/events", live.run_events),
+        screen("run_payload", "/run/payload", views.payload),
+        screen("memory", "/memory", stores.memory),
+        screen("context", "/context", stores.context),
         Mount(
             "/static",
             StaticFiles(packages=[("runstore.server.console", "static")]),

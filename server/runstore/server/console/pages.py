@@ -20,6 +20,8 @@ from runstore.server.concerns import FrontDoor
 from runstore.server.console import render
 from runstore.server.console.access import Access
 from runstore.server.console.reads import run_kind
+from runstore.server.core.context import ContextStore
+from runstore.server.core.memory import MemoryStore
 from runstore.server.core.store import RuntimeStore
 from runstore.server.core.watch import RecordWatch
 
@@ -44,6 +46,10 @@ class Console:
     loopback names: a page of another site whose name was rebound to 127.0.0.1
     (DNS rebinding) gets 400, not the data."""
     templates: jinja2.Environment = field(default_factory=lambda: _environment())
+    memory: MemoryStore | None = None
+    """The memory store (§12), shown by the Memory screen; None: not shown."""
+    context: ContextStore | None = None
+    """The context store, shown by the Context screen; None: not shown."""
     shutdown: anyio.Event | None = None
     """Set when the server stops: live streams end (created in the serving loop)."""
 
@@ -77,7 +83,13 @@ def _environment() -> jinja2.Environment:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    environment.globals.update(timestamp=render.timestamp, kind=run_kind, url=url)
+    environment.globals.update(
+        timestamp=render.timestamp,
+        iso=render.iso,
+        duration=render.duration,
+        kind=run_kind,
+        url=url,
+    )
     return environment
 
 
@@ -87,5 +99,5 @@ def url(path: str, **params: Any) -> str:
     namespace = call_scope.named()  # None on a page outside any (sign-in, refusals)
     if namespace not in (None, DEFAULT) and "namespace" not in params:
         params["namespace"] = namespace
-    kept = {key: value for key, value in params.items() if value not in ("", None, 0, False)}
-    return f"{path}?{urlencode(kept)}" if kept else path
+    kept = {key: value for key, value in params.items() if value not in ("", None, 0, False, [])}
+    return f"{path}?{urlencode(kept, doseq=True)}" if kept else path

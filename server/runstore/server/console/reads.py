@@ -10,13 +10,15 @@ than one page of records, however long the history is.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from runstore.contract.errors import NotFoundError
-from runstore.contract.model import RunStatus
+from runstore.contract.model import RunFilter, RunStatus
+from runstore.contract.seeds import RunSeed, SeedRecord
 from runstore.server.console.render import json_object
-from runstore.server.core.model import Page, RunRecord, RunState
+from runstore.server.core.model import Nanos, Page, RunRecord, RunState
 from runstore.server.core.store import RuntimeStore
 
 RECORDS_PER_PAGE = 50
@@ -93,17 +95,34 @@ class RunNode:
 
     run: RunState
     children: list[RunNode]
+    failed_below: bool = False
+    """A run under it (on the page) failed: the tree flags it up to its root."""
 
 
-def run_tree(runs: list[RunState]) -> list[RunNode]:
-    """The session's runs as a forest: roots first in start order, each with its
-    children (in start order); a child whose parent is not listed is a root."""
-    nodes = {run.run_id: RunNode(run, []) for run in runs}
-    roots: list[RunNode] = []
+def run_tree(runs: Sequence[RunState]) -> list[RunNode]:
+    """A page of the session's runs as a forest: roots first in start order,
+    each with its children (in start order); a child whose parent is not on
+    the page is a root. A node whose descendants include a failed run is
+    marked ``failed_below``."""
+    children: dict[str, list[RunState]] = {}
+    listed = {run.run_id for run in runs}
+    roots: list[RunState] = []
     for run in runs:
-        parent = nodes.get(run.parent_run_id) if run.parent_run_id else None
-        (parent.children if parent is not None else roots).append(nodes[run.run_id])
-    return roots
+        if run.parent_run_id and run.parent_run_id in listed:
+            children.setdefault(run.parent_run_id, []).append(run)
+        else:
+            roots.append(run)
+
+    def node(run: RunState, seen: frozenset[str]) -> RunNode:
+        below = [
+            node(child, seen | {child.run_id})
+            for child in children.get(run.run_id, [])
+            if child.run_id not in seen
+        ]
+        failed = any(c.failed_below or c.run.status is RunStatus.FAILED for c in below)
+        return RunNode(run, below, failed)
+
+    return [node(run, frozenset({run.run_id})) for run in roots]
 
 
 def run_kind(run: RunState) -> str:
@@ -113,12 +132,52 @@ def run_kind(run: RunState) -> str:
     return "child" if run.parent_run_id else "root"
 
 
-SUCCESSOR_CANDIDATES = 20
-"""Later runs of the session whose start a suspended run's page reads to find
-its successors (one record each)."""
+RELATED_RUNS: Final = 200
+"""Runs started at or after a run (of its session, or sessionless) that its
+page reads, one ListRuns page, to find its children and successors: a run's
+page never reads a whole session."""
 
 
-async def successors(store: RuntimeStore, run: RunState, session_runs: list[RunState]) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class Related:
+    """A run's children and successors among ``RELATED_RUNS`` later runs."""
+
+    children: list[RunState]
+    successors: list[str]
+    successor_runs: list[RunState]
+    """The successors among the runs read (for the timeline)."""
+    more: bool
+    """More runs started later than those read: the lists may be incomplete."""
+
+
+async def related(store: RuntimeStore, run: RunState) -> Related:
+    """The run's children and successors (§10.2): its children and
+    continuations start no earlier than it, in its session (or sessionless)."""
+    query: RunFilter[Nanos] = RunFilter(
+        session_id=run.session_id,
+        sessionless_only=not run.session_id,
+        started_after=run.started_at,
+    )
+    page = await store.list_runs(query, RELATED_RUNS, "")
+    later = [other for other in page.items if other.run_id != run.run_id]
+    children = [other for other in later if other.parent_run_id == run.run_id]
+    found = [run.successor_run_id] if run.successor_run_id else []
+    for other in await _seed_era_successors(store, run, later):
+        if other not in found:
+            found.append(other)
+    by_id = {other.run_id: other for other in later}
+    runs = [by_id[other] for other in found if other in by_id]
+    return Related(children, found, runs, bool(page.next_page_token))
+
+
+SUCCESSOR_CANDIDATES: Final = 20
+"""Later runs whose start a suspended run's page reads to find its seed-era
+successors (one record each)."""
+
+
+async def _seed_era_successors(
+    store: RuntimeStore, run: RunState, later: Sequence[RunState]
+) -> list[str]:
     """Runs that continue ``run`` (their ``run_started`` names it as
     predecessor, §10.2): only a suspended run has them, and only runs of its
     session, agent and parent started no earlier can be one."""
@@ -126,11 +185,8 @@ async def successors(store: RuntimeStore, run: RunState, session_runs: list[RunS
         return []
     candidates = [
         other
-        for other in session_runs
-        if other.run_id != run.run_id
-        and other.agent_id == run.agent_id
-        and other.parent_run_id == run.parent_run_id
-        and other.started_at >= run.started_at
+        for other in later
+        if other.agent_id == run.agent_id and other.parent_run_id == run.parent_run_id
     ][:SUCCESSOR_CANDIDATES]
     found = []
     for other in candidates:
@@ -149,3 +205,31 @@ async def predecessor(store: RuntimeStore, run_id: str) -> str:
         return ""
     value = json_object(page.events[0].payload).get("predecessor_run_id")
     return value if isinstance(value, str) else ""
+
+
+SEED_RECORDS: Final = 20
+"""Seed records a run's page shows (one ListRunSeedRecords page); the rest
+stay a page away (``runstore export --seed``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SeedShown:
+    """A run's seed (§9.7) as its page shows it."""
+
+    seed: RunSeed | None
+    """None when the store no longer holds it."""
+    records: list[SeedRecord]
+    more: bool
+
+
+async def seed_of(store: RuntimeStore, run: RunState) -> SeedShown | None:
+    """The published seed the run started from (its header and first
+    ``SEED_RECORDS`` history records), None for a run without one."""
+    if not run.seed_end_id:
+        return None
+    try:
+        seed = await store.load_run_seed(run.run_id, run.seed_end_id)
+        page = await store.list_run_seed_records(run.run_id, run.seed_end_id, "", SEED_RECORDS)
+    except NotFoundError:
+        return SeedShown(None, [], False)
+    return SeedShown(seed, list(page.records), bool(page.next_cursor))

@@ -40,6 +40,33 @@ def timestamp(nanos: Nanos | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{(nanos // 1_000_000) % 1000:03d}Z"
 
 
+def iso(nanos: Nanos | None) -> str:
+    """``timestamp`` as a ``<time datetime>`` value (the page shows it in local
+    time when the reader asks for that, console.js)."""
+    return timestamp(nanos).replace(" ", "T")
+
+
+def duration(nanos: Nanos | None) -> str:
+    """A span as a person reads it: ``850 ms``, ``12.3 s``, ``4m 05s``, ``2h 03m``,
+    ``3d 04h``; "" for none."""
+    if nanos is None or nanos < 0:
+        return ""
+    millis = nanos // 1_000_000
+    if millis < 1000:
+        return f"{millis} ms"
+    if millis < 60_000:
+        return f"{millis / 1000:.1f} s"
+    seconds = millis // 1000
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours:02d}h"
+
+
 def parse_time(text: str) -> Nanos | None:
     """``YYYY-MM-DDTHH:MM[:SS]`` (a datetime-local input, read as UTC) or a date,
     as nanoseconds; None for "" and for anything else."""

@@ -28,6 +28,8 @@ from runstore.server.config import ServerConfig
 from runstore.server.console.access import Access
 from runstore.server.console.app import create_app
 from runstore.server.console.pages import Console
+from runstore.server.core.context import ContextStore
+from runstore.server.core.memory import MemoryStore
 from runstore.server.core.namespace_streams import NamespaceStreams
 from runstore.server.core.namespaces import NamespaceDirectory
 from runstore.server.core.quotas import Quotas
@@ -135,6 +137,8 @@ async def start_console(
     *,
     quotas: Quotas | None = None,
     metrics: Metrics | None = None,
+    memory: MemoryStore | None = None,
+    context: ContextStore | None = None,
 ) -> ConsoleServer:
     """Serves the console on ``config.console_listen`` in the running loop,
     behind the concerns the gRPC chain applies: its ``quotas`` and ``metrics``
@@ -144,6 +148,8 @@ async def start_console(
     console = Console(
         store=store,
         watch=watch,
+        memory=memory,
+        context=context,
         access=Access(security.principals),
         door=FrontDoor(
             directory=directory,
