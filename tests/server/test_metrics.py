@@ -77,7 +77,8 @@ async def measured_server(
         metrics_listen="127.0.0.1:0",
         # The health monitor's probes are writer transactions too: kept out of
         # the counted window so the exact figures below are the calls' own
-        # (and so are the quota keeper's heartbeats: no keeper below).
+        # (and so are the quota keeper's heartbeats and retention's passes:
+        # neither runs below).
         health_probe_interval=3600.0,
     )
     telemetry = Telemetry(metrics=Metrics("9.9.9-test"))
@@ -86,7 +87,7 @@ async def measured_server(
     async with AsyncExitStack() as stack:
         stack.callback(endpoint.close)
         db = await stack.enter_async_context(open_database(config, telemetry))
-        stores = dataclasses.replace(create_stores(config, db), quotas=None)
+        stores = dataclasses.replace(create_stores(config, db), quotas=None, retention=None)
         running = await build_server(config, stores, telemetry=telemetry)
         stack.push_async_callback(running.server.stop, None)
         if running_out is not None:

@@ -63,7 +63,22 @@ async def _listed_runs(store: Store, session_id: str) -> set[str]:
 async def pair() -> AsyncIterator[pg_standby.Pair]:
     async with pg_standby.primary_and_standby("reads", synchronous=False) as pair:
         await migrate.upgrade(pair.primary.url("reads"))
+        # The standby replays the schema at its own pace: a listing there
+        # before it has the tables would fail for the test's setup, not the server.
+        standby = await asyncpg.connect(pair.standby_url())
+        try:
+            await _until(
+                "the standby has the schema",
+                lambda: _has_table(standby, "sessions"),
+                within=120,
+            )
+        finally:
+            await standby.close()
         yield pair
+
+
+async def _has_table(connection: asyncpg.Connection, name: str) -> bool:
+    return bool(await connection.fetchval("SELECT to_regclass($1) IS NOT NULL", name))
 
 
 @pytest.mark.timeout(600)  # several processes on a loaded machine

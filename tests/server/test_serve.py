@@ -113,7 +113,13 @@ class GatedDatabase:
 
 
 async def test_shutdown_finishes_in_flight_calls_and_refuses_new_ones(tmp_path: Path) -> None:
-    config = ServerConfig(listen="127.0.0.1:0", database_url=f"sqlite:///{tmp_path / 'r.db'}")
+    config = ServerConfig(
+        listen="127.0.0.1:0",
+        database_url=f"sqlite:///{tmp_path / 'r.db'}",
+        # What is tested is the stop, not the calls' database budget: on a
+        # loaded machine the held calls must not run out of it first.
+        db_operation_timeout=120.0,
+    )
     async with open_database(config) as db:
         gated = GatedDatabase(db.calls)
         gated.gate.set()
