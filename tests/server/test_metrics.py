@@ -64,6 +64,23 @@ def scrape(port: int) -> Scrape:
     return Scrape(samples)
 
 
+async def settled_scrape(port: int) -> Scrape:
+    """A scrape once every call the server started has been counted as handled.
+
+    grpc.aio sends an aborted call's status from inside ``context.abort``, before
+    the exception unwinds through the chain that counts it: a caller can hold
+    its answer a moment before ``/metrics`` does. Bounded: 10 s at most.
+    """
+    figures = await asyncio.to_thread(scrape, port)
+    for _ in range(1000):
+        started = figures.total("grpc_server_started_total")
+        if started == figures.total("grpc_server_handled_total"):
+            return figures
+        await asyncio.sleep(0.01)
+        figures = await asyncio.to_thread(scrape, port)
+    raise AssertionError(f"calls still unaccounted for after 10 s: {figures.samples}")
+
+
 @asynccontextmanager
 async def measured_server(
     database_url: str, running_out: list[RunningServer] | None = None
@@ -122,12 +139,7 @@ async def test_a_known_mix_of_calls_is_counted_exactly(database_url: str) -> Non
         first = await watch.read()
         assert first.status == health_pb2.HealthCheckResponse.SERVING
         watch.cancel()
-        figures = await asyncio.to_thread(scrape, port)
-        for _ in range(200):  # the server notices the cancellation on its own
-            if figures.total("grpc_server_handled_total", grpc_method="Watch"):
-                break
-            await asyncio.sleep(0.01)
-            figures = await asyncio.to_thread(scrape, port)
+        figures = await settled_scrape(port)  # the server notices the cancellation on its own
 
     def handled(service: str, method: str, code: str) -> float:
         return figures.value(
@@ -245,7 +257,7 @@ async def test_lost_races_on_postgres_are_counted_as_retries() -> None:
                 *(outcome(store.admin.CreateSession(request)) for _ in range(16))
             )
             assert set(results) == {"ok"}
-        figures = await asyncio.to_thread(scrape, port)
+        figures = await settled_scrape(port)
     assert figures.value("runstore_db_retries_total", backend="postgres") >= 1
 
 
@@ -259,7 +271,7 @@ async def test_a_batch_is_one_call_and_counts_each_record(database_url: str) -> 
             records=[run.record("k9"), run.record("k0", payload=b'{"other":1}')]
         )
         assert await outcome(store.runtime.AppendRunRecords(changed)) == "EVENT_CONFLICT"
-        figures = await asyncio.to_thread(scrape, port)
+        figures = await settled_scrape(port)
 
     labels = {"grpc_service": RUNTIME, "grpc_method": "AppendRunRecords", "grpc_type": "unary"}
     assert figures.value("grpc_server_handled_total", **labels, grpc_code="OK") == 2
@@ -295,7 +307,7 @@ async def test_messages_are_counted_one_by_one_on_streams_too(database_url: str)
         asks = [reflection_pb2.ServerReflectionRequest(list_services="") for _ in range(3)]
         answers = [answer async for answer in reflection.ServerReflectionInfo(iter(asks))]
         assert len(answers) == 3
-        figures = await asyncio.to_thread(scrape, port)
+        figures = await settled_scrape(port)
 
     def messages(direction: str, method: str, kind: str, service: str = RUNTIME) -> float:
         return figures.value(
@@ -347,13 +359,13 @@ async def test_calls_count_in_their_namespace_and_a_purged_one_leaves_no_series(
         nowhere = ((NAMESPACE_KEY, unique("nowhere")),)
         refused = store.admin.CreateSession(create, metadata=nowhere)
         assert await outcome(refused) == "NAMESPACE_NOT_FOUND"
-        during = await asyncio.to_thread(scrape, port)
+        during = await settled_scrape(port)
 
         await store.namespaces.DeleteNamespace(na.DeleteNamespaceRequest(name=name))
         namespaces = running[0].namespaces
         assert namespaces is not None
         await asyncio.wait_for(namespaces.wait_purged(name), timeout=60)
-        after = await asyncio.to_thread(scrape, port)
+        after = await settled_scrape(port)
 
     def calls(figures: Scrape, namespace: str, service: str, method: str, code: str) -> float:
         return figures.value(
