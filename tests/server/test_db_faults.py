@@ -29,7 +29,9 @@ from runstore.server.config import ServerConfig
 from runstore.server.core.model import Session
 from runstore.server.core.ports import Transaction
 from runstore.server.db import migrate
+from runstore.server.db import postgres as postgres_db
 from runstore.server.db.postgres import PostgresDatabase, PostgresOptions, asyncpg_dsn
+from runstore.server.db.postgres_errors import OutcomeUnknown, connection_survives
 from runstore.server.db.postgres_errors import translate as _translate
 from runstore.server.db.sqlite import SqliteDatabase, SqliteOptions
 from runstore.v1 import session_admin_pb2 as sa
@@ -77,6 +79,63 @@ def test_database_failures_are_classified_by_what_failed(
     translated = _translate(error)
     assert type(translated) is expected
     assert "asyncpg" not in str(translated) and "Error" not in str(translated)
+
+
+class _CommitFails:
+    """A connection whose COMMIT fails with ``error``; everything before it works."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    async def execute(self, sql: str) -> str:
+        if sql == "COMMIT":
+            raise self.error
+        return "OK"
+
+    def is_in_transaction(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed mid-operation"),
+        asyncpg.exceptions.AdminShutdownError("terminating connection"),
+        ConnectionResetError(),
+    ],
+)
+async def test_a_connection_lost_during_commit_is_one_line_and_outcome_unknown(
+    lost: BaseException, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The write may have happened: UNAVAILABLE (the exact retry settles it),
+    said once by the database layer, so the call's own line drops to DEBUG,
+    and the connection never goes back to the pool."""
+
+    async def nothing(tx: Transaction) -> None:
+        return None
+
+    with pytest.raises(OutcomeUnknown) as raised:
+        await postgres_db._in_transaction(
+            _CommitFails(lost), "BEGIN", nothing, None, "default", lambda tx: None
+        )
+    assert isinstance(raised.value, UnavailableError) and raised.value.cause_logged
+    assert not connection_survives(raised.value)
+    said = [r.getMessage() for r in caplog.records if "during its commit" in r.getMessage()]
+    assert len(said) == 1 and "outcome is unknown" in said[0]
+
+
+async def test_a_commit_the_server_refused_is_not_an_unknown_outcome() -> None:
+    """A statement timeout on COMMIT is the server's answer, not a lost
+    connection: it stays what the classification says."""
+
+    async def nothing(tx: Transaction) -> None:
+        return None
+
+    refused = asyncpg.exceptions.QueryCanceledError("canceling statement due to statement timeout")
+    with pytest.raises(asyncpg.exceptions.QueryCanceledError):
+        await postgres_db._in_transaction(
+            _CommitFails(refused), "BEGIN", nothing, None, "default", lambda tx: None
+        )
 
 
 # --- PostgreSQL on the shared server: a fresh database each ---------------------------

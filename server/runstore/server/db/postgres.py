@@ -56,8 +56,10 @@ from runstore.server.db.connect_pacing import (
     RefusedWhileDown,
     close_connection,
 )
+from runstore.server.db.postgres_errors import connection_lost as _connection_lost
 from runstore.server.db.postgres_errors import connection_survives as _connection_survives
 from runstore.server.db.postgres_errors import is_retryable as _is_retryable
+from runstore.server.db.postgres_errors import outcome_unknown as _outcome_unknown
 from runstore.server.db.postgres_errors import reaped as _reaped
 from runstore.server.db.postgres_errors import refused_before_sending as _refused_before_sending
 from runstore.server.db.postgres_errors import translate as _translate
@@ -566,6 +568,8 @@ async def _single_statement(
     except Exception as exc:
         if _refused_before_sending(exc) or _reaped(exc):
             raise _StaleConnection() from exc
+        if _connection_lost(exc):
+            raise _outcome_unknown(exc) from exc
         raise
     on_commit(tx)
     return result
@@ -610,6 +614,8 @@ async def _in_transaction(
             begin == _READ_ONLY_SNAPSHOT and not _connection_survives(exc)
         ):
             raise _StaleConnection() from exc
+        if _connection_lost(exc):
+            raise _outcome_unknown(exc) from exc
         raise
     on_commit(tx)
     return result

@@ -5,7 +5,7 @@ for the pool, and which contract error each becomes (D4, docs/failover.md)."""
 from __future__ import annotations
 
 import logging
-from typing import Final
+from typing import ClassVar, Final
 
 import asyncpg
 
@@ -19,6 +19,42 @@ from runstore.contract.errors import (
 from runstore.server.call_scope import NamespaceUnset
 
 log = logging.getLogger("runstore.server.db.postgres")
+
+
+class OutcomeUnknown(UnavailableError):
+    """A write whose connection was lost while its COMMIT (or its one
+    statement) was on the wire: it may or may not have happened, and the
+    caller's exact retry settles which (docs/failover.md). Logged once where
+    it was seen (``cause_logged``), not again per call."""
+
+    cause_logged: ClassVar[bool] = True
+
+
+_LOST_CONNECTION_SQLSTATES: Final = frozenset(
+    {
+        "57P01",  # admin_shutdown
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now
+    }
+)
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the connection itself went away (closed, reset,
+    or its server shut down), as opposed to a statement the server refused."""
+    if isinstance(exc, asyncpg.PostgresError):
+        return sqlstate_class(exc) == "08" or exc.sqlstate in _LOST_CONNECTION_SQLSTATES
+    return isinstance(exc, OSError | ConnectionError | asyncpg.InterfaceError)
+
+
+def outcome_unknown(exc: BaseException) -> OutcomeUnknown:
+    log.warning(
+        "a connection died during its commit; the outcome is unknown (an exact retry settles it):"
+        " %s: %s",
+        type(exc).__name__,
+        exc,
+    )
+    return OutcomeUnknown("database connection lost during a commit; outcome unknown, retry")
 
 
 _RETRYABLE_SQLSTATES: Final = frozenset(
@@ -86,7 +122,7 @@ def connection_survives(exc: BaseException) -> bool:
     (a cut-off read, a timeout, a cancelled call, a client-side state error)
     may leave the protocol mid-message, so the connection is terminated."""
     if isinstance(exc, RunstoreError):
-        return True
+        return not isinstance(exc, OutcomeUnknown)
     return (
         isinstance(exc, asyncpg.PostgresError)
         and sqlstate_class(exc) not in _BROKEN_CONNECTION_CLASSES
