@@ -129,6 +129,7 @@ def cases() -> list[tuple[str, str, Any]]:
         ),
         ("runs, run ID prefix", "ListRuns", sa.ListRunsRequest(run_id_prefix="r99999")),
         ("runs, one run ID", "ListRuns", sa.ListRunsRequest(run_id="r123457")),
+        ("a run's children", "ListRuns", sa.ListRunsRequest(parent_run_id="r123455")),
         (
             "runs, agent prefix, newest first",
             "ListRuns",

@@ -28,6 +28,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from runstore.cli import program
 from runstore.cli.jsonlines import record_from_line
+from runstore.server.core import paging
 from runstore.server.version import __version__ as server_version
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
@@ -353,6 +354,42 @@ async def test_records_list_of_a_run_and_of_a_session(store: Store) -> None:
     bad = await runstore(store, "records", "list", "--run", first.id, "--page-token", "x")
     assert bad.code == 1 and bad.err.startswith("runstore: INVALID_ARGUMENT_READ:")
     assert "(field cursor)" in bad.err
+
+
+async def test_records_list_by_type_and_runs_list_by_parent(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``records list --type`` reads on past stretches without a match (10,000
+    records each; 2 here); ``runs list --parent`` lists exactly the children."""
+    monkeypatch.setattr(paging, "TYPED_SCAN", 2)
+    session_id = unique("typed")
+    await create(store, session_id, 1_700_000_000)
+    parent = await started(store, session_id=session_id, agent_id="a")
+    kinds = ["x", "x", "x", "x", "wanted", "x", "wanted"]
+    batch = [parent.record(f"k{i}", type=kind) for i, kind in enumerate(kinds)]
+    await store.runtime.AppendRunRecords(rs.AppendRunRecordsRequest(records=batch))
+    typed = await runstore(store, "records", "list", "--run", parent.id, "--type", "wanted")
+    assert typed.code == 0, typed.err
+    as_json = await runstore(
+        store, "records", "list", "--run", parent.id, "--type", "wanted", "--all", "--json"
+    )
+    assert [(r["id"], r["type"]) for r in as_json.lines()] == [("6", "wanted"), ("8", "wanted")]
+    two = await runstore(
+        store, "records", "list", "--run", parent.id, "--type", "wanted", "--type", "run_started",
+        "--all", "--json",
+    )  # fmt: skip
+    assert [r["id"] for r in two.lines()] == ["1", "6", "8"]
+    no_run = await runstore(store, "records", "list", "--session", session_id, "--type", "x")
+    assert no_run.code != 0 and "--run" in no_run.err
+
+    child = run_start(session_id=session_id, agent_id="b", parent_run_id=parent.id)
+    await store.runtime.StartChildRun(child.child_request("a"))
+    await started(store, session_id=session_id, agent_id="c")  # a root: not a child
+    children = await runstore(store, "runs", "list", "--parent", parent.id, "--json")
+    assert children.code == 0, children.err
+    assert [r["run_id"] for r in children.lines()] == [child.id]
+    both = await runstore(store, "runs", "list", "--parent", parent.id, "--root-only")
+    assert both.code != 0 and "--parent" in both.err
 
 
 async def test_records_tail_prints_the_last_records(store: Store) -> None:

@@ -264,7 +264,7 @@ def seed_long_run(database: Path, run: Run, count: int) -> None:
             WITH RECURSIVE series(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM series WHERE n < ?)
             INSERT INTO records (run_id, record_id, event_key, agent_id, session_id, turn_id,
                                  type, payload, payload_size, timestamp_ms, session_position)
-            SELECT ?, ? + n, 'bulk-' || n, ?, ?, 'turn-' || (n / 100), 'tool_result_received',
+            SELECT ?, ? + n, 'bulk-' || (? + n), ?, ?, 'turn-' || (n / 100), 'tool_result_received',
                    CAST('{"n":' || n || '}' AS BLOB), LENGTH('{"n":' || n || '}'), ? + n,
                    ? + n
             FROM series
@@ -273,6 +273,7 @@ def seed_long_run(database: Path, run: Run, count: int) -> None:
                 count,
                 run.id,
                 last_id,
+                last_id,  # keys by record ID: a run seeded twice keeps them unique
                 run.start.agent_id,
                 run.start.session_id,
                 at,

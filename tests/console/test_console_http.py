@@ -24,11 +24,12 @@ from runstore.server.auth import SecurityError
 from runstore.server.config import ServerConfig
 from runstore.server.console import reads, stores, views
 from runstore.server.console.server import check_exposure
-from runstore.server.core import listing
+from runstore.server.core import listing, paging
 from runstore.v1 import context_store_pb2 as ctx
 from runstore.v1 import memory_store_pb2 as ms
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import seeds_pb2 as sd
+from runstore.v1 import types_pb2 as pb
 from tests.certs import Authority
 from tests.console.support import (
     ELSEWHERE,
@@ -362,20 +363,87 @@ async def test_records_by_type_and_jump_to_record_n(console: ConsoleUnderTest) -
         assert "data-live=" not in jumped  # not the tail
         first = (await http.get("/run", params={"id": run.id, "record": "1"})).text
         assert '<li class="record target" data-position="1"' in first
+        older = re.search(r'class="older" href="([^"]+)"', jumped)
+        assert older is not None and "type=" not in older[1]
         started = (
             await http.get("/run", params={"id": run.id, "record": "1", "type": "run_started"})
         ).text
         assert _positions(started) == [1]
-        assert 'data-type="run_started"' in started
-        older = re.search(r'class="older" href="([^"]+)"', jumped)
-        assert older is not None and "type=" not in older[1]
-        typed_older = re.search(
-            r'class="older" href="([^"]+)"',
-            (await http.get("/run", params={"id": run.id, "type": "x", "record": "120"})).text,
-        )
-        assert typed_older is not None and "type=x" in typed_older[1]
+        assert 'data-type="run_started"' in started and "data-live=" not in started
+        # From record 120 on: the type's records there (the bulk ones), oldest first.
+        bulk = (
+            await http.get(
+                "/run", params={"id": run.id, "type": "tool_result_received", "record": "120"}
+            )
+        ).text
+        assert _positions(bulk) == list(range(120, 120 + reads.RECORDS_PER_PAGE))
+        later = re.search(r'class="next" href="([^"]+)"', bulk)
+        assert later is not None and "type=tool_result_received" in later[1]
+        assert "after=169" in later[1]
         beyond = await http.get("/run", params={"id": run.id, "record": "999"})
         assert beyond.status_code == 400 and "record" in beyond.text
+
+
+async def test_a_type_filter_covers_the_whole_run_in_bounded_screens(
+    console: ConsoleUnderTest,
+) -> None:
+    """A rare type far apart in a long run: each screen reads at most
+    ``TYPED_READS`` stretches, then links on; none is missed."""
+    run = await console.store.root(agent_id="rare")
+    seed_long_run(console.database, run, 200)
+    marker = run.record("marker-1", type="marker")
+    await console.store.runtime.AppendRunRecord(rs.AppendRunRecordRequest(record=marker))
+    seed_long_run(console.database, run, 60_000)
+    marker = run.record("marker-2", type="marker")
+    await console.store.runtime.AppendRunRecord(rs.AppendRunRecordRequest(record=marker))
+    examined = reads.TYPED_READS * paging.TYPED_SCAN
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        first = (await http.get("/run", params={"id": run.id, "type": "marker"})).text
+        assert _positions(first) == [202]
+        assert f"records 1–{examined} of 60203 examined" in first
+        later = re.search(r'class="next" href="([^"]+)"', first)
+        assert later is not None and f"after={examined}" in later[1]
+        second = (await http.get(later[1].replace("&amp;", "&"))).text
+        assert _positions(second) == [60203]
+        assert 'class="next"' not in second and 'class="first"' in second
+
+
+async def test_a_run_page_lists_its_children_exactly_and_counts_them_all(
+    console: ConsoleUnderTest,
+) -> None:
+    """Children past the first screen, and runs of the session started between
+    them, change nothing: the count, the failed ones and the link are exact."""
+    root = await console.store.root(agent_id="fan-out")
+    session_id = root.start.session_id
+    base_ms = now_ms()
+    children = []
+    for i in range(reads.CHILDREN_SHOWN + 20):
+        child = run_start(
+            session_id=session_id, agent_id="worker", parent_run_id=root.id, started_ms=base_ms + i
+        )
+        await console.store.runtime.StartChildRun(child.child_request("fan-out", link_key=f"l{i}"))
+        children.append(child)
+        if i % 10 == 0:  # the session's other runs, between the children
+            await console.store.root(session_id=session_id, agent_id="other")
+    late = children[-1]
+    await console.store.runtime.RecordRunTerminal(late.terminal_request(pb.RUN_STATUS_FAILED))
+    async with httpx.AsyncClient(
+        base_url=console.base, timeout=30, headers=console.bearer()
+    ) as http:
+        page = (await http.get("/run", params={"id": root.id})).text
+        listed = page[page.index('id="children"') :]
+        listed = listed[: listed.index("</dd>")]
+        shown = re.findall(r'<a href="/run\?id=([^"]+)"', listed)
+        assert shown == [child.id for child in children[: reads.CHILDREN_SHOWN]]
+        assert f"Children ({len(children)})" in page
+        assert "1 child run failed" in page  # the failed one is not among those shown
+        every = re.search(r'id="more-children">[^<]*<a href="([^"]+)"', page)
+        assert every is not None
+        listing_page = (await http.get(every[1].replace("&amp;", "&"))).text
+        in_list = re.findall(r'<tr class="run[^"]*"><td><a href="/run\?id=([^"]+)"', listing_page)
+        assert in_list == [child.id for child in children[: views.LIST_PAGE_SIZE]]
 
 
 async def test_a_payload_downloads_byte_for_byte(console: ConsoleUnderTest) -> None:

@@ -142,6 +142,64 @@ async def test_root_only_leaves_children_out(store: Store) -> None:
     assert every == [root.id, child.id] and roots == [root.id]
 
 
+async def test_parent_run_id_lists_exactly_a_runs_children_in_pages(store: Store) -> None:
+    """Its children, none of its grandchildren, none of another run's, in start
+    order both ways; a token only with its own parent; not with root_only."""
+    base_ms = window() * 1000
+    agent = unique("agent")
+    session = (await create(store, unique("family"), stamp(base_ms // 1000))).id
+    roots = []
+    for i in range(2):
+        root = run_start(session_id=session, agent_id=agent, started_ms=base_ms + i)
+        await store.runtime.StartRootRun(root.root_request())
+        roots.append(root)
+    children: dict[str, list[Any]] = {root.id: [] for root in roots}
+    for i in range(7):  # interleaved: the two roots' children alternate in time
+        parent = roots[i % 2]
+        child = run_start(
+            session_id=session, agent_id=agent, parent_run_id=parent.id, started_ms=base_ms + 10 + i
+        )
+        link = child.child_request(agent, link_key=f"linked-{i}", tool_call_id=f"call-{i}")
+        await store.runtime.StartChildRun(link)
+        children[parent.id].append(child)
+    first_child = children[roots[0].id][0]
+    grandchild = run_start(
+        session_id=session, agent_id=agent, parent_run_id=first_child.id, started_ms=base_ms + 30
+    )
+    await store.runtime.StartChildRun(grandchild.child_request(agent))
+    await store.runtime.RecordRunTerminal(first_child.terminal_request(pb.RUN_STATUS_FAILED))
+
+    for root in roots:
+        expected = [child.id for child in children[root.id]]
+        listed = await walk_runs(store, 2, parent_run_id=root.id)
+        assert [r.run_id for r in listed] == expected
+        newest = await walk_runs(store, 3, parent_run_id=root.id, order=NEWEST)
+        assert [r.run_id for r in newest] == expected[::-1]
+    assert [r.run_id for r in await walk_runs(store, 2, parent_run_id=first_child.id)] == [
+        grandchild.id
+    ]
+    assert await walk_runs(store, 2, parent_run_id=grandchild.id) == []
+    failed = await walk_runs(store, 2, parent_run_id=roots[0].id, statuses=[pb.RUN_STATUS_FAILED])
+    assert [r.run_id for r in failed] == [first_child.id]
+    counted = await store.admin.ListRuns(
+        sa.ListRunsRequest(parent_run_id=roots[0].id, count_statuses=True, page_size=1)
+    )
+    counts = {c.status: c.count for c in counted.status_counts}
+    assert counts[pb.RUN_STATUS_FAILED] == 1 and counts[pb.RUN_STATUS_RUNNING] == 3
+
+    page = await store.admin.ListRuns(sa.ListRunsRequest(parent_run_id=roots[0].id, page_size=1))
+    assert page.next_page_token
+    elsewhere = sa.ListRunsRequest(parent_run_id=roots[1].id, page_token=page.next_page_token)
+    info = await fails_with(store.admin.ListRuns(elsewhere), INVALID, "INVALID_ARGUMENT_READ")
+    assert info.metadata["field"] == "page_token"
+    both = sa.ListRunsRequest(parent_run_id=roots[0].id, root_only=True)
+    info = await fails_with(store.admin.ListRuns(both), INVALID, "INVALID_ARGUMENT_READ")
+    assert info.metadata["field"] == "parent_run_id"
+    bad = sa.ListRunsRequest(parent_run_id="a\x00b")
+    info = await fails_with(store.admin.ListRuns(bad), INVALID, "CONTRACT_VALIDATION")
+    assert info.metadata["field"] == "parent_run_id"
+
+
 async def test_sessions_newest_first_and_by_id(store: Store) -> None:
     base = window()
     stem = unique("sess")

@@ -78,6 +78,9 @@ RUN_SHAPES: list[tuple[str, RunFilter[int]]] = [
     ("agent prefix, failed", RunFilter(agent_id_prefix="agent-", statuses=FAILED)),
     ("root only, newest first", RunFilter(root_only=True, newest_first=True)),
     ("label, newest first", RunFilter(labels={"team": "t1"}, newest_first=True)),
+    ("a run's children", RunFilter(parent_run_id=f"r{RUNS // 2 - 1}")),
+    ("a run's failed children, newest first",
+     RunFilter(parent_run_id=f"r{RUNS // 2 - 1}", statuses=FAILED, newest_first=True)),
 ]  # fmt: skip
 SESSION_SHAPES: list[tuple[str, SessionFilter[int]]] = [
     ("sessions newest first", SessionFilter(newest_first=True)),
@@ -195,8 +198,9 @@ async def test_a_page_is_one_transaction_of_one_statement_and_a_page_of_rows(
             if "ID" in name:
                 # An ID or a prefix narrows the counts too: they are exact.
                 assert not any(count.estimated for count in page.status_counts), page
-    if kind == "runs" and not query.run_id and "prefix" not in name:
-        # Every shape but the ID filters has more than two pages of matches.
+    if kind == "runs" and not (query.run_id or query.parent_run_id) and "prefix" not in name:
+        # Every shape but the ID filters and a run's children (one, in the
+        # seeded rows) has more than two pages of matches.
         assert len(pages) == 3 and all(len(page.items) == PAGE for page, _ in pages), name
 
 

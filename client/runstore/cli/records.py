@@ -35,10 +35,19 @@ async def records_list(args: argparse.Namespace, clients: Clients, out: Output) 
     limit = args.page_size or 100
     if limit < 0:
         raise UsageError("--page-size must not be negative")
+    types = args.type or ()
+    if types and not args.run:
+        raise UsageError("--type filters a run's records: give --run")
 
     async def fetch(cursor: str) -> ListPage[RunRecord]:
         if args.run:
-            page = await clients.store.list_run_records(args.run, cursor, limit)
+            page = await clients.store.list_run_records(args.run, cursor, limit, types=types)
+            # A filtered page examines a bounded stretch of the run and may hold
+            # none of the types: read on until it does or the run ends.
+            while types and not page.events and page.next_cursor:
+                page = await clients.store.list_run_records(
+                    args.run, page.next_cursor, limit, types=types
+                )
         else:
             page = await clients.store.list_session_run_records(args.session, cursor, limit)
         return ListPage(page.events, page.next_cursor)
@@ -97,6 +106,12 @@ def add_arguments(records: argparse.ArgumentParser) -> None:
     owner = listing.add_mutually_exclusive_group(required=True)
     owner.add_argument("--run", metavar="RUN_ID", help="a run's records in run order")
     owner.add_argument("--session", metavar="SESSION_ID", help="a session's, in commit order")
+    listing.add_argument(
+        "--type",
+        action="append",
+        metavar="TYPE",
+        help="only records of this type (with --run); repeatable",
+    )
     remote.page_options(listing)
     tail = remote.action(
         actions, "tail", records_tail, "the last records of a session or run, then follow"

@@ -51,6 +51,8 @@ def _run_fields(run: Any) -> list[tuple[str, Any]]:
 async def runs_list(args: argparse.Namespace, clients: Clients, out: Output) -> int:
     if args.sessionless and args.session:
         raise UsageError("--sessionless lists runs without a session; not with --session")
+    if args.parent and args.root_only:
+        raise UsageError("--root-only lists runs without a parent; not with --parent")
     statuses = [RunStatus(s) for s in args.status or ()]
     labels = dict(_label(text) for text in args.label or ())
 
@@ -71,6 +73,7 @@ async def runs_list(args: argparse.Namespace, clients: Clients, out: Output) -> 
             root_only=args.root_only,
             newest_first=args.newest_first,
             count_statuses=args.counts,
+            parent_run_id=args.parent or "",
         )
 
     return await remote.listing(fetch, args, out, RUN_HEADERS, run_row)
@@ -148,6 +151,7 @@ def add_arguments(runs: argparse.ArgumentParser) -> None:
         help="only runs with this label; repeatable",
     )
     listing.add_argument("--root-only", action="store_true", help="only runs without a parent")
+    listing.add_argument("--parent", metavar="RUN_ID", help="only the children of this run")
     listing.add_argument(
         "--status", action="append", choices=[s.value for s in RunStatus], help="repeatable"
     )

@@ -5,6 +5,7 @@ the append path."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -32,6 +33,13 @@ def count(name: str, value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise _wrong(name, "an int", value)
     return value
+
+
+def texts(name: str, value: Any) -> list[str]:
+    """A collection of ``str`` (not one ``str``, which would be its characters)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Collection):
+        raise _wrong(name, "a collection of str (a list or tuple)", value)
+    return [text(f"{name}[{i}]", item) for i, item in enumerate(value)]
 
 
 def moment(name: str, value: Any) -> datetime:

@@ -7,7 +7,7 @@ through ``watch_streams``."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Any
 
 from runstore.client import arguments, coalesced_appends, convert, watch_streams
@@ -214,13 +214,22 @@ class RemoteStore(Client):
         )
         return convert.from_checkpoint(response.suspension)
 
-    async def list_run_records(self, run_id: str, cursor: str, limit: int) -> Page:
+    async def list_run_records(
+        self, run_id: str, cursor: str, limit: int, *, types: Collection[str] = ()
+    ) -> Page:
         """Up to ``limit`` records of the run after ``cursor`` ("" for the first
-        page; then the last page's ``next_cursor``), in run order (§9.6.3)."""
+        page; then the last page's ``next_cursor``), in run order (§9.6.3).
+
+        ``types`` keeps only records of those types (a triage read, not the
+        contract's): such a page examines a bounded stretch of the run, so it
+        may hold fewer than ``limit`` records, or none, and still have a
+        ``next_cursor`` to follow."""
         arguments.text("run_id", run_id)
         arguments.cursor("cursor", cursor)
         arguments.count("limit", limit)
-        request = rs.ListRunRecordsRequest(run_id=run_id, cursor=cursor, limit=limit)
+        request = rs.ListRunRecordsRequest(
+            run_id=run_id, cursor=cursor, limit=limit, types=arguments.texts("types", types)
+        )
         return convert.from_page(await self._call(self.stub.ListRunRecords, request))
 
     async def list_session_run_records(self, session_id: str, cursor: str, limit: int) -> Page:

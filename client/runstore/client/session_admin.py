@@ -142,10 +142,12 @@ class RemoteSessionAdmin(Client):
         root_only: bool = False,
         newest_first: bool = False,
         count_statuses: bool = False,
+        parent_run_id: str = "",
     ) -> RunPage:
         """One page of runs by ``started_at``, then run ID (§9.8.2); filters as
         in ``list_sessions``, ``sessionless_only`` for one-shot runs,
-        ``labels`` (every pair, exactly) and ``root_only``."""
+        ``labels`` (every pair, exactly), ``root_only`` and ``parent_run_id``
+        (the children of one run)."""
         request = sa.ListRunsRequest(
             session_id=session_id,
             agent_id=agent_id,
@@ -160,6 +162,7 @@ class RemoteSessionAdmin(Client):
             root_only=root_only,
             order=sa.LIST_ORDER_NEWEST_FIRST if newest_first else sa.LIST_ORDER_UNSPECIFIED,
             count_statuses=count_statuses,
+            parent_run_id=parent_run_id,
         )
         if started_after is not None:
             request.started_after.CopyFrom(convert.timestamp(started_after))

@@ -163,8 +163,10 @@ class SyncRemoteStore(_Facade):
     def load_run_suspension(self, run_id: str) -> Checkpoint:
         return self._thread.run(self._remote.load_run_suspension(run_id))
 
-    def list_run_records(self, run_id: str, cursor: str, limit: int) -> Page:
-        return self._thread.run(self._remote.list_run_records(run_id, cursor, limit))
+    def list_run_records(
+        self, run_id: str, cursor: str, limit: int, *, types: Collection[str] = ()
+    ) -> Page:
+        return self._thread.run(self._remote.list_run_records(run_id, cursor, limit, types=types))
 
     def list_session_run_records(self, session_id: str, cursor: str, limit: int) -> Page:
         return self._thread.run(self._remote.list_session_run_records(session_id, cursor, limit))
@@ -307,6 +309,7 @@ class SyncRemoteSessionAdmin(_Facade):
         root_only: bool = False,
         newest_first: bool = False,
         count_statuses: bool = False,
+        parent_run_id: str = "",
     ) -> RunPage:
         return self._thread.run(
             self._remote.list_runs(
@@ -325,6 +328,7 @@ class SyncRemoteSessionAdmin(_Facade):
                 root_only=root_only,
                 newest_first=newest_first,
                 count_statuses=count_statuses,
+                parent_run_id=parent_run_id,
             )
         )
 

@@ -229,7 +229,9 @@ class RunFilter(Generic[T]):
     labels: Mapping[str, str] = field(default_factory=dict)
     """Only runs carrying every one of these labels with this exact value."""
     root_only: bool = False
-    """Only runs without a parent."""
+    """Only runs without a parent; not with ``parent_run_id``."""
+    parent_run_id: str = ""
+    """Only the children of this run (exact)."""
     newest_first: bool = False
     """Descending order (the newest first) rather than ascending."""
 

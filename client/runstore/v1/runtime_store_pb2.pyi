@@ -969,6 +969,7 @@ class ListRunRecordsRequest(_message.Message):
     RUN_ID_FIELD_NUMBER: _builtins.int
     CURSOR_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
+    TYPES_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     cursor: _builtins.str
     """Empty: from the first record. Otherwise the next_cursor of the previous
@@ -976,16 +977,26 @@ class ListRunRecordsRequest(_message.Message):
     """
     limit: _builtins.int
     """Must be > 0; the server caps a page (default 1000)."""
+    @_builtins.property
+    def types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only records of one of these types (at most 16, each a record type as
+        written). Not part of goa-ai's contract: a triage read. A filtered page
+        examines at most 10,000 records after the cursor, so it may hold fewer
+        records than `limit`, or none, and still carry a next_cursor: follow it
+        (docs/contract.md §9.6.3).
+        """
+
     def __init__(
         self,
         *,
         run_id: _builtins.str = ...,
         cursor: _builtins.str = ...,
         limit: _builtins.int = ...,
+        types: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "limit", b"limit", "run_id", b"run_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cursor", b"cursor", "limit", b"limit", "run_id", b"run_id", "types", b"types"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

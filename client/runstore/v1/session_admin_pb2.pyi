@@ -432,6 +432,7 @@ class ListRunsRequest(_message.Message):
     ROOT_ONLY_FIELD_NUMBER: _builtins.int
     ORDER_FIELD_NUMBER: _builtins.int
     COUNT_STATUSES_FIELD_NUMBER: _builtins.int
+    PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     """Only runs of this session."""
     agent_id: _builtins.str
@@ -456,6 +457,11 @@ class ListRunsRequest(_message.Message):
     """Oldest first when unspecified."""
     count_statuses: _builtins.bool
     """Also count the matching runs per status (§9.8)."""
+    parent_run_id: _builtins.str
+    """Only the children of this run (exact; read through an index of children,
+    so a page costs the same however many runs the namespace holds); not with
+    root_only.
+    """
     @_builtins.property
     def statuses(self) -> _containers.RepeatedScalarFieldContainer[_types_pb2.RunStatus.ValueType]:
         """Only runs in one of these statuses; empty lists all. Unknown values match
@@ -492,10 +498,11 @@ class ListRunsRequest(_message.Message):
         root_only: _builtins.bool = ...,
         order: Global___ListOrder.ValueType = ...,
         count_statuses: _builtins.bool = ...,
+        parent_run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["started_after", b"started_after", "started_before", b"started_before"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "agent_id_prefix", b"agent_id_prefix", "count_statuses", b"count_statuses", "labels", b"labels", "order", b"order", "page_size", b"page_size", "page_token", b"page_token", "root_only", b"root_only", "run_id", b"run_id", "run_id_prefix", b"run_id_prefix", "session_id", b"session_id", "sessionless_only", b"sessionless_only", "started_after", b"started_after", "started_before", b"started_before", "statuses", b"statuses"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "agent_id_prefix", b"agent_id_prefix", "count_statuses", b"count_statuses", "labels", b"labels", "order", b"order", "page_size", b"page_size", "page_token", b"page_token", "parent_run_id", b"parent_run_id", "root_only", b"root_only", "run_id", b"run_id", "run_id_prefix", b"run_id_prefix", "session_id", b"session_id", "sessionless_only", b"sessionless_only", "started_after", b"started_after", "started_before", b"started_before", "statuses", b"statuses"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

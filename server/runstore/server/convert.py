@@ -224,6 +224,7 @@ def run_filter_from_wire(request: Any) -> vocab.RunFilter[model.Nanos]:
         agent_id_prefix=request.agent_id_prefix,
         labels=dict(request.labels),
         root_only=request.root_only,
+        parent_run_id=request.parent_run_id,
         newest_first=newest_first_from_wire(request.order),
     )
 

@@ -2017,7 +2017,13 @@ type ListRunRecordsRequest struct {
 	// page (the number of records already read, ASCII digits).
 	Cursor string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	// Must be > 0; the server caps a page (default 1000).
-	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Only records of one of these types (at most 16, each a record type as
+	// written). Not part of goa-ai's contract: a triage read. A filtered page
+	// examines at most 10,000 records after the cursor, so it may hold fewer
+	// records than `limit`, or none, and still carry a next_cursor: follow it
+	// (docs/contract.md §9.6.3).
+	Types         []string `protobuf:"bytes,4,rep,name=types,proto3" json:"types,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2071,6 +2077,13 @@ func (x *ListRunRecordsRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *ListRunRecordsRequest) GetTypes() []string {
+	if x != nil {
+		return x.Types
+	}
+	return nil
 }
 
 type ListRunRecordsResponse struct {
@@ -2716,11 +2729,12 @@ const file_runstore_v1_runtime_store_proto_rawDesc = "" +
 	"\x19LoadRunSuspensionResponse\x127\n" +
 	"\n" +
 	"suspension\x18\x01 \x01(\v2\x17.runstore.v1.CheckpointR\n" +
-	"suspension\"\\\n" +
+	"suspension\"r\n" +
 	"\x15ListRunRecordsRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x16\n" +
 	"\x06cursor\x18\x02 \x01(\tR\x06cursor\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x05R\x05limit\"i\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x14\n" +
+	"\x05types\x18\x04 \x03(\tR\x05types\"i\n" +
 	"\x16ListRunRecordsResponse\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.runstore.v1.RunRecordR\x06events\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +

@@ -870,6 +870,10 @@ type ListRunsRequest struct {
 	Order ListOrder `protobuf:"varint,14,opt,name=order,proto3,enum=runstore.v1.ListOrder" json:"order,omitempty"`
 	// Also count the matching runs per status (§9.8).
 	CountStatuses bool `protobuf:"varint,15,opt,name=count_statuses,json=countStatuses,proto3" json:"count_statuses,omitempty"`
+	// Only the children of this run (exact; read through an index of children,
+	// so a page costs the same however many runs the namespace holds); not with
+	// root_only.
+	ParentRunId   string `protobuf:"bytes,16,opt,name=parent_run_id,json=parentRunId,proto3" json:"parent_run_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1007,6 +1011,13 @@ func (x *ListRunsRequest) GetCountStatuses() bool {
 		return x.CountStatuses
 	}
 	return false
+}
+
+func (x *ListRunsRequest) GetParentRunId() string {
+	if x != nil {
+		return x.ParentRunId
+	}
+	return ""
 }
 
 type ListRunsResponse struct {
@@ -1347,7 +1358,7 @@ const file_runstore_v1_session_admin_proto_rawDesc = "" +
 	"\x0eRunStatusCount\x12.\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x16.runstore.v1.RunStatusR\x06status\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x03R\x05count\x12\x1c\n" +
-	"\testimated\x18\x03 \x01(\bR\testimated\"\xbc\x05\n" +
+	"\testimated\x18\x03 \x01(\bR\testimated\"\xe0\x05\n" +
 	"\x0fListRunsRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x19\n" +
@@ -1366,7 +1377,8 @@ const file_runstore_v1_session_admin_proto_rawDesc = "" +
 	"\x06labels\x18\f \x03(\v2(.runstore.v1.ListRunsRequest.LabelsEntryR\x06labels\x12\x1b\n" +
 	"\troot_only\x18\r \x01(\bR\brootOnly\x12,\n" +
 	"\x05order\x18\x0e \x01(\x0e2\x16.runstore.v1.ListOrderR\x05order\x12%\n" +
-	"\x0ecount_statuses\x18\x0f \x01(\bR\rcountStatuses\x1a9\n" +
+	"\x0ecount_statuses\x18\x0f \x01(\bR\rcountStatuses\x12\"\n" +
+	"\rparent_run_id\x18\x10 \x01(\tR\vparentRunId\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa6\x01\n" +

@@ -80,6 +80,46 @@ async def run_records(store: RuntimeStore, run_id: str, before: int) -> RecordSl
     return await _slice(read, await store.run_tail(run_id), before)
 
 
+TYPED_READS: Final = 5
+"""Type-filtered reads one screen makes at most, each examining at most
+``paging.TYPED_SCAN`` records: a screen of a rare type in a long run stops
+there and links on, rather than reading the whole run."""
+
+
+@dataclass(frozen=True, slots=True)
+class TypedSlice:
+    """Records of one type after position ``after``, oldest first."""
+
+    records: list[tuple[int, RunRecord]]
+    after: int
+    through: int
+    """The last position examined."""
+    next_after: int
+    """Where the next screen starts; 0 when this one reached the run's end."""
+    tail: int
+
+
+async def typed_records(
+    store: RuntimeStore, run_id: str, record_type: str, after: int
+) -> TypedSlice:
+    """Up to ``RECORDS_PER_PAGE`` records of ``record_type`` after position
+    ``after``, from ListRunRecords' type filter (the whole run, not one page)."""
+    tail = await store.run_tail(run_id)
+    found: list[tuple[int, RunRecord]] = []
+    cursor = after
+    for _ in range(TYPED_READS):
+        page = await store.list_run_records(
+            run_id, _cursor(cursor), RECORDS_PER_PAGE - len(found), [record_type]
+        )
+        found.extend((record.id, record) for record in page.events)
+        if not page.next_cursor:
+            return TypedSlice(found, after, tail, 0, tail)
+        cursor = int(page.next_cursor)
+        if len(found) >= RECORDS_PER_PAGE:
+            break
+    return TypedSlice(found, after, cursor, cursor, tail)
+
+
 async def session_records(store: RuntimeStore, session_id: str, before: int) -> RecordSlice:
     """A session's records (every run, commit order) just before position ``before``."""
 
@@ -132,42 +172,71 @@ def run_kind(run: RunState) -> str:
     return "child" if run.parent_run_id else "root"
 
 
+CHILDREN_SHOWN: Final = 100
+"""A run's children its page lists (its first, in start order; ListRuns by
+``parent_run_id`` pages the rest): a run's page never reads every child."""
+
 RELATED_RUNS: Final = 200
-"""Runs started at or after a run (of its session, or sessionless) that its
-page reads, one ListRuns page, to find its children and successors: a run's
-page never reads a whole session."""
+"""Runs started at or after a suspended run (of its session, or sessionless)
+its page reads, one ListRuns page, to find seed-era successors, which only
+their first record names."""
 
 
 @dataclass(frozen=True, slots=True)
 class Related:
-    """A run's children and successors among ``RELATED_RUNS`` later runs."""
+    """A run's children (its first ``CHILDREN_SHOWN``) and its successors."""
 
     children: list[RunState]
+    child_counts: dict[str, int]
+    """Its children per status value (exact up to ListRuns' count cap)."""
+    more_children: bool
     successors: list[str]
     successor_runs: list[RunState]
-    """The successors among the runs read (for the timeline)."""
-    more: bool
-    """More runs started later than those read: the lists may be incomplete."""
+    """The successors whose runs were read (for the timeline)."""
+    more_later: bool
+    """More runs started later than the ``RELATED_RUNS`` read for seed-era
+    successors: that list may be incomplete."""
 
 
 async def related(store: RuntimeStore, run: RunState) -> Related:
-    """The run's children and successors (§10.2): its children and
-    continuations start no earlier than it, in its session (or sessionless)."""
-    query: RunFilter[Nanos] = RunFilter(
-        session_id=run.session_id,
-        sessionless_only=not run.session_id,
-        started_after=run.started_at,
+    """The run's children, exactly (§9.8.2 ``parent_run_id``), and its
+    successors (§10.2): the current generation names its successor on the run;
+    a seed-era continuation starts no earlier, in the same session."""
+    kids = await store.list_runs(
+        RunFilter(parent_run_id=run.run_id), CHILDREN_SHOWN, "", count_statuses=True
     )
-    page = await store.list_runs(query, RELATED_RUNS, "")
-    later = [other for other in page.items if other.run_id != run.run_id]
-    children = [other for other in later if other.parent_run_id == run.run_id]
     found = [run.successor_run_id] if run.successor_run_id else []
-    for other in await _seed_era_successors(store, run, later):
-        if other not in found:
-            found.append(other)
+    later: list[RunState] = []
+    more_later = False
+    if run.status is RunStatus.SUSPENDED:
+        query: RunFilter[Nanos] = RunFilter(
+            session_id=run.session_id,
+            sessionless_only=not run.session_id,
+            started_after=run.started_at,
+        )
+        page = await store.list_runs(query, RELATED_RUNS, "")
+        later = [other for other in page.items if other.run_id != run.run_id]
+        more_later = bool(page.next_page_token)
+        for other in await _seed_era_successors(store, run, later):
+            if other not in found:
+                found.append(other)
     by_id = {other.run_id: other for other in later}
-    runs = [by_id[other] for other in found if other in by_id]
-    return Related(children, found, runs, bool(page.next_page_token))
+    runs = []
+    for successor in found:
+        if successor not in by_id:
+            try:
+                by_id[successor] = await store.load_run(successor)
+            except NotFoundError:
+                continue
+        runs.append(by_id[successor])
+    return Related(
+        list(kids.items),
+        {count.status: count.count for count in kids.status_counts},
+        bool(kids.next_page_token),
+        found,
+        runs,
+        more_later,
+    )
 
 
 SUCCESSOR_CANDIDATES: Final = 20

@@ -101,7 +101,17 @@ def _kept(params: QueryParams, span: filters.TimeRange, newest: bool) -> dict[st
     """The listing's filters as its links carry them (a relative range with its anchor)."""
     kept: dict[str, object] = {
         key: params.get(key, "")
-        for key in ("id", "match", "session", "agent", "label", "status", "root", "sessionless")
+        for key in (
+            "id",
+            "match",
+            "session",
+            "agent",
+            "label",
+            "status",
+            "root",
+            "sessionless",
+            "parent",
+        )
     }
     kept.update(
         range=span.name,
@@ -148,7 +158,7 @@ async def session(console: Console, request: Request) -> Response:
 async def runs(console: Console, request: Request) -> Response:
     """Runs, newest first unless asked otherwise, through ListRuns' filters
     (run ID exact or prefix, agent prefix, labels, status, start time, roots
-    or sessionless only) and its counts per status."""
+    or sessionless only, a run's children) and its counts per status."""
     params = request.query_params
     status = _status_param(request, RunStatus)
     exact, prefix = filters.id_match(params)
@@ -166,6 +176,7 @@ async def runs(console: Console, request: Request) -> Response:
         run_id_prefix=prefix,
         labels=filters.labels(params.get("label", "")),
         root_only=params.get("root", "") == "1",
+        parent_run_id=params.get("parent", "").strip(),
         newest_first=newest,
     )
     page = await console.store.list_runs(query, LIST_PAGE_SIZE, at.token, count_statuses=True)
@@ -187,6 +198,7 @@ async def runs(console: Console, request: Request) -> Response:
         match="exact" if exact else "prefix",
         sessionless=query.sessionless_only,
         root_only=query.root_only,
+        parent=query.parent_run_id,
         kept=_kept(params, span, newest),
         next_page=at.next_links(page.next_page_token) if page.next_page_token else None,
         previous_page=at.previous_links(),
@@ -208,7 +220,7 @@ async def run(console: Console, request: Request) -> Response:
     view = params.get("view", "records")
     if view not in VIEWS:
         raise ReadArgumentError(f"view must be one of {', '.join(VIEWS)}", field="view")
-    record_type = params.get("type", "").strip()
+    record_type = params.get("type", "").strip() if view == "records" else ""
     target = _position(request, "record")
     before = target + reads.RECORDS_PER_PAGE // 2 + 1 if target else _position(request, "before")
     found = await console.store.load_run(run_id)
@@ -217,6 +229,10 @@ async def run(console: Console, request: Request) -> Response:
         raise ReadArgumentError(
             f"record must be at most {records.tail}, the run's newest record", field="record"
         )
+    typed = None
+    if record_type:
+        after = target - 1 if target else _position(request, "after")
+        typed = await reads.typed_records(console.store, run_id, record_type, after)
     related = await reads.related(console.store, found)
     first = next((r for position, r in records.records if position == 1), None)
     predecessor = (
@@ -241,19 +257,21 @@ async def run(console: Console, request: Request) -> Response:
         title=f"Run {run_id}",
         run=found,
         records=records,
-        rows=[
-            (position, record)
-            for position, record in records.records
-            if not record_type or record.type == record_type
-        ],
+        rows=typed.records if typed is not None else records.records,
+        typed=typed,
         record_type=record_type,
         types=sorted({record.type for _, record in records.records} | {record_type} - {""}),
         target=target,
         view=view,
-        shown={position: render.formatted(r.payload) for position, r in records.records},
+        shown={
+            position: render.formatted(r.payload)
+            for position, r in (typed.records if typed is not None else records.records)
+        },
         children=related.children,
-        failed_children=sum(c.status is RunStatus.FAILED for c in related.children),
-        more_related=related.more,
+        child_count=sum(related.child_counts.values()),
+        failed_children=related.child_counts.get(RunStatus.FAILED.value, 0),
+        more_children=related.more_children,
+        more_later=related.more_later,
         related_scan=reads.RELATED_RUNS,
         predecessor=predecessor,
         successors=related.successors,

@@ -93,6 +93,7 @@ def run_filter_digest(query: RunFilter[Nanos]) -> str:
                 agent_id_prefix=query.agent_id_prefix,
                 labels=dict(sorted(query.labels.items())),
                 root_only=query.root_only,
+                parent_run_id=query.parent_run_id,
                 newest_first=query.newest_first,
             ),
         ],
@@ -191,6 +192,12 @@ def run_listing(
         )
     _one_of(query.run_id, query.run_id_prefix, "run_id", "run_id_prefix")
     _one_of(query.agent_id, query.agent_id_prefix, "agent_id", "agent_id_prefix")
+    input_rules.check_ids(parent_run_id=query.parent_run_id)
+    if query.parent_run_id and query.root_only:
+        raise ReadArgumentError(
+            "root_only lists runs without a parent; do not also give parent_run_id",
+            field="parent_run_id",
+        )
     _check_labels(query.labels)
     digest = run_filter_digest(query)
     statuses = status_filter(query.statuses, list(RunStatus))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from runstore.contract.errors import ReadArgumentError, ValidationError, quote
 from runstore.server.config import DEFAULTS
+from runstore.server.core.input_rules import check_id
 from runstore.server.core.model import Page, RunRecord
 
 TRANSCRIPT_PAGE_RECORDS: Final = 512
@@ -22,7 +23,16 @@ DEFAULT_PAGE_LIMIT: Final = DEFAULTS.page_limit
 DEFAULT_PAGE_BYTES: Final = DEFAULTS.page_bytes
 """Payload budget of one list page, so a page always fits a gRPC message."""
 
-_MAX_POSITION = 2**63 - 1
+MAX_POSITION: Final = 2**63 - 1
+"""The largest position a cursor names (a 64-bit signed integer)."""
+
+TYPE_SLOTS: Final = 16
+"""Record types one ListRunRecords may filter by (one statement shape holds
+them all: fewer names fill the slots by repeating one)."""
+
+TYPED_SCAN: Final = 10_000
+"""Records a type-filtered ListRunRecords page examines at most: its work is
+bounded whatever the run's length or the types' rarity (docs/contract.md §9.6.3)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +64,23 @@ def parse_cursor(cursor: str) -> int:
         return 0
     if not (cursor.isascii() and cursor.isdigit()) or int(cursor) == 0:
         raise ReadArgumentError(f"invalid cursor {quote(cursor)}", field="cursor")
-    return min(int(cursor), _MAX_POSITION)
+    return min(int(cursor), MAX_POSITION)
+
+
+def record_types(types: Sequence[str]) -> list[str]:
+    """A type filter as the statement takes it: ``TYPE_SLOTS`` names ([] for no
+    filter). Each must be a type a record can have (non-empty, an id's rules)."""
+    if not types:
+        return []
+    if len(types) > TYPE_SLOTS:
+        raise ReadArgumentError(
+            f"types names {len(types)} record types; at most {TYPE_SLOTS}", field="types"
+        )
+    for name in types:
+        if not name:
+            raise ReadArgumentError("types must not hold an empty type", field="types")
+        check_id(name, "types")
+    return [*types, *[types[0]] * (TYPE_SLOTS - len(types))]
 
 
 def parse_record_id(text: str) -> int | None:
@@ -66,7 +92,7 @@ def parse_record_id(text: str) -> int | None:
     if not text or not (text.isascii() and text.isdigit()) or text[0] == "0":
         return None
     value = int(text)
-    return value if value <= _MAX_POSITION else None
+    return value if value <= MAX_POSITION else None
 
 
 def cut_transcript_page(rows: list[RunRecord], page_size: int) -> Page:

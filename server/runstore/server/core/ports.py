@@ -126,6 +126,20 @@ class Transaction(NamespaceTransaction, SeedTransaction, Protocol):
         """
         ...
 
+    async def typed_run_records(
+        self,
+        run_id: str,
+        after: int,
+        through: int,
+        types: Sequence[str],
+        limit: int,
+        max_bytes: int,
+    ) -> list[RunRecord]:
+        """The run's records of one of ``types`` (exactly ``paging.TYPE_SLOTS`` names,
+        repeats allowed) with ``after < ID <= through``, bounded like
+        ``run_records``."""
+        ...
+
     async def session_records(
         self, session_id: str, after: int, limit: int, max_bytes: int
     ) -> list[tuple[int, RunRecord]]:

@@ -3,6 +3,8 @@ a session's and a transcript's records, each read in one snapshot."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from runstore.contract import lifecycle
 from runstore.contract.errors import (
     InvalidTranscriptPositionError,
@@ -40,19 +42,35 @@ class Reads(Section):
             raise RunSuspensionNotFoundError(run_id=run_id, session_id=run.session_id)
         return run.checkpoint
 
-    async def list_run_records(self, run_id: str, cursor: str, limit: int) -> Page:
-        """§9.6.3, §6.4: the cursor counts records already read (= last ID)."""
+    async def list_run_records(
+        self, run_id: str, cursor: str, limit: int, types: Sequence[str] = ()
+    ) -> Page:
+        """§9.6.3, §6.4: the cursor counts records already read (= last ID).
+
+        With ``types``, only records of those types, from the next
+        ``paging.TYPED_SCAN`` records at most: a page that found fewer than it
+        could hold, while the run has records past that stretch, continues
+        after the stretch (IDs are dense, so its end is ``after + TYPED_SCAN``).
+        """
         input_rules.check_ids(run_id=run_id)
         paging.check_limit(limit)
         after = paging.parse_cursor(cursor)
+        wanted = paging.record_types(types)
         page_size = min(limit, self._limits.records)
         budget = self._limits.payload_bytes
 
         async def tx_fn(tx: Transaction) -> Page:
             if await tx.run(run_id) is None:
                 raise RunNotFoundError(run_id=run_id)
-            rows = await tx.run_records(run_id, after, page_size + 1, budget)
-            return paging.cut_page([(record.id, record) for record in rows], page_size, budget)
+            if not wanted:
+                rows = await tx.run_records(run_id, after, page_size + 1, budget)
+                return paging.cut_page([(record.id, record) for record in rows], page_size, budget)
+            through = min(after + paging.TYPED_SCAN, paging.MAX_POSITION)
+            rows = await tx.typed_run_records(run_id, after, through, wanted, page_size + 1, budget)
+            page = paging.cut_page([(record.id, record) for record in rows], page_size, budget)
+            if page.next_cursor or through >= await tx.run_tail(run_id):
+                return page
+            return Page(page.events, str(through))
 
         return await self._db.read(tx_fn)
 

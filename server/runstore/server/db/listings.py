@@ -8,7 +8,8 @@ entries at any depth and any table size:
 
 * ``(time, id)`` with no equality filter;
 * ``(session_id | agent_id | status, time, id)`` for one of them;
-* ``(session_id | agent_id, status, time, id)`` for either with statuses.
+* ``(session_id | agent_id, status, time, id)`` for either with statuses;
+* ``(parent_run_id, time, id)``, partial (children only), for a run's children.
 
 Several statuses are read as one ordered, limited branch per status, merged:
 an ``IN`` list would make the database sort every matching row. Newest first
@@ -42,6 +43,7 @@ from sqlalchemy import (
     case,
     func,
     literal,
+    literal_column,
     select,
     tuple_,
     union_all,
@@ -53,7 +55,7 @@ from runstore.server.core.model import NANOS_PER_MILLI, Nanos, PageKey
 from runstore.server.db.compiled import Compiled, compile_for
 from runstore.server.db.record_writes import in_namespace
 from runstore.server.db.row_codecs import RUN_COLUMNS, SESSION_COLUMNS, split_nanos
-from runstore.server.db.schema import runs, sessions
+from runstore.server.db.schema import CHILDREN_ONLY, runs, sessions
 
 LISTED_RUN_COLUMNS = RUN_COLUMNS[: RUN_COLUMNS.index(runs.c.checkpoint_id)]
 """A run's columns without its checkpoint, which a listing never returns."""
@@ -75,6 +77,7 @@ class _Shape:
     agent_prefix: bool = False
     labels: int = 0
     root_only: bool = False
+    parent: bool = False
     counts: bool = False
     """A count of each status instead of a page (no order, keyset or limit)."""
 
@@ -236,6 +239,12 @@ def _runs_statement(shape: _Shape, dialect: str) -> Select[Any]:
         conditions.append(runs.c.run_id == bindparam("run_id"))
     if shape.id_prefix:
         conditions.extend(_prefix(runs.c.run_id, "run_id_prefix"))
+    if shape.parent:
+        # The children's index is partial (roots are not in it): its condition,
+        # spelled as the index spells it, lets both databases choose it for a
+        # prepared statement whose parameter they cannot see.
+        conditions.append(runs.c.parent_run_id == bindparam("parent_run_id"))
+        conditions.append(literal_column(CHILDREN_ONLY))
     tests: list[ColumnElement[bool]] = []
     if shape.agent_prefix:
         # A range over the agent index would read and sort every run of the
@@ -399,6 +408,7 @@ class ListingStatements:
             agent_prefix=bool(query.agent_id_prefix),
             labels=len(labels),
             root_only=query.root_only,
+            parent=bool(query.parent_run_id),
             counts=counts,
         )
         if shape not in self._runs:
@@ -417,6 +427,8 @@ class ListingStatements:
             params["run_id_prefix_end"] = prefix_end(query.run_id_prefix)
         if shape.agent_prefix:
             params["agent_id_prefix"] = query.agent_id_prefix
+        if shape.parent:
+            params["parent_run_id"] = query.parent_run_id
         for i, (key, value) in enumerate(labels):
             params[f"label_{i}"] = _label_pattern(key, value)
         return self._runs[shape], params

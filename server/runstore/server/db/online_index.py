@@ -15,7 +15,7 @@ calls this does nothing else: a re-run starts that revision over.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from alembic import op
 from sqlalchemy import text
@@ -42,14 +42,19 @@ def create_index_online(
     columns: Sequence[str],
     *,
     unique: bool = False,
+    where: str | None = None,
     lock_timeout_ms: int = LOCK_TIMEOUT_MS,
     statement_timeout_ms: int = STATEMENT_TIMEOUT_MS,
 ) -> None:
-    """Creates index ``name`` on ``table``; on PostgreSQL concurrently, after
-    dropping an invalid leftover of the same name. A valid one is kept as it is."""
+    """Creates index ``name`` on ``table`` (partial when ``where`` is given);
+    on PostgreSQL concurrently, after dropping an invalid leftover of the same
+    name. A valid one is kept as it is."""
     context = op.get_context()
+    partial: dict[str, Any] = (
+        {} if where is None else {"sqlite_where": text(where), "postgresql_where": text(where)}
+    )
     if context.dialect.name != "postgresql":
-        op.create_index(name, table, list(columns), unique=unique)
+        op.create_index(name, table, list(columns), unique=unique, **partial)
         return
     quoted = context.dialect.identifier_preparer.quote(name)
     with context.autocommit_block():
@@ -61,6 +66,13 @@ def create_index_online(
         if valid is False:
             op.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS {quoted}"))
         if valid is not True:
-            op.create_index(name, table, list(columns), unique=unique, postgresql_concurrently=True)
+            op.create_index(
+                name,
+                table,
+                list(columns),
+                unique=unique,
+                postgresql_concurrently=True,
+                **partial,
+            )
         op.execute(text("RESET lock_timeout"))
         op.execute(text("RESET statement_timeout"))

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Select,
+    Text,
     bindparam,
     delete,
     exists,
@@ -25,6 +26,7 @@ from sqlalchemy.sql import ClauseElement
 
 from runstore.contract import lifecycle
 from runstore.contract.model import RunStatus, SessionStatus
+from runstore.server.core.paging import TYPE_SLOTS
 from runstore.server.db.record_writes import (
     in_namespace,
     namespace_param,
@@ -264,6 +266,12 @@ def runtime_sources() -> dict[str, ClauseElement]:
         "run_records": _record_page(
             records.c.run_id == bindparam("run_id"),
             records.c.record_id > bindparam("after"),
+        ),
+        "typed_run_records": _record_page(
+            records.c.run_id == bindparam("run_id"),
+            records.c.record_id > bindparam("after"),
+            records.c.record_id <= bindparam("through"),
+            records.c.type.in_([bindparam(f"type_{i}", type_=Text) for i in range(TYPE_SLOTS)]),
         ),
         "session_records": _record_page(
             records.c.session_id == bindparam("session_id"),

@@ -42,6 +42,10 @@ NAMING_CONVENTION = {
 
 metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
+CHILDREN_ONLY = "parent_run_id <> ''"
+"""The condition of the children's index of ``runs``; a query that means to
+read that index states it in these words (``db.listings``)."""
+
 
 def _namespace() -> Column[str]:
     """The first column of every key (docs/namespaces.md): the same IDs in two
@@ -151,6 +155,17 @@ runs = Table(
         "parent_run_id",
         sqlite_where=text("session_id = '' AND parent_run_id <> ''"),
         postgresql_where=text("session_id = '' AND parent_run_id <> ''"),
+    ),
+    # ListRuns' parent_run_id (0014): a run's children in start order. Partial:
+    # roots, most runs, are not in it.
+    Index(
+        None,
+        "namespace",
+        "parent_run_id",
+        "started_at_ms",
+        "run_id",
+        sqlite_where=text(CHILDREN_ONLY),
+        postgresql_where=text(CHILDREN_ONLY),
     ),
 )
 

@@ -35,6 +35,7 @@ class Statements:
     run_tail: Compiled
     session_tail: Compiled
     run_records: Compiled
+    typed_run_records: Compiled
     session_records: Compiled
     transcript_records: Compiled
     runs_by_session: Compiled

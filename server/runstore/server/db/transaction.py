@@ -201,6 +201,26 @@ class SqlTransaction(NamespaceOperations, SeedOperations, MemoryContextOperation
         )
         return [row_codecs.record_from_row(row) for row in rows]
 
+    async def typed_run_records(
+        self,
+        run_id: str,
+        after: int,
+        through: int,
+        types: Sequence[str],
+        limit: int,
+        max_bytes: int,
+    ) -> list[RunRecord]:
+        rows = await self._all(
+            self._sql.typed_run_records,
+            run_id=run_id,
+            after=after,
+            through=through,
+            limit=limit,
+            max_bytes=max_bytes,
+            **{f"type_{i}": name for i, name in enumerate(types)},
+        )
+        return [row_codecs.record_from_row(row) for row in rows]
+
     async def session_records(
         self, session_id: str, after: int, limit: int, max_bytes: int
     ) -> list[tuple[int, RunRecord]]:

@@ -197,7 +197,9 @@ class RuntimeStoreServicer(rs_grpc.RuntimeStoreServicer):
     async def ListRunRecords(
         self, request: rs.ListRunRecordsRequest, context: Context
     ) -> rs.ListRunRecordsResponse:
-        page = await self._store.list_run_records(request.run_id, request.cursor, request.limit)
+        page = await self._store.list_run_records(
+            request.run_id, request.cursor, request.limit, request.types
+        )
         return rs.ListRunRecordsResponse(
             events=[convert.record_to_wire(record) for record in page.events],
             next_cursor=page.next_cursor,
