@@ -7,6 +7,7 @@ reference."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -361,3 +362,20 @@ def test_an_unknown_chain_kind_is_refused(monkeypatch: pytest.MonkeyPatch) -> No
         Chain([])
     with pytest.raises(ValueError, match="loop"):
         Chain([], kind="loop")
+
+
+def test_a_forked_worker_generates_request_ids_of_its_own() -> None:
+    """``serve --workers N`` forks: each worker's generated ids must differ
+    from its parent's and its siblings' (the generator is reseeded at fork)."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # the worker: its first id, then gone without cleanup
+        os.write(write_end, call_request_id.generate().encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        worker_id = pipe.read().decode()
+    assert os.waitpid(child, 0)[1] == 0
+    parent_id = call_request_id.generate()
+    assert len(worker_id) == len(parent_id) == 32
+    assert worker_id != parent_id

@@ -8,6 +8,8 @@ import hashlib
 import json
 import logging
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
@@ -381,3 +383,57 @@ def test_lines_are_written_whole_in_pipe_sized_writes() -> None:
     assert all(chunk.endswith("\n") for chunk in chunks)
     assert all(len(chunk.encode()) <= 4096 for chunk in chunks[:-2])
     assert chunks[-2:] == ["y" * 5000 + "\n", "é" * 3000 + "\n"]
+
+
+def test_the_writer_lingers_so_lines_logged_together_go_out_in_one_write() -> None:
+    """Once the writer has taken a batch's first line it waits for the others
+    instead of waking for each (a wake per call takes the interpreter lock
+    from the event loop): the first line and the 99 logged after it are one
+    write, and ``flush`` does not wait out the linger."""
+    writes: list[str] = []
+    sink = logs.BufferedSink(writes.append, logging.Formatter("%(message)s"), linger=600)
+    logger = logging.getLogger("runstore.test.linger")
+    logger.propagate = False
+    logger.addHandler(sink)
+    try:
+        logger.warning("line 0")
+        _until_taken(sink)
+        for number in range(1, 100):
+            logger.warning("line %d", number)
+        flushed = threading.Thread(target=sink.flush, daemon=True)
+        flushed.start()
+        flushed.join(timeout=30)
+        assert not flushed.is_alive(), "flush waited for the linger"
+        assert writes == ["".join(f"line {n}\n" for n in range(100))]
+    finally:
+        logger.removeHandler(sink)
+        closed = threading.Thread(target=sink.close, daemon=True)
+        closed.start()
+        closed.join(timeout=30)
+    assert not closed.is_alive(), "close waited for the linger"
+
+
+def test_close_writes_the_lines_of_a_lingering_batch() -> None:
+    writes: list[str] = []
+    sink = logs.BufferedSink(writes.append, logging.Formatter("%(message)s"), linger=600)
+    logger = logging.getLogger("runstore.test.linger-close")
+    logger.propagate = False
+    logger.addHandler(sink)
+    logger.warning("first")
+    _until_taken(sink)
+    logger.warning("second")
+    logger.removeHandler(sink)
+    closed = threading.Thread(target=sink.close, daemon=True)
+    closed.start()
+    closed.join(timeout=30)
+    assert not closed.is_alive(), "close waited for the linger"
+    assert "".join(writes) == "first\nsecond\n"
+
+
+def _until_taken(sink: logs.BufferedSink) -> None:
+    """Returns once the writer thread has taken what was queued (it is then
+    lingering, since nothing asked it to hurry)."""
+    deadline = time.monotonic() + 30
+    while not sink._queue.empty():
+        assert time.monotonic() < deadline, "the writer never took the line"
+        time.sleep(0.001)

@@ -8,7 +8,7 @@ call (later interceptors, servicers, the status mapping) reads it here.
 from __future__ import annotations
 
 import logging
-import os
+import random
 import re
 from collections.abc import Iterable
 from contextvars import ContextVar
@@ -37,8 +37,14 @@ def set_current(request_id: str) -> None:
 
 
 def generate() -> str:
-    """128 random bits in hex (what ``uuid4().hex`` gave, without building a UUID)."""
-    return os.urandom(16).hex()
+    """128 random bits in hex (what ``uuid4().hex`` gave, without building a UUID).
+
+    From ``random``, seeded by the system at import and again in every forked
+    worker, not ``os.urandom``: an id names a call and guards nothing, and
+    ``os.urandom`` gives the interpreter lock away for its system call, once
+    per call, to whichever thread wants it (docs/benchmarks.md, "Protections'
+    cost")."""
+    return f"{random.getrandbits(128):032x}"
 
 
 def is_valid(value: str) -> bool:
