@@ -20,6 +20,7 @@ from runstore.contract.model import RunFilter, RunStatus, SessionFilter, Session
 from runstore.server.core.model import (
     ContextHead,
     ContextVersion,
+    GuardedChange,
     MemoryEvent,
     NamespaceRetention,
     Nanos,
@@ -345,6 +346,22 @@ class Database(Protocol):
         """
         ...
 
+    async def start_child_if_new(
+        self, run: RunState, link: RecordDraft, started: RecordDraft
+    ) -> tuple[int, int] | None:
+        """StartChildRun's common case (§9.2.2) as one atomic write: a first
+        seed-era start without predecessor of a child of a running parent, in
+        an active session.
+
+        Stores ``link`` on the parent, then ``run`` (a new running run) and its
+        ``started`` record, and returns the two records' IDs exactly when
+        every precondition of ``fast_paths.CHILD_START`` holds for the state
+        the write finds; otherwise writes nothing and returns None, also when
+        it lost a race, and the core applies the full rules. Takes the
+        session's lock, then the parent's.
+        """
+        ...
+
     async def end_if_running(self, ending: RunEnding) -> int | None:
         """RecordRunTerminal's common case (§9.4.3) as one atomic write.
 
@@ -353,6 +370,19 @@ class Database(Protocol):
         holds for the state the write finds; otherwise writes nothing and
         returns None (also after a lost race), and the core applies the full
         rules. Takes the same locks as ``Transaction.record_target(for_update=True)``.
+        """
+        ...
+
+    async def change_if_running(self, change: GuardedChange) -> int | None:
+        """RecordRunCancellation's and RecordRunSuspension's common case
+        (§9.4.1, §9.4.2) as one atomic write.
+
+        Stores ``change.record``, applies ``change.change`` to its run, and
+        returns the record's ID exactly when every precondition of
+        ``change.preconditions`` (``fast_paths.CANCEL`` or ``SUSPEND``) holds
+        for the state the write finds; otherwise writes nothing and returns
+        None (also after a lost race), and the core applies the full rules.
+        Locks as ``end_if_running``.
         """
         ...
 

@@ -112,7 +112,9 @@ class Starts(Section):
         return await self._db.write(tx_fn)
 
     async def start_child_run(self, cmd: ChildRunStart) -> RunStartResult:
-        """§9.2.2: the link on the parent and the child's start in one transaction."""
+        """§9.2.2: the link on the parent and the child's start in one
+        transaction; a seed-era first start without predecessor first tries
+        the common case's one write (``fast_paths.CHILD_START``)."""
         input_rules.check_run_start(
             cmd.run,
             parent_linked=cmd.parent_linked,
@@ -130,6 +132,17 @@ class Starts(Section):
             current=current,
             cancellation=cmd.cancellation,
         )
+        if not run.predecessor_run_id and not current:
+            new_run = self._new_run(run, RunStartOutcome.PROCEED, link, started, ended, digest)
+            ids = await self._db.start_child_if_new(new_run, link, started)
+            if ids is not None:
+                link_id, started_id = ids
+                return RunStartResult(
+                    RunStartOutcome.PROCEED,
+                    RunStatus.RUNNING,
+                    AppendResult(str(started_id), True, SessionStatus.ACTIVE),
+                    parent_record=AppendResult(str(link_id), True, SessionStatus.ACTIVE),
+                )
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
             session = await _lock_session_for_start(tx, run)
