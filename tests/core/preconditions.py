@@ -11,7 +11,15 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from runstore.contract.model import Checkpoint, RunStatus, SessionStatus
-from runstore.server.core.fast_paths import APPEND, CHILD_START, END, START, Precondition
+from runstore.server.core.fast_paths import (
+    APPEND,
+    CHILD_START,
+    END,
+    ONE_SHOT_CHILD_START,
+    ONE_SHOT_START,
+    START,
+    Precondition,
+)
 from runstore.server.core.model import (
     GuardedChange,
     RecordDraft,
@@ -113,11 +121,14 @@ def appendable(target: RecordTarget, record: RecordDraft) -> bool:
 def startable(
     session: SessionLookup, stored: RunState | None, run: RunStart, purged: bool = False
 ) -> bool:
-    """StartRootRun's common case (``fast_paths.START``) for a start that
-    passed validation; a continuation is never tried (its predecessor is
-    checked first, §10.2)."""
-    found = Found(stored, session, in_session=True, purged=purged)
-    return not run.predecessor_run_id and holds(START, found)
+    """StartRootRun's and StartOneShotRun's common case (``fast_paths.START``,
+    ``ONE_SHOT_START`` for a sessionless run) for a seed-era start that passed
+    validation; a continuation is never tried (its predecessor is checked
+    first, §10.2)."""
+    in_session = bool(run.session_id)
+    found = Found(stored, session, in_session=in_session, purged=purged)
+    listed = START if in_session else ONE_SHOT_START
+    return not run.predecessor_run_id and holds(listed, found)
 
 
 def endable(target: RecordTarget, ending: RunEnding) -> bool:
@@ -160,15 +171,19 @@ def child_startable(
     link: RecordDraft,
     purged: bool = False,
 ) -> bool:
-    """StartChildRun's common case (``fast_paths.CHILD_START``) for a
-    seed-era start that passed validation, ``parent`` read under the link's key."""
+    """StartChildRun's and StartOneShotChildRun's common case
+    (``fast_paths.CHILD_START``, ``ONE_SHOT_CHILD_START`` for a sessionless
+    run) for a seed-era start that passed validation, ``parent`` read under
+    the link's key."""
+    in_session = bool(run.session_id)
+    listed = CHILD_START if in_session else ONE_SHOT_CHILD_START
     found = Found(
         stored,
         session,
-        in_session=True,
+        in_session=in_session,
         purged=purged,
         parent=parent.run,
         link_owner=(link.agent_id, link.session_id),
         link_existing=parent.existing,
     )
-    return not run.predecessor_run_id and holds(CHILD_START, found)
+    return not run.predecessor_run_id and holds(listed, found)

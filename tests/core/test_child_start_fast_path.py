@@ -1,15 +1,16 @@
-"""StartChildRun's two paths agree (§9.2.2): the database's one-statement fast
-path (``Database.start_child_if_new``) and the core's full rules.
+"""StartChildRun's and StartOneShotChildRun's two paths agree (§9.2.2,
+§9.2.4): the database's one-statement fast path
+(``Database.start_child_if_new``) and the core's full rules.
 
 As in ``test_lifecycle_fast_paths``: each case builds one state twice in
 fresh IDs, straight through the port; the start runs with the fast path on
 one copy and with the full rules alone on the other, and ``child_startable``
-(``fast_paths.CHILD_START``, the one list of the fast path's preconditions)
-is asked about the state as read. All three must agree: the fast path stores
-exactly when the full rules store the common case, stores the same thing (the
-link on the parent, the child and its record, at the same session
-positions), and writes nothing otherwise. Each case differs from the common
-case in one thing.
+(``fast_paths.CHILD_START`` and ``ONE_SHOT_CHILD_START``, the one lists of
+the fast path's preconditions) is asked about the state as read. All three
+must agree: the fast path stores exactly when the full rules store the common
+case, stores the same thing (the link on the parent, the child and its
+record, at the same session positions), and writes nothing otherwise. Each
+case differs from the common case in one thing.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from typing import Any, Literal
 import pytest
 
 from runstore.contract import lifecycle
+from runstore.contract import model as contract
 from runstore.contract.errors import RunstoreError
 from runstore.contract.model import RunStartOutcome, RunStatus
 from runstore.server import call_scope
-from runstore.server.core.model import ChildRunStart, RecordDraft, RunStart
+from runstore.server.core.model import ChildRunStart, OneShotChildRunStart, RecordDraft, RunStart
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.core.store import RuntimeStore
 from tests.core.preconditions import child_startable
@@ -52,6 +54,8 @@ _ids = itertools.count()
 class Child:
     """One state a child start meets; the defaults are the common case."""
 
+    sessionless: bool = False
+    """A one-shot child (StartOneShotChildRun) of a sessionless parent."""
     session: Literal["active", "ended", "purged", "missing"] = "active"
     parent: RunStatus | None = RunStatus.RUNNING
     parent_session: Literal["child's", "other"] = "child's"
@@ -86,10 +90,27 @@ CASES: dict[str, Child] = {
     "run ID taken by another start": Child(run="different"),
     "run ID purged": Child(purged=True),
     "continuation": Child(predecessor=True),
+    "one-shot: common case": Child(sessionless=True),
+    "one-shot: parent with more records": Child(sessionless=True, parent_records=3),
+    "one-shot: parent missing": Child(sessionless=True, parent=None),
+    "one-shot: parent suspended": Child(sessionless=True, parent=RunStatus.SUSPENDED),
+    "one-shot: parent completed": Child(sessionless=True, parent=RunStatus.COMPLETED),
+    "one-shot: parent in a session": Child(sessionless=True, parent_session="other"),
+    "one-shot: parent of another agent": Child(sessionless=True, parent_agent="someone else"),
+    "one-shot: link key used on the parent, same link": Child(sessionless=True, link="same"),
+    "one-shot: link key used on the parent, other record": Child(
+        sessionless=True, link="different"
+    ),
+    "one-shot: exact retry": Child(sessionless=True, run="same", link="same"),
+    "one-shot: run ID taken by another start": Child(sessionless=True, run="different"),
+    "one-shot: run ID purged": Child(sessionless=True, purged=True),
 }
+
+Start = ChildRunStart | OneShotChildRunStart
 
 
 def _command(run_id: str, session_id: str, parent_id: str, predecessor: str) -> ChildRunStart:
+    """A seed-era StartChildRun (``_one_shot`` makes a StartOneShotChildRun of it)."""
     run = RunStart(run_id, AGENT, session_id, parent_id, predecessor, T0, LABELS)
     namespace = call_scope.namespace()
     link = RecordDraft(
@@ -136,9 +157,15 @@ def _command(run_id: str, session_id: str, parent_id: str, predecessor: str) -> 
     return ChildRunStart(run, link, started, canceled)
 
 
-async def _build(db: Database, case: Child) -> ChildRunStart:
+def _one_shot(command: ChildRunStart) -> OneShotChildRunStart:
+    assert command.parent_linked is not None
+    return OneShotChildRunStart(command.run, command.parent_linked, command.started)
+
+
+async def _build(db: Database, case: Child) -> Start:
     n = next(_ids)
-    session_id, run_id, parent_id = f"child-s{n}", f"child-r{n}", f"child-p{n}"
+    session_id = "" if case.sessionless else f"child-s{n}"
+    run_id, parent_id = f"child-r{n}", f"child-p{n}"
     predecessor = f"{run_id}-before" if case.predecessor else ""
     command = _command(run_id, session_id, parent_id, predecessor)
     parent_session = session_id if case.parent_session == "child's" else f"child-other{n}"
@@ -176,12 +203,16 @@ async def _build(db: Database, case: Child) -> ChildRunStart:
             await tx.purge_sessionless_run(run_id, T0)
 
     await _prepare(db, session_id, case.session, case.earlier_records, then)
-    return command
+    return _one_shot(command) if case.sessionless else command
 
 
-async def _start(db: FastPaths, command: ChildRunStart) -> tuple[Any, ...]:
+async def _start(db: FastPaths, command: Start) -> tuple[Any, ...]:
+    store = RuntimeStore(db)
     try:
-        result = await RuntimeStore(db).start_child_run(command)
+        if isinstance(command, contract.ChildRunStart):
+            result = await store.start_child_run(command)
+        else:
+            result = await store.start_one_shot_child_run(command)
     except RunstoreError as error:
         return ("rejected", error.reason)
     started, link = result.started, result.parent_record
@@ -195,7 +226,7 @@ async def _start(db: FastPaths, command: ChildRunStart) -> tuple[Any, ...]:
     )
 
 
-async def _everything(db: Database, command: ChildRunStart) -> tuple[Any, ...]:
+async def _everything(db: Database, command: Start) -> tuple[Any, ...]:
     run = command.run
     return (
         await _stored(db, run.run_id, run.session_id),

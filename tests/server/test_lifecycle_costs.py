@@ -110,8 +110,8 @@ BOUNDS: dict[str, dict[str, tuple[int, int]]] = {
     SQLITE: {
         "StartRootRun": (2, 4),
         "StartChildRun": (3, 5),
-        "StartOneShotRun": (4, 6),
-        "StartOneShotChildRun": (7, 9),
+        "StartOneShotRun": (2, 4),
+        "StartOneShotChildRun": (3, 5),
         "StartSynchronousRun": (9, 11),
         "RecordRunSuspension": (2, 4),
         "RecordRunSuspension, sessionless": (2, 4),
@@ -123,8 +123,8 @@ BOUNDS: dict[str, dict[str, tuple[int, int]]] = {
     POSTGRES: {
         "StartRootRun": (1, 1),
         "StartChildRun": (1, 1),
-        "StartOneShotRun": (5, 7),
-        "StartOneShotChildRun": (9, 11),
+        "StartOneShotRun": (1, 1),
+        "StartOneShotChildRun": (1, 1),
         "StartSynchronousRun": (10, 12),
         "RecordRunSuspension": (1, 1),
         "RecordRunSuspension, sessionless": (1, 1),

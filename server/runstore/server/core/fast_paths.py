@@ -1,8 +1,9 @@
 """The fast paths' preconditions, stated once (docs/contract.md §9.2.1,
-§9.2.2, §9.3, §9.3.1, §9.4.1, §9.4.2, §9.4.3).
+§9.2.2, §9.2.3, §9.2.4, §9.3, §9.3.1, §9.4.1, §9.4.2, §9.4.3).
 
 The common case of AppendRunRecord(s), StartRootRun, StartChildRun,
-RecordRunCancellation, RecordRunSuspension and RecordRunTerminal is one write
+StartOneShotRun, StartOneShotChildRun, RecordRunCancellation,
+RecordRunSuspension and RecordRunTerminal is one write
 of the database's own (``Database.append_if_writable``,
 ``append_records_if_writable``, ``start_if_new``, ``start_child_if_new``,
 ``change_if_running``, ``end_if_running``) that stores the command only when
@@ -70,6 +71,23 @@ START: Final = (
 )
 """StartRootRun's common case: the run and its ``run_started`` record are
 written with no further question."""
+
+ONE_SHOT_START: Final = (
+    Precondition.RUN_NOT_PURGED,
+    Precondition.RUN_ID_FREE,
+)
+"""StartOneShotRun's common case: the sessionless run and its ``run_started``
+record are written with no further question."""
+
+ONE_SHOT_CHILD_START: Final = (
+    *ONE_SHOT_START,
+    Precondition.PARENT_RUNNING,
+    Precondition.PARENT_OWNER,
+    Precondition.LINK_KEY_FREE,
+)
+"""StartOneShotChildRun's common case: the sessionless child run, then the
+link on its sessionless parent (``PARENT_OWNER``: the link's session, none, is
+the parent's) and the child's ``run_started`` record, with no further question."""
 
 CHILD_START: Final = (
     *START,

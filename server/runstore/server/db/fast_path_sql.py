@@ -1,5 +1,5 @@
-"""The fast paths' statements: the common case of AppendRunRecord,
-StartRootRun, RecordRunCancellation, RecordRunSuspension and RecordRunTerminal
+"""The fast paths' statements: the common case of AppendRunRecord, the
+starts, RecordRunCancellation, RecordRunSuspension and RecordRunTerminal
 in one statement that writes only when the
 preconditions of ``core.fast_paths`` hold, and otherwise writes nothing (the
 caller then runs the full rules). Each statement's guard is built from its
@@ -45,6 +45,8 @@ from runstore.server.core.fast_paths import (
     CANCEL,
     CHILD_START,
     END,
+    ONE_SHOT_CHILD_START,
+    ONE_SHOT_START,
     START,
     SUSPEND,
     Precondition,
@@ -208,9 +210,12 @@ def _insert_record_into(source: Any, in_session: bool) -> Any:
     )
 
 
-def _start_if_new(fused: bool, row_locks: bool) -> Any:
+def _start_if_new(
+    preconditions: Sequence[Precondition], in_session: bool, fused: bool, row_locks: bool
+) -> Any:
     """``Database.start_if_new``: inserts the bound run (``run_params``) only
-    when ``fast_paths.START`` holds, returning the run's ID.
+    when ``preconditions`` hold (``fast_paths.START`` in a session,
+    ``ONE_SHOT_START`` without one), returning the run's ID.
 
     Fused (PostgreSQL), the same statement also inserts the bound started
     record and returns its ID instead: one statement, atomic by itself.
@@ -222,7 +227,7 @@ def _start_if_new(fused: bool, row_locks: bool) -> Any:
         *(bindparam(column.name, type_=column.type) for column in RUN_COLUMNS),
     ]
     columns = ["namespace", *(column.name for column in RUN_COLUMNS)]
-    source = select(*values).where(*start_guard(START, row_locks, fused))
+    source = select(*values).where(*start_guard(preconditions, row_locks, fused))
     if fused:
         new_run = (
             postgresql_insert(runs)
@@ -231,7 +236,7 @@ def _start_if_new(fused: bool, row_locks: bool) -> Any:
             .returning(runs.c.run_id)
             .cte("new_run")
         )
-        return _insert_record_into(new_run, in_session=True).add_cte(new_run)
+        return _insert_record_into(new_run, in_session).add_cte(new_run)
     return insert(runs).from_select(columns, source).returning(runs.c.run_id)
 
 
@@ -248,15 +253,18 @@ LINK_FIELDS = (
 session are the child's ``parent_run_id`` and ``session_id``."""
 
 
-def _start_child_if_new(fused: bool, row_locks: bool) -> Any:
+def _start_child_if_new(
+    preconditions: Sequence[Precondition], in_session: bool, fused: bool, row_locks: bool
+) -> Any:
     """``Database.start_child_if_new``: inserts the bound run (``run_params``)
-    only when ``fast_paths.CHILD_START`` holds, returning the run's ID.
+    only when ``preconditions`` hold (``fast_paths.CHILD_START`` in a session,
+    ``ONE_SHOT_CHILD_START`` without one), returning the run's ID.
 
     The session's lock comes first (its EXISTS is decided before the parent's
     row is locked), then the parent's, as in the full rules. Fused
     (PostgreSQL), the same statement also inserts the bound link on the parent
-    (``link_`` parameters, ``LINK_FIELDS``) at the session's next position and
-    the started record right after it, and returns both IDs. Otherwise
+    (``link_`` parameters, ``LINK_FIELDS``), in a session at its next position
+    with the started record right after it, and returns both IDs. Otherwise
     (SQLite) the caller appends the two records.
     """
     parent = runs.alias("parent")
@@ -264,7 +272,7 @@ def _start_child_if_new(fused: bool, row_locks: bool) -> Any:
         # The write is anchored on the parent's row: no parent, no row to insert from.
         in_namespace(parent),
         parent.c.run_id == bindparam("parent_run_id", type_=Text),
-        *start_guard(CHILD_START, row_locks, fused, parent),
+        *start_guard(preconditions, row_locks, fused, parent),
     )
     if row_locks:
         target = target.with_for_update()
@@ -288,7 +296,11 @@ def _start_child_if_new(fused: bool, row_locks: bool) -> Any:
     link_values = inserted_record(
         run_id=new_run.c.parent_run_id,
         record_id=next_record_id(prior, bindparam("parent_run_id", type_=Text)),
-        session_position=next_session_position(prior, bindparam("session_id", type_=Text)),
+        session_position=(
+            next_session_position(prior, bindparam("session_id", type_=Text))
+            if in_session
+            else null()
+        ),
         **{name: bindparam(f"link_{name}", type_=records.c[name].type) for name in LINK_FIELDS},
     )
     link = (
@@ -299,7 +311,7 @@ def _start_child_if_new(fused: bool, row_locks: bool) -> Any:
     )
     started_values = inserted_record(
         record_id=next_record_id(prior, bindparam("run_id", type_=Text)),
-        session_position=link.c.session_position + literal_column("1"),
+        session_position=(link.c.session_position + literal_column("1") if in_session else null()),
     )
     started = (
         insert(records)
@@ -377,8 +389,12 @@ def fast_path_sources(dialect: Dialect) -> dict[str, ClauseElement]:
     return {
         "append_if_writable_in_session": _append_if_writable(True, row_locks),
         "append_if_writable_sessionless": _append_if_writable(False, row_locks),
-        "start_if_new": _start_if_new(fused, row_locks),
-        "start_child_if_new": _start_child_if_new(fused, row_locks),
+        "start_if_new": _start_if_new(START, True, fused, row_locks),
+        "start_one_shot_if_new": _start_if_new(ONE_SHOT_START, False, fused, row_locks),
+        "start_child_if_new": _start_child_if_new(CHILD_START, True, fused, row_locks),
+        "start_one_shot_child_if_new": _start_child_if_new(
+            ONE_SHOT_CHILD_START, False, fused, row_locks
+        ),
         "end_if_running_in_session": _end_if_running(True, fused, row_locks),
         "end_if_running_sessionless": _end_if_running(False, fused, row_locks),
     }

@@ -64,7 +64,9 @@ class Statements:
     append_if_writable_in_session: Compiled
     append_if_writable_sessionless: Compiled
     start_if_new: Compiled
+    start_one_shot_if_new: Compiled
     start_child_if_new: Compiled
+    start_one_shot_child_if_new: Compiled
     end_if_running_in_session: Compiled
     end_if_running_sessionless: Compiled
     guarded_changes: dict[str, Compiled]

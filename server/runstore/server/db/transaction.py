@@ -391,11 +391,12 @@ class SqlTransaction(NamespaceOperations, SeedOperations, MemoryContextOperation
     async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
         """The statements behind ``Database.start_if_new`` (not a port method)."""
         params = {**row_codecs.record_params(started), **row_codecs.run_params(run)}
+        statement = self._sql.start_if_new if run.session_id else self._sql.start_one_shot_if_new
         if not self.writes_in_one_statement:
-            if await self._one(self._sql.start_if_new, **params) is None:
+            if await self._one(statement, **params) is None:
                 return None
             return await self.append_record(started)
-        row = await self._one_unless_conflict(self._sql.start_if_new, **params)
+        row = await self._one_unless_conflict(statement, **params)
         return self._appended(started, row)
 
     async def start_child_if_new(
@@ -411,11 +412,16 @@ class SqlTransaction(NamespaceOperations, SeedOperations, MemoryContextOperation
                 if name in LINK_FIELDS
             },
         }
+        statement = (
+            self._sql.start_child_if_new
+            if run.session_id
+            else self._sql.start_one_shot_child_if_new
+        )
         if not self.writes_in_one_statement:
-            if await self._one(self._sql.start_child_if_new, **params) is None:
+            if await self._one(statement, **params) is None:
                 return None
             return await self.append_record(link), await self.append_record(started)
-        row = await self._one_unless_conflict(self._sql.start_child_if_new, **params)
+        row = await self._one_unless_conflict(statement, **params)
         if row is None:
             return None
         self._appended(link, row)
