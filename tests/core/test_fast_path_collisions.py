@@ -33,6 +33,7 @@ from runstore.server import call_scope
 from runstore.server.core import fast_paths
 from runstore.server.core.model import (
     GuardedChange,
+    OneShotChildRunStart,
     RecordDraft,
     RunCancellation,
     RunEnding,
@@ -263,3 +264,61 @@ async def test_a_fast_path_that_loses_a_race_falls_back_to_the_full_rules(
     assert run.status is {"end": RunStatus.COMPLETED, "suspend": RunStatus.SUSPENDED}.get(
         kind, RunStatus.RUNNING
     )
+
+
+async def test_a_one_shot_child_start_that_loses_a_race_for_its_parent_falls_back(
+    served: tuple[Database, str],
+) -> None:
+    """Sessionless, the race is for the parent's next record ID: a writer holds
+    the parent's lock with a record of the parent written but not committed;
+    the child's one statement waits for that lock and then collides with the
+    writer's record ID. The full rules store the child after the writer's record."""
+    db, url = served
+    n = next(_ids)
+    parent_id, run_id = f"race-op{n}", f"race-oc{n}"
+    first, concurrent = _note(parent_id, "", "first"), _note(parent_id, "", "concurrent")
+    command = _child_command(run_id, "", parent_id, "")
+    assert command.parent_linked is not None
+    start = OneShotChildRunStart(
+        command.run, replace(command.parent_linked, agent_id=AGENT), command.started
+    )
+
+    async def build(tx: Transaction) -> None:
+        await tx.insert_run(_state(parent_id, "", RunStatus.RUNNING))
+        await tx.append_record(first)
+
+    await db.write(build)
+    watched = Watched(db)
+    store = RuntimeStore(watched, clock=lambda: T0 + 7)
+    holding, release = asyncio.Event(), asyncio.Event()
+
+    async def concurrent_write(tx: Transaction) -> None:
+        await tx.record_target(parent_id, "", for_update=True)
+        await tx.append_record(concurrent)
+        if url:
+            holding.set()
+            await release.wait()
+
+    if url:
+        other = asyncio.create_task(db.write(concurrent_write))
+        await asyncio.wait_for(holding.wait(), 30)
+        child = asyncio.create_task(store.start_one_shot_child_run(start))
+        await _until_a_statement_waits_for_a_lock(url)
+        release.set()
+        await other
+        result = await child
+        assert watched.answers == [("child", False)], "the fast path collided and wrote nothing"
+    else:
+        result, _ = await asyncio.gather(
+            store.start_one_shot_child_run(start), db.write(concurrent_write)
+        )
+        assert watched.answers == [("child", True)], "one writer: the fast path never collides"
+
+    parent_records = await db.read(lambda tx: tx.run_records(parent_id, 0, 100, 1 << 30))
+    keys = [(r.id, r.event_key) for r in parent_records]
+    assert sorted(keys) == [(1, "first"), (2, keys[1][1]), (3, keys[2][1])]
+    assert {k for _, k in keys[1:]} == {"concurrent", "linked"}
+    if url:
+        assert keys[2] == (3, "linked"), "the full rules ran after the writer committed"
+    assert (result.started.id, result.started.inserted) == ("1", True)
+    assert (result.parent_record.inserted, result.parent_record.session_status) == (True, None)
