@@ -27,6 +27,7 @@ from runstore.contract.model import RunStartOutcome, RunStatus, SessionStatus
 from runstore.server import call_scope
 from runstore.server.core.lifecycle_changes import run_ending
 from runstore.server.core.model import (
+    GuardedChange,
     LifecycleKeys,
     RecordDraft,
     RootRunStart,
@@ -50,7 +51,8 @@ _ids = itertools.count()
 
 
 class FastPaths:
-    """The database with its lifecycle fast paths switched off, or on and watched."""
+    """The database with its lifecycle fast paths switched off, or on and watched
+    (``stored``: the IDs they stored)."""
 
     def __init__(self, inner: Database, *, on: bool) -> None:
         self._inner = inner
@@ -71,6 +73,17 @@ class FastPaths:
 
     async def end_if_running(self, ending: RunEnding) -> int | None:
         return self._watched(await self._inner.end_if_running(ending) if self._on else None)
+
+    async def start_child_if_new(
+        self, run: RunState, link: RecordDraft, started: RecordDraft
+    ) -> tuple[int, int] | None:
+        ids = await self._inner.start_child_if_new(run, link, started) if self._on else None
+        if ids is not None:
+            self.stored.extend(ids)
+        return ids
+
+    async def change_if_running(self, change: GuardedChange) -> int | None:
+        return self._watched(await self._inner.change_if_running(change) if self._on else None)
 
     def _watched(self, record_id: int | None) -> int | None:
         if record_id is not None:

@@ -244,6 +244,35 @@ async def test_a_known_mix_of_calls_is_counted_exactly(database_url: str) -> Non
         assert in_use == 0
 
 
+async def test_the_lifecycle_fast_paths_count_what_the_full_rules_counted(
+    database_url: str,
+) -> None:
+    """Each lifecycle call's common case, now one write of its own
+    (``core.fast_paths``), is still one write transaction and counts every
+    record it stores, the link on a parent included."""
+    backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
+    async with measured_server(database_url) as (store, port):
+        root = await store.root()  # CreateSession, StartRootRun: 2 writes, 1 record
+        child = run_start(session_id=root.start.session_id, parent_run_id=root.id, agent_id="child")
+        await store.runtime.StartChildRun(child.child_request(root.start.agent_id))  # 2
+        await store.runtime.RecordRunCancellation(root.cancellation_request())  # 1
+        await store.runtime.RecordRunSuspension(child.suspension_request())  # 1
+        one_shot = await store.one_shot()  # 1
+        one_shot_child = run_start(parent_run_id=one_shot.id, agent_id="child")
+        await store.runtime.StartOneShotChildRun(
+            one_shot_child.one_shot_child_request(one_shot.start.agent_id)
+        )  # 2
+        figures = await settled_scrape(port)
+
+    assert figures.value("runstore_records_appended_total", namespace="default") == 8
+    transactions = {
+        kind: figures.value("runstore_db_transaction_seconds_count", backend=backend, kind=kind)
+        for kind in ("write", "append", "read")
+    }
+    assert transactions == {"write": 7, "append": 0, "read": 0}
+    assert figures.total("runstore_db_retries_total") == 0
+
+
 @pytest.mark.postgres
 async def test_lost_races_on_postgres_are_counted_as_retries() -> None:
     """PostgreSQL only: SQLite has one writer and never retries."""

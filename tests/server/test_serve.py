@@ -104,6 +104,14 @@ class GatedDatabase:
         await self._pass_gate()
         return await self.inner.end_if_running(ending)
 
+    async def start_child_if_new(self, run: Any, link: Any, started: Any) -> Any:
+        await self._pass_gate()
+        return await self.inner.start_child_if_new(run, link, started)
+
+    async def change_if_running(self, change: Any) -> Any:
+        await self._pass_gate()
+        return await self.inner.change_if_running(change)
+
     async def read(self, fn: Any) -> Any:
         return await self.inner.read(fn)
 

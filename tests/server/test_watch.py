@@ -22,7 +22,7 @@ from runstore.server.db import sqlite_wal_sync
 from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from tests.processes import server_process
-from tests.support import Run, Store, fails_with, failure_of
+from tests.support import Run, Store, fails_with, failure_of, run_start
 
 Pair = tuple[str, str]
 
@@ -353,3 +353,55 @@ async def test_sigterm_ends_streams_with_unavailable(database_url: str, tmp_path
             await stream.read()
         assert raised.value.code() == grpc.StatusCode.UNAVAILABLE
         await asyncio.wait_for(server.process.wait(), 30)
+
+
+async def test_the_lifecycle_fast_paths_wake_watchers(database_url: str) -> None:
+    """A child start, a cancellation and a suspension (each its common case's
+    one write, ``core.fast_paths``) wake a session's watcher and a sessionless
+    parent's: with re-reads and heartbeats an hour apart, only each call's own wake-up
+    delivers its records (each is awaited before the next call)."""
+    quiet = {"watch_poll_seconds": 3600.0, "watch_heartbeat_seconds": 3600.0}
+    async with watch_server(database_url, **quiet) as (store, _):
+        root = await store.root()
+        stream = session_watch(store, root.start.session_id)
+        assert ids((await stream.read()).events) == [(root.id, "1")]
+        child = run_start(session_id=root.start.session_id, parent_run_id=root.id, agent_id="child")
+        calls_and_records = [
+            (
+                lambda: store.runtime.StartChildRun(child.child_request(root.start.agent_id)),
+                [(root.id, "2"), (child.id, "1")],
+            ),
+            (
+                lambda: store.runtime.RecordRunCancellation(root.cancellation_request()),
+                [(root.id, "3")],
+            ),
+            (
+                lambda: store.runtime.RecordRunSuspension(child.suspension_request()),
+                [(child.id, "2")],
+            ),
+        ]
+        for call, records in calls_and_records:
+            await call()
+            assert await asyncio.wait_for(collect(stream, len(records)), 30) == records
+        stream.cancel()
+
+        parent = await store.one_shot()
+        stream = store.runtime.WatchRunRecords(rs.WatchRunRecordsRequest(run_id=parent.id))
+        assert ids((await stream.read()).events) == [(parent.id, "1")]
+        one_shot_child = run_start(parent_run_id=parent.id, agent_id="child")
+        calls_and_records = [
+            (
+                lambda: store.runtime.StartOneShotChildRun(
+                    one_shot_child.one_shot_child_request(parent.start.agent_id)
+                ),
+                [(parent.id, "2")],
+            ),
+            (
+                lambda: store.runtime.RecordRunSuspension(parent.suspension_request()),
+                [(parent.id, "3")],
+            ),
+        ]
+        for call, records in calls_and_records:
+            await call()
+            assert await asyncio.wait_for(collect(stream, len(records)), 30) == records
+        stream.cancel()

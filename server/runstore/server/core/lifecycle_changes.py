@@ -1,6 +1,10 @@
 """Lifecycle changes and their repairs (docs/contract.md §9.4, §9.5): a run's
 cancellation, suspension and terminal record, each written with the run's new
-state in one transaction, and the repairs that never overwrite an ending."""
+state in one transaction, and the repairs that never overwrite an ending.
+
+Each command's common case is first tried as one write of the database's
+(``core.fast_paths``: ``CANCEL``, ``SUSPEND``, ``END``); the full rules run
+when it writes nothing."""
 
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from runstore.contract.model import (
     RunStatus,
     SessionStatus,
 )
-from runstore.server.core import input_rules, validation
+from runstore.server.core import fast_paths, input_rules, validation
 from runstore.server.core.checks import (
     append_new,
     error_context,
@@ -33,6 +37,7 @@ from runstore.server.core.checks import (
     same_as_stored,
 )
 from runstore.server.core.model import (
+    GuardedChange,
     Nanos,
     RecordDraft,
     RunCancellation,
@@ -56,6 +61,10 @@ class LifecycleChanges(Section):
         input_rules.check_ids(run_id=cmd.run_id)
         input_rules.check_text(cmd.reason, "reason")
         input_rules.check_record(cmd.record, "record")
+
+        stored = await self._change_if_running(run_cancelling(cmd, self._clock()))
+        if stored is not None:
+            return stored
 
         async def tx_fn(tx: Transaction) -> AppendResult:
             run, status, existing = await _load_mutable_run(tx, cmd.run_id, cmd.record)
@@ -85,6 +94,9 @@ class LifecycleChanges(Section):
     async def record_run_suspension(self, cmd: RunSuspension) -> AppendResult:
         """§9.4.2: checkpoint, run_suspended and status suspended together."""
         _check_suspension_text(cmd)
+        stored = await self._change_if_running(run_suspending(cmd, self._clock()))
+        if stored is not None:
+            return stored
 
         async def tx_fn(tx: Transaction) -> AppendResult:
             run, status, existing = await _load_mutable_run(tx, cmd.run_id, cmd.record)
@@ -94,6 +106,18 @@ class LifecycleChanges(Section):
             return await self._suspend(tx, run, status, checkpoint, record, existing)
 
         return await self._db.write(tx_fn)
+
+    async def _change_if_running(self, change: GuardedChange | None) -> AppendResult | None:
+        """The common case's one write (``Database.change_if_running``) for a
+        command ``run_cancelling`` or ``run_suspending`` accepted; None when
+        there is none or it wrote nothing: the full rules then decide."""
+        if change is None:
+            return None
+        record_id = await self._db.change_if_running(change)
+        if record_id is None:
+            return None
+        status = SessionStatus.ACTIVE if change.record.session_id else None
+        return AppendResult(str(record_id), True, status)
 
     async def _suspend(
         self,
@@ -118,13 +142,7 @@ class LifecycleChanges(Section):
             status,
             record,
             stored,
-            RunChange(
-                status=RunStatus.SUSPENDED,
-                updated_at=self._clock(),
-                suspension_key=record.event_key,
-                terminal_key=record.event_key,
-                checkpoint=checkpoint,
-            ),
+            _suspension_change(record, checkpoint, self._clock()),
         )
 
     async def record_run_terminal(self, cmd: RunTerminal) -> AppendResult:
@@ -286,6 +304,74 @@ def run_ending(
         reason = payload.cancellation_reason or ""
         reasons = (reason, "" if reason == lifecycle.REASON_ENGINE_CANCELED else reason)
     return RunEnding(record, status, updated_at, payload.labels, reasons, failure_summary(payload))
+
+
+def _described_run(run_id: str, record: RecordDraft) -> RunState:
+    """The running run a lifecycle record describes: its agent and session,
+    started and proceeding. Validation against it is every check of a command
+    that does not need the stored run; a fast path's preconditions are the rest."""
+    return RunState(
+        run_id,
+        record.agent_id,
+        record.session_id,
+        "",
+        0,
+        {},
+        RunStartOutcome.PROCEED,
+        RunStatus.RUNNING,
+        "",
+        0,
+    )
+
+
+def run_cancelling(cmd: RunCancellation, updated_at: Nanos) -> GuardedChange | None:
+    """What ``Database.change_if_running`` needs of a RecordRunCancellation
+    (``fast_paths.CANCEL``): the command checked by the very
+    ``validation.check_cancellation`` the full rules run, against the run its
+    record describes, and the change the full rules make of a run without a
+    cancellation. None when that check fails: the full rules then say why."""
+    if cmd.record is None:
+        return None
+    try:
+        record = validation.check_cancellation(
+            cmd.run_id, cmd.reason, cmd.record, _described_run(cmd.run_id, cmd.record)
+        )
+    except RunstoreError:
+        return None
+    change = RunChange(
+        cancellation_reason=cmd.reason, updated_at=updated_at, cancellation_key=record.event_key
+    )
+    return GuardedChange(fast_paths.CANCEL, record, change)
+
+
+def run_suspending(cmd: RunSuspension, updated_at: Nanos) -> GuardedChange | None:
+    """What ``Database.change_if_running`` needs of a RecordRunSuspension
+    (``fast_paths.SUSPEND``): the command checked by the very
+    ``validation.check_suspension`` the full rules run, against the run its
+    record describes, and the change ``LifecycleChanges._suspend`` makes. None
+    when that check fails: the full rules then say why."""
+    if cmd.record is None:
+        return None
+    try:
+        checkpoint, record = validation.check_suspension(
+            cmd.run_id, cmd.suspension, cmd.record, _described_run(cmd.run_id, cmd.record)
+        )
+    except RunstoreError:
+        return None
+    return GuardedChange(
+        fast_paths.SUSPEND, record, _suspension_change(record, checkpoint, updated_at)
+    )
+
+
+def _suspension_change(record: RecordDraft, checkpoint: Checkpoint, updated_at: Nanos) -> RunChange:
+    """§9.4.2 step 7: the run suspended with its checkpoint under the record's key."""
+    return RunChange(
+        status=RunStatus.SUSPENDED,
+        updated_at=updated_at,
+        suspension_key=record.event_key,
+        terminal_key=record.event_key,
+        checkpoint=checkpoint,
+    )
 
 
 def failure_summary(payload: lifecycle.RunCompletedPayload) -> RunFailureSummary | None:

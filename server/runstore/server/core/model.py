@@ -18,6 +18,7 @@ from typing import TypeAlias
 
 from runstore.contract import model as contract
 from runstore.contract.model import NO_RECORD, AppendResult, Checkpoint, RunStartOutcome, RunStatus
+from runstore.server.core.fast_paths import Precondition
 
 Nanos = int
 """UTC nanoseconds since the Unix epoch."""
@@ -223,6 +224,22 @@ class RunEnding:
     """The stored cancellation reasons the record agrees with (both may be equal)."""
     failure: contract.RunFailureSummary | None = None
     """A failed ending's failure, stored on the run (``RunChange.failure``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GuardedChange:
+    """RecordRunCancellation's or RecordRunSuspension's common case as one
+    write (``Database.change_if_running``).
+
+    ``record`` and ``change`` (exactly what the full rules would write) passed
+    every check that does not need the stored run; the checks that do are
+    ``preconditions`` (``fast_paths.CANCEL`` or ``SUSPEND``), conditions on the
+    run row.
+    """
+
+    preconditions: tuple[Precondition, ...]
+    record: RecordDraft
+    change: RunChange
 
 
 # --- Results ----------------------------------------------------------------

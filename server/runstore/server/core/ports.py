@@ -20,6 +20,7 @@ from runstore.contract.model import RunFilter, RunStatus, SessionFilter, Session
 from runstore.server.core.model import (
     ContextHead,
     ContextVersion,
+    GuardedChange,
     MemoryEvent,
     NamespaceRetention,
     Nanos,
@@ -334,14 +335,34 @@ class Database(Protocol):
         ...
 
     async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
-        """StartRootRun's common case (§9.2.1) as one atomic write: a first start
-        without predecessor in an active session.
+        """StartRootRun's and StartOneShotRun's common case (§9.2.1, §9.2.3) as
+        one atomic write: a first seed-era start without predecessor, in an
+        active session or without one.
 
         Stores ``run`` (a new running run) and its ``started`` record and
         returns the record's ID exactly when every precondition of
-        ``fast_paths.START`` holds for the state the write finds; otherwise
-        writes nothing and returns None, also when it lost a race, and the
-        core applies the full rules. Takes the session's lock.
+        ``fast_paths.START`` (``ONE_SHOT_START`` for a sessionless run) holds
+        for the state the write finds; otherwise writes nothing and returns
+        None, also when it lost a race, and the core applies the full rules.
+        Takes the session's lock.
+        """
+        ...
+
+    async def start_child_if_new(
+        self, run: RunState, link: RecordDraft, started: RecordDraft
+    ) -> tuple[int, int] | None:
+        """StartChildRun's and StartOneShotChildRun's common case (§9.2.2,
+        §9.2.4) as one atomic write: a first seed-era start without
+        predecessor of a child of a running parent, in an active session or
+        without one.
+
+        Stores ``run`` (a new running run), ``link`` on the parent and the
+        run's ``started`` record, and returns the link's and the started
+        record's IDs exactly when every precondition of
+        ``fast_paths.CHILD_START`` (``ONE_SHOT_CHILD_START`` for a sessionless
+        run) holds for the state the write finds; otherwise writes nothing
+        and returns None, also when it lost a race, and the core applies the
+        full rules. Takes the session's lock, then the parent's.
         """
         ...
 
@@ -353,6 +374,19 @@ class Database(Protocol):
         holds for the state the write finds; otherwise writes nothing and
         returns None (also after a lost race), and the core applies the full
         rules. Takes the same locks as ``Transaction.record_target(for_update=True)``.
+        """
+        ...
+
+    async def change_if_running(self, change: GuardedChange) -> int | None:
+        """RecordRunCancellation's and RecordRunSuspension's common case
+        (§9.4.1, §9.4.2) as one atomic write.
+
+        Stores ``change.record``, applies ``change.change`` to its run, and
+        returns the record's ID exactly when every precondition of
+        ``change.preconditions`` (``fast_paths.CANCEL`` or ``SUSPEND``) holds
+        for the state the write finds; otherwise writes nothing and returns
+        None (also after a lost race), and the core applies the full rules.
+        Locks as ``end_if_running``.
         """
         ...
 

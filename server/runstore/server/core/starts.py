@@ -112,7 +112,9 @@ class Starts(Section):
         return await self._db.write(tx_fn)
 
     async def start_child_run(self, cmd: ChildRunStart) -> RunStartResult:
-        """§9.2.2: the link on the parent and the child's start in one transaction."""
+        """§9.2.2: the link on the parent and the child's start in one
+        transaction; a seed-era first start without predecessor first tries
+        the common case's one write (``fast_paths.CHILD_START``)."""
         input_rules.check_run_start(
             cmd.run,
             parent_linked=cmd.parent_linked,
@@ -130,6 +132,17 @@ class Starts(Section):
             current=current,
             cancellation=cmd.cancellation,
         )
+        if not run.predecessor_run_id and not current:
+            new_run = self._new_run(run, RunStartOutcome.PROCEED, link, started, ended, digest)
+            ids = await self._db.start_child_if_new(new_run, link, started)
+            if ids is not None:
+                link_id, started_id = ids
+                return RunStartResult(
+                    RunStartOutcome.PROCEED,
+                    RunStatus.RUNNING,
+                    AppendResult(str(started_id), True, SessionStatus.ACTIVE),
+                    parent_record=AppendResult(str(link_id), True, SessionStatus.ACTIVE),
+                )
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
             session = await _lock_session_for_start(tx, run)
@@ -168,11 +181,19 @@ class Starts(Section):
         return await self._db.write(tx_fn)
 
     async def start_one_shot_run(self, cmd: OneShotRunStart) -> RunStartResult:
-        """§9.2.3: a sessionless run; no session is created or joined."""
+        """§9.2.3: a sessionless run; no session is created or joined. A
+        seed-era start first tries the common case's one write
+        (``fast_paths.ONE_SHOT_START``)."""
         input_rules.check_run_start(cmd.run, started=cmd.started)
         run, digest = cmd.run, cmd.request_digest
         current = validation.check_request_digest(digest, run)
         started = validation.check_one_shot_run_start(run, cmd.started)
+        if not current:
+            new_run = self._new_run(run, RunStartOutcome.PROCEED, None, started, None, digest)
+            record_id = await self._db.start_if_new(new_run, started)
+            if record_id is not None:
+                started_result = AppendResult(str(record_id), True, None)
+                return RunStartResult(RunStartOutcome.PROCEED, RunStatus.RUNNING, started_result)
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
             await self._attach_seed(tx, run, current)
@@ -195,13 +216,26 @@ class Starts(Section):
         return await self._db.write(tx_fn)
 
     async def start_one_shot_child_run(self, cmd: OneShotChildRunStart) -> RunStartResult:
-        """§9.2.4: a sessionless child of a running sessionless parent."""
+        """§9.2.4: a sessionless child of a running sessionless parent. A
+        seed-era start first tries the common case's one write
+        (``fast_paths.ONE_SHOT_CHILD_START``)."""
         input_rules.check_run_start(cmd.run, parent_linked=cmd.parent_linked, started=cmd.started)
         run, digest = cmd.run, cmd.request_digest
         current = validation.check_request_digest(digest, run)
         link, started = validation.check_one_shot_child_run_start(
             run, cmd.parent_linked, cmd.started
         )
+        if not current:
+            new_run = self._new_run(run, RunStartOutcome.PROCEED, link, started, None, digest)
+            ids = await self._db.start_child_if_new(new_run, link, started)
+            if ids is not None:
+                link_id, started_id = ids
+                return RunStartResult(
+                    RunStartOutcome.PROCEED,
+                    RunStatus.RUNNING,
+                    AppendResult(str(started_id), True, None),
+                    parent_record=AppendResult(str(link_id), True, None),
+                )
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
             await self._attach_seed(tx, run, current)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
-from runstore.server.core.model import RecordDraft, RunEnding, RunState
+from runstore.server.core.model import GuardedChange, RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Database, Transaction
 from runstore.server.db.transaction import SqlTransaction
 from runstore.server.metrics import DbFigures
@@ -70,8 +70,24 @@ class MeasuredDatabase:
             self._figures.committed(1, 0)
         return record_id
 
+    async def start_child_if_new(
+        self, run: RunState, link: RecordDraft, started: RecordDraft
+    ) -> tuple[int, int] | None:
+        ids = await self._measured(
+            "write", lambda: self.inner.start_child_if_new(run, link, started)
+        )
+        if ids is not None and self._figures is not None:
+            self._figures.committed(2, 0)
+        return ids
+
     async def end_if_running(self, ending: RunEnding) -> int | None:
         record_id = await self._measured("write", lambda: self.inner.end_if_running(ending))
+        if record_id is not None and self._figures is not None:
+            self._figures.committed(1, 0)
+        return record_id
+
+    async def change_if_running(self, change: GuardedChange) -> int | None:
+        record_id = await self._measured("write", lambda: self.inner.change_if_running(change))
         if record_id is not None and self._figures is not None:
             self._figures.committed(1, 0)
         return record_id

@@ -39,7 +39,7 @@ from runstore.server import call_scope
 from runstore.server.backoff import Backoff
 from runstore.server.call_scope import Scope
 from runstore.server.config import DEFAULTS
-from runstore.server.core.model import RecordDraft, RunEnding, RunState
+from runstore.server.core.model import GuardedChange, RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
 from runstore.server.db.append_groups import (
@@ -433,18 +433,28 @@ class PostgresDatabase:
         """One statement, atomic by itself (``fast_path_sql._start_if_new``)."""
         return await self._one_statement(lambda tx: tx.start_if_new(run, started))
 
+    async def start_child_if_new(
+        self, run: RunState, link: RecordDraft, started: RecordDraft
+    ) -> tuple[int, int] | None:
+        """One statement, atomic by itself (``fast_path_sql._start_child_if_new``)."""
+        return await self._one_statement(lambda tx: tx.start_child_if_new(run, link, started))
+
     async def end_if_running(self, ending: RunEnding) -> int | None:
         """One statement, atomic by itself (``fast_path_sql._end_if_running``)."""
         return await self._one_statement(lambda tx: tx.end_if_running(ending))
 
+    async def change_if_running(self, change: GuardedChange) -> int | None:
+        """One statement, atomic by itself (``fast_path_sql._change_if_running``)."""
+        return await self._one_statement(lambda tx: tx.change_if_running(change))
+
     async def _one_statement(
-        self, write: Callable[[_PostgresTransaction], Coroutine[Any, Any, int | None]]
-    ) -> int | None:
+        self, write: Callable[[_PostgresTransaction], Coroutine[Any, Any, T | None]]
+    ) -> T | None:
         """A fast path's one statement on its own connection, without a
         transaction: one round trip. None when it wrote nothing, or when the
         connection was dead before anything was sent."""
 
-        async def fn(tx: Transaction) -> int | None:
+        async def fn(tx: Transaction) -> T | None:
             assert isinstance(tx, _PostgresTransaction)
             return await write(tx)
 

@@ -154,26 +154,37 @@ def _insert_record(in_session: bool) -> Any:
     return insert(records).values(values).returning(records.c.record_id)
 
 
-def _run_change() -> Any:
+_CHANGED_COLUMNS = (
+    "status",
+    "cancellation_reason",
+    "updated_at",
+    "cancellation_key",
+    "suspension_key",
+    "terminal_key",
+    "successor_run_id",
+    "checkpoint_id",
+    "checkpoint_data",
+    "finished_at_ms",
+    "failure",
+)
+
+
+def run_change_values() -> dict[str, Any]:
+    """The SET clause of a ``RunChange`` (``row_codecs.change_params``): each
+    column takes its bound value, or keeps its own where that is NULL. Shared
+    by ``change_run`` and the guarded changes of ``fast_path_sql``."""
+
     def keep(column: str) -> Any:
         return func.coalesce(bindparam(column, type_=runs.c[column].type), runs.c[column])
 
+    return {column: keep(column) for column in _CHANGED_COLUMNS}
+
+
+def _run_change() -> Any:
     return (
         update(runs)
         .where(in_namespace(runs), runs.c.run_id == bindparam("run_id"))
-        .values(
-            status=keep("status"),
-            cancellation_reason=keep("cancellation_reason"),
-            updated_at=keep("updated_at"),
-            cancellation_key=keep("cancellation_key"),
-            suspension_key=keep("suspension_key"),
-            terminal_key=keep("terminal_key"),
-            successor_run_id=keep("successor_run_id"),
-            checkpoint_id=keep("checkpoint_id"),
-            checkpoint_data=keep("checkpoint_data"),
-            finished_at_ms=keep("finished_at_ms"),
-            failure=keep("failure"),
-        )
+        .values(run_change_values())
     )
 
 

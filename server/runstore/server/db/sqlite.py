@@ -34,7 +34,7 @@ from runstore.contract.errors import (
 from runstore.server import call_scope
 from runstore.server.call_scope import ALL_NAMESPACES, Scope
 from runstore.server.config import DEFAULTS, SQLITE_SYNCHRONOUS_LEVELS
-from runstore.server.core.model import RecordDraft, RunEnding, RunState
+from runstore.server.core.model import GuardedChange, RecordDraft, RunEnding, RunState
 from runstore.server.core.ports import Transaction
 from runstore.server.db import bound
 from runstore.server.db.sqlite_groups import (
@@ -327,12 +327,32 @@ class SqliteDatabase:
 
         return await self._submit(self._writes, fn)
 
+    async def start_child_if_new(
+        self, run: RunState, link: RecordDraft, started: RecordDraft
+    ) -> tuple[int, int] | None:
+        """Three statements in the writer's commit group, like any write."""
+
+        async def fn(tx: Transaction) -> tuple[int, int] | None:
+            assert isinstance(tx, SqlTransaction)
+            return await tx.start_child_if_new(run, link, started)
+
+        return await self._submit(self._writes, fn)
+
     async def end_if_running(self, ending: RunEnding) -> int | None:
         """Two statements in the writer's commit group, like any write."""
 
         async def fn(tx: Transaction) -> int | None:
             assert isinstance(tx, SqlTransaction)
             return await tx.end_if_running(ending)
+
+        return await self._submit(self._writes, fn)
+
+    async def change_if_running(self, change: GuardedChange) -> int | None:
+        """Two statements in the writer's commit group, like any write."""
+
+        async def fn(tx: Transaction) -> int | None:
+            assert isinstance(tx, SqlTransaction)
+            return await tx.change_if_running(change)
 
         return await self._submit(self._writes, fn)
 

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Dialect
 
 from runstore.server.db.batch_sql import RecordBatchStatements
 from runstore.server.db.compiled import Compiled, compile_for
-from runstore.server.db.fast_path_sql import fast_path_sources
+from runstore.server.db.fast_path_sql import fast_path_sources, guarded_change_sources
 from runstore.server.db.listings import ListingStatements
 from runstore.server.db.memory_context_sql import memory_context_sources
 from runstore.server.db.namespace_sql import NamespaceStatements
@@ -64,8 +64,14 @@ class Statements:
     append_if_writable_in_session: Compiled
     append_if_writable_sessionless: Compiled
     start_if_new: Compiled
+    start_one_shot_if_new: Compiled
+    start_child_if_new: Compiled
+    start_one_shot_child_if_new: Compiled
     end_if_running_in_session: Compiled
     end_if_running_sessionless: Compiled
+    guarded_changes: dict[str, Compiled]
+    """RecordRunCancellation's and RecordRunSuspension's fast paths
+    (``fast_path_sql.change_if_running_name``)."""
     memory_event_count: Compiled
     memory_run_create: Compiled
     memory_run_lock: Compiled
@@ -113,6 +119,10 @@ class Statements:
         compiled = {name: compile_for(stmt, dialect) for name, stmt in sources.items()}
         return cls(
             **compiled,
+            guarded_changes={
+                name: compile_for(statement, dialect)
+                for name, statement in guarded_change_sources(dialect).items()
+            },
             listings=ListingStatements(dialect),
             record_batches=RecordBatchStatements(dialect),
             namespaces=NamespaceStatements.compile(dialect),

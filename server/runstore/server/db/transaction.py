@@ -14,6 +14,7 @@ from runstore.contract.model import RunFilter, RunStatus, SessionFilter, Session
 from runstore.server.call_scope import Scope
 from runstore.server.core.model import (
     NANOS_PER_MILLI,
+    GuardedChange,
     NamespaceRetention,
     Nanos,
     PageKey,
@@ -36,6 +37,7 @@ from runstore.server.core.ports import (
 )
 from runstore.server.db import row_codecs
 from runstore.server.db.compiled import Compiled
+from runstore.server.db.fast_path_sql import LINK_FIELDS, change_if_running_name
 from runstore.server.db.memory_context_ops import MemoryContextOperations
 from runstore.server.db.namespace_sql import NamespaceOperations, NamespaceStatements
 from runstore.server.db.seed_sql import SeedOperations, SeedStatements
@@ -70,9 +72,9 @@ class SqlTransaction(NamespaceOperations, SeedOperations, MemoryContextOperation
 
     writes_in_one_statement: bool = False
     """Whether the fast paths of lifecycle commands (``start_if_new``,
-    ``end_if_running``) write the run and its record in one statement
-    (PostgreSQL's data-modifying CTEs) or in two inside the caller's
-    transaction (SQLite)."""
+    ``start_child_if_new``, ``end_if_running``, ``change_if_running``) write
+    the run and its records in one statement (PostgreSQL's data-modifying
+    CTEs) or in several inside the caller's transaction (SQLite)."""
 
     records_appended: int = 0
     """Run records this connection's transactions inserted (``db.measured``
@@ -389,12 +391,42 @@ class SqlTransaction(NamespaceOperations, SeedOperations, MemoryContextOperation
     async def start_if_new(self, run: RunState, started: RecordDraft) -> int | None:
         """The statements behind ``Database.start_if_new`` (not a port method)."""
         params = {**row_codecs.record_params(started), **row_codecs.run_params(run)}
+        statement = self._sql.start_if_new if run.session_id else self._sql.start_one_shot_if_new
         if not self.writes_in_one_statement:
-            if await self._one(self._sql.start_if_new, **params) is None:
+            if await self._one(statement, **params) is None:
                 return None
             return await self.append_record(started)
-        row = await self._one_unless_conflict(self._sql.start_if_new, **params)
+        row = await self._one_unless_conflict(statement, **params)
         return self._appended(started, row)
+
+    async def start_child_if_new(
+        self, run: RunState, link: RecordDraft, started: RecordDraft
+    ) -> tuple[int, int] | None:
+        """The statements behind ``Database.start_child_if_new`` (not a port method)."""
+        params = {
+            **row_codecs.record_params(started),
+            **row_codecs.run_params(run),
+            **{
+                f"link_{name}": value
+                for name, value in row_codecs.record_params(link).items()
+                if name in LINK_FIELDS
+            },
+        }
+        statement = (
+            self._sql.start_child_if_new
+            if run.session_id
+            else self._sql.start_one_shot_child_if_new
+        )
+        if not self.writes_in_one_statement:
+            if await self._one(statement, **params) is None:
+                return None
+            return await self.append_record(link), await self.append_record(started)
+        row = await self._one_unless_conflict(statement, **params)
+        if row is None:
+            return None
+        self._appended(link, row)
+        self._appended(started, row)
+        return int(row[0]), int(row[1])
 
     async def end_if_running(self, ending: RunEnding) -> int | None:
         """The statements behind ``Database.end_if_running`` (not a port method)."""
@@ -416,6 +448,21 @@ class SqlTransaction(NamespaceOperations, SeedOperations, MemoryContextOperation
             new_status=ending.status.value,
             updated_at=ending.updated_at,
         )
+        if row is None or self.writes_in_one_statement:
+            return self._appended(record, row)
+        return await self.append_record(record)
+
+    async def change_if_running(self, guarded: GuardedChange) -> int | None:
+        """The statements behind ``Database.change_if_running`` (not a port method)."""
+        record = guarded.record
+        statement = self._sql.guarded_changes[
+            change_if_running_name(guarded.preconditions, bool(record.session_id))
+        ]
+        params = {
+            **row_codecs.change_params(record.run_id, guarded.change),
+            **row_codecs.record_params(record),
+        }
+        row = await self._one_unless_conflict(statement, **params)
         if row is None or self.writes_in_one_statement:
             return self._appended(record, row)
         return await self.append_record(record)
