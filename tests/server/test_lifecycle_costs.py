@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from runstore.v1 import runtime_store_pb2 as rs
+from tests import current_starts
 from tests.backends import BACKENDS, POSTGRES, SQLITE, Served, database, served
 from tests.seeds import synchronous_request
 from tests.statement_counts import QUIET_SERVER, Cost, Tally, counting
@@ -91,8 +92,17 @@ async def _resume(store: Store) -> Callable[[], Any]:
     return lambda: store.runtime.StartRootRun(after.root_request())
 
 
+async def _current_root(store: Store) -> Callable[[], Any]:
+    """A current-generation start (§10.6, D1): a request digest and a published seed."""
+    session_id = await store.session()
+    run = await current_starts.seeded(store.runtime, run_start(session_id=session_id))
+    request = current_starts.root(run, current_starts.digest(run.start.run_id))
+    return lambda: store.runtime.StartRootRun(request)
+
+
 CALLS: dict[str, Call] = {
     "StartRootRun": _root,
+    "StartRootRun, current": _current_root,
     "StartChildRun": _child,
     "StartOneShotRun": _one_shot,
     "StartOneShotChildRun": _one_shot_child,
@@ -109,10 +119,11 @@ BOUNDS: dict[str, dict[str, tuple[int, int]]] = {
     # (statements, round trips) at most; BEGIN and COMMIT are round trips.
     SQLITE: {
         "StartRootRun": (2, 4),
+        "StartRootRun, current": (8, 10),
         "StartChildRun": (3, 5),
         "StartOneShotRun": (2, 4),
         "StartOneShotChildRun": (3, 5),
-        "StartSynchronousRun": (9, 11),
+        "StartSynchronousRun": (7, 9),
         "RecordRunSuspension": (2, 4),
         "RecordRunSuspension, sessionless": (2, 4),
         "RecordRunCancellation": (2, 4),
@@ -122,10 +133,11 @@ BOUNDS: dict[str, dict[str, tuple[int, int]]] = {
     },
     POSTGRES: {
         "StartRootRun": (1, 1),
+        "StartRootRun, current": (9, 11),
         "StartChildRun": (1, 1),
         "StartOneShotRun": (1, 1),
         "StartOneShotChildRun": (1, 1),
-        "StartSynchronousRun": (10, 12),
+        "StartSynchronousRun": (8, 10),
         "RecordRunSuspension": (1, 1),
         "RecordRunSuspension, sessionless": (1, 1),
         "RecordRunCancellation": (1, 1),

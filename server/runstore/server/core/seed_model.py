@@ -61,7 +61,12 @@ class SeedTransaction(Protocol):
 
     async def seed_operation(self, run_id: str) -> SeedOperationRow | None: ...
 
-    async def seed_attempt(self, run_id: str, attempt_id: str) -> SeedAttemptRow | None: ...
+    async def seed_attempt(
+        self, run_id: str, attempt_id: str, operation: SeedOperationRow | None = None
+    ) -> SeedAttemptRow | None:
+        """The attempt, its declaration completed from the run's operation:
+        ``operation`` when the caller already holds it (not read again)."""
+        ...
 
     async def insert_seed_attempt(self, attempt: SeedAttemptRow) -> None: ...
 

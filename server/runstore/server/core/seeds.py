@@ -55,6 +55,7 @@ from runstore.server.core.seed_model import (
     OPEN,
     PUBLISHED,
     SeedAttemptRow,
+    SeedOperationRow,
     StoredSeedRecord,
 )
 
@@ -267,7 +268,7 @@ class Seeds(Section):
             assert recorded is not None
             if recorded.operation != operation:
                 raise SeedConflictError(run_id=d.run_id, session_id=d.session_id)
-            existing = await tx.seed_attempt(d.run_id, d.attempt_id)
+            existing = await tx.seed_attempt(d.run_id, d.attempt_id, recorded)
             if existing is not None:
                 if existing.state == ABANDONED:
                     raise PreparationAbandonedError(run_id=d.run_id, session_id=d.session_id)
@@ -401,10 +402,10 @@ class Seeds(Section):
             if recorded.operation != operation:
                 raise SeedConflictError(run_id=run_id, session_id=operation.session_id)
             if recorded.published_attempt_id is not None:
-                published = await tx.seed_attempt(run_id, recorded.published_attempt_id)
+                published = await tx.seed_attempt(run_id, recorded.published_attempt_id, recorded)
                 assert published is not None
                 return _preparation_of(published)
-            attempt = await tx.seed_attempt(run_id, attempt_id)
+            attempt = await tx.seed_attempt(run_id, attempt_id, recorded)
             if attempt is None:
                 unseen = SeedDeclaration(
                     agent_id=operation.agent_id,
@@ -428,7 +429,9 @@ class Seeds(Section):
         input_rules.check_ids(run_id=run_id, end_id=end_id)
 
         async def tx_fn(tx: Transaction) -> RunSeed:
-            return _seed_of(await _published_seed(tx, run_id, end_id))
+            return _seed_of(
+                await _published_seed(tx, run_id, end_id, await tx.seed_operation(run_id))
+            )
 
         return await self._db.read(tx_fn)
 
@@ -441,7 +444,7 @@ class Seeds(Section):
             raise InvalidTranscriptPositionError(run_id=run_id, field="limit")
 
         async def tx_fn(tx: Transaction) -> SeedPage:
-            attempt = await _published_seed(tx, run_id, end_id)
+            attempt = await _published_seed(tx, run_id, end_id, await tx.seed_operation(run_id))
             after = _position(after_id, 0, attempt.seed_end_id, run_id)
             return await _page(tx, attempt, after, attempt.seed_end_id, limit)
 
@@ -556,7 +559,7 @@ async def _accepted(tx: Transaction, operation: PreparationOperation) -> RunPrep
         raise SeedConflictError(run_id=operation.run_id, session_id=operation.session_id)
     if recorded.published_attempt_id is None:
         return None
-    attempt = await tx.seed_attempt(operation.run_id, recorded.published_attempt_id)
+    attempt = await tx.seed_attempt(operation.run_id, recorded.published_attempt_id, recorded)
     assert attempt is not None
     return _preparation_of(attempt)
 
@@ -564,18 +567,27 @@ async def _accepted(tx: Transaction, operation: PreparationOperation) -> RunPrep
 async def _published(tx: Transaction, run_id: str) -> SeedAttemptRow:
     """The run's accepted attempt: none is SEED_NOT_FOUND (as goa-ai's own
     store answers, also while an attempt is uploading); its session alive."""
-    recorded = await tx.seed_operation(run_id)
+    return await _published_of(tx, run_id, await tx.seed_operation(run_id))
+
+
+async def _published_of(
+    tx: Transaction, run_id: str, recorded: SeedOperationRow | None
+) -> SeedAttemptRow:
+    """``_published`` from the run's operation ``recorded`` the caller read."""
     if recorded is None or recorded.published_attempt_id is None:
         raise SeedNotFoundError(run_id=run_id)
-    attempt = await tx.seed_attempt(run_id, recorded.published_attempt_id)
+    attempt = await tx.seed_attempt(run_id, recorded.published_attempt_id, recorded)
     assert attempt is not None
     await _owner_alive(tx, attempt.declaration.session_id)
     return attempt
 
 
-async def _published_seed(tx: Transaction, run_id: str, end_id: str) -> SeedAttemptRow:
-    """§9.7.6: the accepted attempt whose history ends at ``end_id``."""
-    attempt = await _published(tx, run_id)
+async def _published_seed(
+    tx: Transaction, run_id: str, end_id: str, recorded: SeedOperationRow | None
+) -> SeedAttemptRow:
+    """§9.7.6: the accepted attempt whose history ends at ``end_id``, from
+    the run's operation ``recorded`` (the caller holds its lock)."""
+    attempt = await _published_of(tx, run_id, recorded)
     if end_id != str(attempt.seed_end_id):
         raise SeedConflictError(run_id=run_id, session_id=attempt.declaration.session_id)
     return attempt
@@ -606,12 +618,15 @@ async def _page(
     )
 
 
-async def check_start_seed(tx: Transaction, run: RunStart, seed_end_id: str) -> None:
+async def check_start_seed(
+    tx: Transaction, run: RunStart, seed_end_id: str, locked: SeedOperationRow | None
+) -> None:
     """§9.7.9: a current-generation start attaches its run's published seed:
     one exists (SEED_NOT_FOUND), ends at ``seed_end_id`` (SEED_CONFLICT), has the
     start's agent and session (RUN_RECORD_OWNER_MISMATCH), and is a
-    continuation exactly when the start continues its source (SEED_CONFLICT)."""
-    attempt = await _published_seed(tx, run.run_id, seed_end_id)
+    continuation exactly when the start continues its source (SEED_CONFLICT).
+    ``locked`` is what ``lock_seed_operation`` of the run returned."""
+    attempt = await _published_seed(tx, run.run_id, seed_end_id, locked)
     d = attempt.declaration
     if d.agent_id != run.agent_id or d.session_id != run.session_id:
         field = "run.agent_id" if d.agent_id != run.agent_id else "run.session_id"

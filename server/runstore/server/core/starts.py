@@ -284,8 +284,8 @@ class Starts(Section):
         published seed, under the run's seed lock (which orders it against
         BeginRunSeed of the ID). A seed-era start attaches none (D1)."""
         if current:
-            await tx.lock_seed_operation(run.run_id, None, self._clock())
-            await check_start_seed(tx, run, run.seed_end_id)
+            locked = await tx.lock_seed_operation(run.run_id, None, self._clock())
+            await check_start_seed(tx, run, run.seed_end_id, locked)
 
     def _new_run(
         self,

@@ -40,8 +40,8 @@ class SynchronousStarts(Starts):
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
             # The seed lock orders this start against BeginRunSeed of the ID.
-            await tx.lock_seed_operation(run.run_id, None, now)
-            await check_start_seed(tx, run, seed_end_id)
+            locked = await tx.lock_seed_operation(run.run_id, None, now)
+            await check_start_seed(tx, run, seed_end_id, locked)
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
                 if await tx.synchronous_run(run.run_id) != seed_end_id:

@@ -306,13 +306,19 @@ class SeedOperations(StatementPrimitives):
     async def seed_operation(self, run_id: str) -> SeedOperationRow | None:
         return self._operation(await self._one(self._seed_sql.operation, run_id=run_id), run_id)
 
-    async def seed_attempt(self, run_id: str, attempt_id: str) -> SeedAttemptRow | None:
+    async def seed_attempt(
+        self, run_id: str, attempt_id: str, operation: SeedOperationRow | None = None
+    ) -> SeedAttemptRow | None:
         row = await self._one(self._seed_sql.attempt, run_id=run_id, attempt_id=attempt_id)
         if row is None:
             return None
         values = dict(zip((c.name for c in _ATTEMPT), row, strict=True))
-        operation_row = await self._one(self._seed_sql.operation, run_id=run_id)
-        agent_id, session_id, command_id, _ = operation_row
+        if operation is None:
+            operation = await self.seed_operation(run_id)
+            assert operation is not None  # an attempt exists only under its run's operation
+        agent_id = operation.operation.agent_id
+        session_id = operation.operation.session_id
+        command_id = operation.operation.command_id
         kind = str(values["kind"])
         declaration = SeedDeclaration(
             agent_id=str(agent_id),
