@@ -119,7 +119,7 @@ BOUNDS: dict[str, dict[str, tuple[int, int]]] = {
     # (statements, round trips) at most; BEGIN and COMMIT are round trips.
     SQLITE: {
         "StartRootRun": (2, 4),
-        "StartRootRun, current": (8, 10),
+        "StartRootRun, current": (7, 9),
         "StartChildRun": (3, 5),
         "StartOneShotRun": (2, 4),
         "StartOneShotChildRun": (3, 5),
@@ -133,7 +133,7 @@ BOUNDS: dict[str, dict[str, tuple[int, int]]] = {
     },
     POSTGRES: {
         "StartRootRun": (1, 1),
-        "StartRootRun, current": (9, 11),
+        "StartRootRun, current": (8, 10),
         "StartChildRun": (1, 1),
         "StartOneShotRun": (1, 1),
         "StartOneShotChildRun": (1, 1),

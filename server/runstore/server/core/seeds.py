@@ -571,23 +571,30 @@ async def _published(tx: Transaction, run_id: str) -> SeedAttemptRow:
 
 
 async def _published_of(
-    tx: Transaction, run_id: str, recorded: SeedOperationRow | None
+    tx: Transaction, run_id: str, recorded: SeedOperationRow | None, *, alive: str = ""
 ) -> SeedAttemptRow:
-    """``_published`` from the run's operation ``recorded`` the caller read."""
+    """``_published`` from the run's operation ``recorded`` the caller read.
+    ``alive``: a session the caller found in this transaction (not read again)."""
     if recorded is None or recorded.published_attempt_id is None:
         raise SeedNotFoundError(run_id=run_id)
     attempt = await tx.seed_attempt(run_id, recorded.published_attempt_id, recorded)
     assert attempt is not None
-    await _owner_alive(tx, attempt.declaration.session_id)
+    if not alive or attempt.declaration.session_id != alive:
+        await _owner_alive(tx, attempt.declaration.session_id)
     return attempt
 
 
 async def _published_seed(
-    tx: Transaction, run_id: str, end_id: str, recorded: SeedOperationRow | None
+    tx: Transaction,
+    run_id: str,
+    end_id: str,
+    recorded: SeedOperationRow | None,
+    *,
+    alive: str = "",
 ) -> SeedAttemptRow:
     """§9.7.6: the accepted attempt whose history ends at ``end_id``, from
     the run's operation ``recorded`` (the caller holds its lock)."""
-    attempt = await _published_of(tx, run_id, recorded)
+    attempt = await _published_of(tx, run_id, recorded, alive=alive)
     if end_id != str(attempt.seed_end_id):
         raise SeedConflictError(run_id=run_id, session_id=attempt.declaration.session_id)
     return attempt
@@ -619,14 +626,20 @@ async def _page(
 
 
 async def check_start_seed(
-    tx: Transaction, run: RunStart, seed_end_id: str, locked: SeedOperationRow | None
+    tx: Transaction,
+    run: RunStart,
+    seed_end_id: str,
+    locked: SeedOperationRow | None,
+    *,
+    alive: str = "",
 ) -> None:
     """§9.7.9: a current-generation start attaches its run's published seed:
     one exists (SEED_NOT_FOUND), ends at ``seed_end_id`` (SEED_CONFLICT), has the
     start's agent and session (RUN_RECORD_OWNER_MISMATCH), and is a
     continuation exactly when the start continues its source (SEED_CONFLICT).
-    ``locked`` is what ``lock_seed_operation`` of the run returned."""
-    attempt = await _published_seed(tx, run.run_id, seed_end_id, locked)
+    ``locked`` is what ``lock_seed_operation`` of the run returned; ``alive``
+    a session the caller found, under its lock, in this transaction."""
+    attempt = await _published_seed(tx, run.run_id, seed_end_id, locked, alive=alive)
     d = attempt.declaration
     if d.agent_id != run.agent_id or d.session_id != run.session_id:
         field = "run.agent_id" if d.agent_id != run.agent_id else "run.session_id"

@@ -95,7 +95,7 @@ class Starts(Section):
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
             session = await _lock_session_for_start(tx, run)
-            await self._attach_seed(tx, run, current)
+            await self._attach_seed(tx, run, current, session)
             predecessor = await _check_continuation(tx, run, None, current)
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
@@ -146,7 +146,7 @@ class Starts(Section):
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
             session = await _lock_session_for_start(tx, run)
-            await self._attach_seed(tx, run, current)
+            await self._attach_seed(tx, run, current, session)
             predecessor = await _check_continuation(tx, run, link, current)
             if current:
                 # A closed child proves its own stored link (§10.6), so the
@@ -196,7 +196,7 @@ class Starts(Section):
                 return RunStartResult(RunStartOutcome.PROCEED, RunStatus.RUNNING, started_result)
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
-            await self._attach_seed(tx, run, current)
+            await self._attach_seed(tx, run, current, None)
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
                 await _check_engine_run(tx, stored)
@@ -238,7 +238,7 @@ class Starts(Section):
                 )
 
         async def tx_fn(tx: Transaction) -> RunStartResult:
-            await self._attach_seed(tx, run, current)
+            await self._attach_seed(tx, run, current, None)
             parent = await tx.run(run.parent_run_id, for_update=True)
             stored = await tx.run(run.run_id, for_update=True)
             if stored is not None:
@@ -279,13 +279,18 @@ class Starts(Section):
 
         return await self._db.write(tx_fn)
 
-    async def _attach_seed(self, tx: Transaction, run: RunStart, current: bool) -> None:
+    async def _attach_seed(
+        self, tx: Transaction, run: RunStart, current: bool, session: Session | None
+    ) -> None:
         """§9.7.9: a current start, first or retry, attaches its run's exact
         published seed, under the run's seed lock (which orders it against
-        BeginRunSeed of the ID). A seed-era start attaches none (D1)."""
+        BeginRunSeed of the ID). A seed-era start attaches none (D1).
+        ``session``: the run's session as this transaction found and locked
+        it, if it did (its existence is then not read again)."""
         if current:
             locked = await tx.lock_seed_operation(run.run_id, None, self._clock())
-            await check_start_seed(tx, run, run.seed_end_id, locked)
+            alive = run.session_id if session is not None else ""
+            await check_start_seed(tx, run, run.seed_end_id, locked, alive=alive)
 
     def _new_run(
         self,
