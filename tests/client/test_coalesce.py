@@ -175,3 +175,38 @@ async def test_at_the_queued_bytes_bound_a_caller_waits_within_its_deadline() ->
     release.set()
     await asyncio.gather(first, queued, waiting)
     assert sent[0] == 1 and sum(sent) == 3
+
+
+async def test_appends_arriving_together_behind_a_message_leave_in_one() -> None:
+    """Unit level: with one message on the wire and room for a second, the
+    appends of one loop turn go out together, not the first of them alone."""
+    release = asyncio.Event()
+    sent: list[int] = []
+
+    async def send_one(request: rs.AppendRunRecordRequest, seconds: float | None) -> Any:
+        sent.append(1)
+        await release.wait()
+        return rs.AppendRunRecordResponse(id="1", inserted=True)
+
+    async def send(request: rs.AppendRunRecordCallsRequest, seconds: float | None) -> Any:
+        sent.append(len(request.calls))
+        await release.wait()
+        return rs.AppendRunRecordCallsResponse(
+            outcomes=[
+                rs.AppendRunRecordCallOutcome(response=rs.AppendRunRecordResponse(id=str(i)))
+                for i, _ in enumerate(request.calls)
+            ]
+        )
+
+    coalescer = AppendCoalescer(AppendCoalescing(max_messages_in_flight=2), send, send_one)
+    request = rs.AppendRunRecordRequest(record=pb.RunRecord(payload=b"x"))
+    first = asyncio.create_task(coalescer.append(request, None))
+    await asyncio.sleep(0)
+    assert sent == [1]  # alone on an empty wire, at once
+    together = [asyncio.create_task(coalescer.append(request, None)) for _ in range(5)]
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert sent == [1, 5]
+    release.set()
+    await asyncio.gather(first, *together)
+    assert coalescer.messages_sent == 2

@@ -1,12 +1,15 @@
 """Coalescing concurrent ``append_run_record`` calls into shared messages.
 
 A worker process runs many agent runs at once, so its appends arrive
-together. While fewer than ``max_messages_in_flight`` messages are on the
-wire, an append goes out at once (a lone append is never delayed, and goes as
-a plain AppendRunRecord); appends arriving while that many are in flight
-wait for the next to finish and then leave together in one
-AppendRunRecordCalls message, which the server serves as that many separate
-calls (docs/limits.md, "Coalesced appends"). Each append keeps its own
+together. An append that finds nothing on the wire and nothing queued goes
+out at once, alone, as a plain AppendRunRecord: a lone append is never
+delayed. One that finds a message in flight joins the queue, and the queue
+leaves as one AppendRunRecordCalls message (which the server serves as that
+many separate calls, docs/limits.md "Coalesced appends") at the end of the
+event loop's current turn if fewer than ``max_messages_in_flight`` messages
+are on the wire, or else as soon as one returns. So the appends that arrive
+together, such as the callers one returning message wakes, leave together
+rather than the first of them alone. Each append keeps its own
 result or error, its own deadline (sent with it), its own retry (the caller
 retries its own attempt) and its own cancellation (an append cancelled while
 queued is never sent; one already sent may still be stored, as a unary call
@@ -38,7 +41,7 @@ class AppendCoalescing:
     """The bounds of coalescing (``RemoteStore(coalescing=None)`` turns it off)."""
 
     max_messages_in_flight: int = 2
-    """Messages on the wire at once; an append finding fewer goes out at once."""
+    """Messages on the wire at once; appends queued behind them wait for one to return."""
     max_calls: int = 128
     """Appends in one message at most (the server's limit)."""
     max_message_bytes: int = 4 * 1024 * 1024
@@ -94,6 +97,7 @@ class AppendCoalescer:
         self._queued_bytes = 0
         self._in_flight = 0
         self._room = asyncio.Condition()
+        self._flush_scheduled = False
         self.messages_sent = 0
         """Messages sent so far (both methods), for tests and diagnostics."""
 
@@ -103,7 +107,7 @@ class AppendCoalescer:
         """One attempt of one append, within ``seconds``."""
         loop = asyncio.get_running_loop()
         deadline = None if seconds is None else loop.time() + seconds
-        if self._in_flight < self.bounds.max_messages_in_flight and not self._queue:
+        if self._in_flight == 0 and not self._queue:
             self._in_flight += 1
             self.messages_sent += 1
             try:
@@ -123,7 +127,7 @@ class AppendCoalescer:
         queued = _Queued(request, size, deadline, loop.create_future())
         self._queue.append(queued)
         self._queued_bytes += size
-        self._flush()
+        self._flush_soon()
         try:
             return await queued.done
         finally:
@@ -144,6 +148,17 @@ class AppendCoalescer:
                 self._room.notify_all()
 
         asyncio.get_running_loop().create_task(notify())
+
+    def _flush_soon(self) -> None:
+        """Flushes once the loop's current turn has run, so that every append
+        arriving in that turn joins the same message."""
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self._flush()
 
     def _flush(self) -> None:
         """Sends what is queued, a message at a time, while there is room on the wire."""
