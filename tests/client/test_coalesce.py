@@ -135,6 +135,24 @@ async def test_each_carried_call_has_its_own_request_id(store: StubStore) -> Non
     assert all(outcome.HasField("response") for outcome in response.outcomes)
 
 
+async def test_a_carried_call_past_its_own_deadline_fails_alone(store: StubStore) -> None:
+    """The server holds each carried call to its own ``timeout``: one already
+    past it ends DEADLINE_EXCEEDED while its neighbour in the message is
+    stored; sent again, it is stored once (or found, if it got in first)."""
+    run = await store.root()
+    late = rs.AppendRunRecordRequest(record=run.record("late"))
+    due = rs.AppendRunRecordCall(request=late)
+    due.timeout.FromNanoseconds(1)
+    calls = [due, rs.AppendRunRecordCall(request=rs.AppendRunRecordRequest(record=run.record("k")))]
+    response = await store.runtime.AppendRunRecordCalls(rs.AppendRunRecordCallsRequest(calls=calls))
+    late_outcome, neighbour = response.outcomes
+    assert late_outcome.error.code == grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+    assert neighbour.response.inserted
+    again = await store.runtime.AppendRunRecord(late)
+    keys = [r.event_key for r in await store.records(run.id)]
+    assert keys.count("late") == 1 and again.id
+
+
 async def test_at_the_queued_bytes_bound_a_caller_waits_within_its_deadline() -> None:
     """Unit level: the wire is held by a send that has not answered."""
     release = asyncio.Event()
