@@ -328,11 +328,11 @@ class Store:
     """Stubs of one running server."""
 
     channel: grpc.aio.Channel
-    runtime: rs_grpc.RuntimeStoreStub = field(init=False)
-    admin: sa_grpc.SessionAdminStub = field(init=False)
-    memory: ms_grpc.MemoryStoreStub = field(init=False)
-    context: ctx_grpc.ContextStoreStub = field(init=False)
-    namespaces: na_grpc.NamespaceAdminStub = field(init=False)
+    runtime: rs_grpc.RuntimeStoreAsyncStub = field(init=False)
+    admin: sa_grpc.SessionAdminAsyncStub = field(init=False)
+    memory: ms_grpc.MemoryStoreAsyncStub = field(init=False)
+    context: ctx_grpc.ContextStoreAsyncStub = field(init=False)
+    namespaces: na_grpc.NamespaceAdminAsyncStub = field(init=False)
     target: str = ""
 
     def __post_init__(self) -> None:
