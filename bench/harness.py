@@ -491,21 +491,24 @@ async def _measure(
 
 
 async def measure_protections_cost(
-    args: argparse.Namespace, backend: str, url: str
+    args: argparse.Namespace, backend: str, url: str, workload: str = protections.PAIRED_WORKLOAD
 ) -> dict[str, Any]:
-    """Appends at 16 in flight against ``--pairs`` pairs of servers, one with
-    protections on and one off, back to back in alternating order."""
+    """``workload`` at 16 in flight against ``--pairs`` pairs of servers, one
+    with protections on and one off, back to back in alternating order."""
     # Every figure is a fresh server's: at least a second, after half a second
     # of warm-up (pooled connections opened, caches filled), even with --quick.
     spec = {
-        "workload": protections.PAIRED_WORKLOAD,
+        "workload": workload,
         "concurrency": protections.PAIRED_IN_FLIGHT,
         "duration": max(args.duration, protections.PAIRED_MIN_SECONDS),
         "warmup": max(args.warmup, protections.PAIRED_MIN_WARMUP),
     }
     pairs = []
     for index, order in enumerate(protections.pair_orders(args.pairs)):
-        print(f"protections pair {index + 1}/{args.pairs} ({backend}): {' then '.join(order)}")
+        print(
+            f"protections pair {index + 1}/{args.pairs} ({backend}, {workload}): "
+            + " then ".join(order)
+        )
         figures: dict[str, float] = {}
         for side in order:
             (row,) = await _measure(
@@ -513,12 +516,12 @@ async def measure_protections_cost(
                 backend,
                 url,
                 side == "on",
-                [{**spec, "pair": f"protections-{index}"}],
+                [{**spec, "pair": f"protections-{workload}-{index}"}],
                 tag={"protections": side},
             )
             figures[side] = row["ops_per_s"]
         pairs.append((figures["on"], figures["off"]))
-    return protections.paired_cost(backend, pairs)
+    return protections.paired_cost(backend, pairs, workload)
 
 
 async def measure_backend(args: argparse.Namespace, backend: str) -> dict[str, Any]:
@@ -537,7 +540,12 @@ async def measure_backend(args: argparse.Namespace, backend: str) -> dict[str, A
                     await seed_postgres(url, size)
             raw += await _measure(args, backend, url, on, plan_for(args), with_modules=True)
             if args.protections == "both":
-                sections["protections_cost"] = [await measure_protections_cost(args, backend, url)]
+                paired = [protections.PAIRED_WORKLOAD]
+                paired += [w for w in protections.ALSO_PAIRED if w in args.workloads]
+                sections["protections_cost"] = [
+                    await measure_protections_cost(args, backend, url, workload)
+                    for workload in paired
+                ]
     for size in args.tables if "listings" in args.workloads else ():
         async with database(backend, args.postgres_url) as url:
             await migrate.upgrade(url)

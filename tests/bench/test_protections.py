@@ -59,6 +59,9 @@ def test_paired_cost_is_one_minus_the_median_of_the_pairs_ratios() -> None:
     assert (row["on_vs_off_min"], row["on_vs_off_max"]) == (0.5, 1.0)
     assert row["on_vs_off_q1"] <= row["on_vs_off"] <= row["on_vs_off_q3"]
     assert (row["pairs"], row["workload"], row["in_flight"]) == (4, "append", 16)
-    assert "| sqlite | 4 |" in protections.render_cost([row])
+    assert "| sqlite | append | 4 |" in protections.render_cost([row])
+    coalesced = protections.paired_cost("sqlite", pairs, "append_client")
+    assert coalesced["workload"] == "append_client"
+    assert "| sqlite | append_client | 4 |" in protections.render_cost([row, coalesced])
     with pytest.raises(ValueError):
         protections.paired_cost("sqlite", [])
