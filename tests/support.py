@@ -7,11 +7,12 @@ the canonical bytes of §5.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -476,6 +477,22 @@ async def fails_with(
     if message is not None:
         assert message in failure.message, failure
     return failure
+
+
+SERVER_NOTICES_WITHIN = 60.0
+"""How long a test waits for the server to notice what a client did (a
+cancelled stream released, a deleted namespace's streams ended). Only a
+failing test waits that long; it is generous because a shared CI host can
+freeze the whole process for seconds, and a stream cancelled during a
+PostgreSQL read is released only once the database answers the cancel."""
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Waits (polled, bounded by ``SERVER_NOTICES_WITHIN``) until ``condition``."""
+    deadline = time.monotonic() + SERVER_NOTICES_WITHIN
+    while not condition():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.01)
 
 
 @contextlib.asynccontextmanager

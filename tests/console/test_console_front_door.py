@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from runstore.v1 import runtime_store_pb2 as rs
 from runstore.v1 import session_admin_pb2 as sa
 from tests.console.support import ConsoleUnderTest, console_server
 from tests.secured import Entry, channel_with_token
-from tests.support import Store, failure_of, unique
+from tests.support import Store, failure_of, unique, until
 
 
 class FakeClock:
@@ -102,14 +101,6 @@ async def door(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Served
             yield Served(under, clock, metrics, operator)
         finally:
             await operator.channel.close()
-
-
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    """Waits (bounded) for the server to notice what the client did."""
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.01)
 
 
 def _at_quota(response: httpx.Response, quota: str) -> None:
@@ -188,12 +179,12 @@ async def test_a_live_page_holds_a_watch_streams_lease_until_it_disconnects(
                     await asyncio.wait_for(watch.read(), 10)
                 assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
                 assert failure_of(caught.value).metadata["quota"] == "watch_streams"
-            await _until(lambda: door.quotas.open_streams(name) == 0, "the lease is released")
+            await until(lambda: door.quotas.open_streams(name) == 0, "the lease is released")
             async with http.stream(
                 "GET", "/session/events", params=live, headers=door.bearer()
             ) as again:
                 assert again.status_code == 200
-        await _until(lambda: door.quotas.open_streams(name) == 0, "the second lease too")
+        await until(lambda: door.quotas.open_streams(name) == 0, "the second lease too")
         # Each live page is one server_stream call: the refused one
         # ResourceExhausted, the two the browser left Canceled (as a gRPC
         # Watch its client cancels).
@@ -204,7 +195,7 @@ async def test_a_live_page_holds_a_watch_streams_lease_until_it_disconnects(
         }
         handled = "grpc_server_handled_total"
         assert _sample(door.metrics, handled, grpc_code="ResourceExhausted", **live_labels) == 1
-        await _until(
+        await until(
             lambda: _sample(door.metrics, handled, grpc_code="Canceled", **live_labels) == 2,
             "both live pages counted once their browser left",
         )
@@ -251,7 +242,7 @@ async def test_deleting_a_namespace_ends_its_live_page_through_the_namespace_str
             await door.operator.namespaces.DeleteNamespace(na.DeleteNamespaceRequest(name=name))
             ended = await asyncio.wait_for(anext(events), 20)
             assert ended["event"] == "failure" and "was deleted" in ended["data"]
-        await _until(lambda: door.quotas.open_streams(name) == 0, "the lease is released")
+        await until(lambda: door.quotas.open_streams(name) == 0, "the lease is released")
         assert door.front.streams.count(name) == 0
     finally:
         await store.channel.close()
@@ -266,7 +257,7 @@ async def test_a_live_page_meets_the_watcher_limit_a_grpc_watch_meets(tmp_path: 
             rs.WatchSessionRunRecordsRequest(session_id=session_id)
         )
         try:
-            await _until(lambda: under.running.watch.open_streams == 1, "the Watch is open")
+            await until(lambda: under.running.watch.open_streams == 1, "the Watch is open")
             async with httpx.AsyncClient(base_url=under.base, timeout=30) as http:
                 page = await http.get("/session/events", params={"id": session_id, "after": "0"})
             second = under.store.runtime.WatchSessionRunRecords(

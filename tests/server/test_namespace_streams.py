@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,7 @@ from runstore.contract.metadata import NAMESPACE_KEY
 from runstore.server.core.quotas import Quotas
 from runstore.v1 import runtime_store_pb2 as rs
 from tests import backends
-from tests.support import Store, failure_of, run_start, unique
+from tests.support import Store, failure_of, run_start, unique, until
 
 
 @dataclass
@@ -51,13 +50,6 @@ async def database_url(
         yield url
 
 
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.01)
-
-
 @pytest.mark.parametrize("quotas", [False, True], ids=["quotas-off", "quotas-on"])
 async def test_deleting_a_namespace_ends_its_watch_streams(database_url: str, quotas: bool) -> None:
     async with AsyncExitStack() as stack:
@@ -82,4 +74,4 @@ async def test_deleting_a_namespace_ends_its_watch_streams(database_url: str, qu
         assert failure.metadata["namespace"] == name
         if served.quotas is not None:
             held = served.quotas
-            await _until(lambda: held.open_streams(name) == 0, "the quota lease is released")
+            await until(lambda: held.open_streams(name) == 0, "the quota lease is released")

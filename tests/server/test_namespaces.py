@@ -31,7 +31,17 @@ from runstore.v1 import session_admin_pb2 as sa
 from tests import backends, postgres
 from tests.processes import ServerProcess, server_process
 from tests.secured import Entry, bearer, write_auth_file
-from tests.support import Store, fails, fails_with, failure_of, now_ms, run_start, ts, unique
+from tests.support import (
+    SERVER_NOTICES_WITHIN,
+    Store,
+    fails,
+    fails_with,
+    failure_of,
+    now_ms,
+    run_start,
+    ts,
+    unique,
+)
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 NOT_FOUND = grpc.StatusCode.NOT_FOUND
@@ -68,7 +78,7 @@ class Served:
     async def access_line(self, request_id: str) -> dict[str, Any]:
         """The access-log line of the call with ``request_id`` (polled, bounded:
         the server writes its log from a thread of its own)."""
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + SERVER_NOTICES_WITHIN
         while time.monotonic() < deadline:
             for line in self.server.log.decode().splitlines():
                 if request_id in line and logs.ACCESS_LOGGER in line:

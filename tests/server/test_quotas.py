@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -65,6 +64,7 @@ from tests.support import (
     started_record,
     ts,
     unique,
+    until,
 )
 
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -342,14 +342,6 @@ async def _first_batch(stream: Any) -> Any:
     return await asyncio.wait_for(stream.read(), 10)
 
 
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    """Waits (bounded) for the server to notice what the client did."""
-    deadline = time.monotonic() + 10
-    while not condition():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.01)
-
-
 async def test_the_watch_stream_quota_counts_open_streams_and_releases_on_cancel(
     one: Replica,
 ) -> None:
@@ -374,7 +366,7 @@ async def test_the_watch_stream_quota_counts_open_streams_and_releases_on_cancel
     await _first_batch(elsewhere)
     elsewhere.cancel()
     first.cancel()
-    await _until(lambda: one.quotas.open_streams(name) == 0, "the cancelled stream is released")
+    await until(lambda: one.quotas.open_streams(name) == 0, "the cancelled stream is released")
     again = one.store.runtime.WatchRunRecords(watch, metadata=one.md(name))
     assert len((await _first_batch(again)).events) == 2
     again.cancel()
@@ -630,7 +622,7 @@ async def _deleted_ends_watch(watcher: Replica, deleter: Replica, tick: bool) ->
     failure = failure_of(caught.value)
     assert (failure.code, failure.reason) == (grpc.StatusCode.NOT_FOUND, "NAMESPACE_NOT_FOUND")
     assert failure.metadata["namespace"] == name
-    await _until(lambda: watcher.quotas.open_streams(name) == 0, "the ended stream is released")
+    await until(lambda: watcher.quotas.open_streams(name) == 0, "the ended stream is released")
 
 
 async def test_deleting_a_namespace_ends_its_watch_streams_at_once(one: Replica) -> None:
@@ -655,7 +647,7 @@ async def test_another_replica_ends_them_within_its_refresh_interval_unasked() -
         deleter = await _replica(stack, url, live=True)
         watcher = await _replica(stack, url, live=True)
         name = await _namespace(deleter)
-        await _until(
+        await until(
             lambda: name in watcher.namespaces.directory.active(), "the watcher sees it created"
         )
         run = await _one_shot(watcher, name)
@@ -740,7 +732,7 @@ async def test_the_watch_stream_quota_counts_the_streams_of_every_replica(
         await _first_batch(elsewhere)
     _assert_quota(failure_of(caught.value), name, "watch_streams", "1")
     open_here.cancel()
-    await _until(lambda: first.quotas.open_streams(name) == 0, "the cancelled stream is released")
+    await until(lambda: first.quotas.open_streams(name) == 0, "the cancelled stream is released")
     await _beat(pair)
     again = second.store.runtime.WatchRunRecords(watch, metadata=second.md(name))
     await _first_batch(again)
@@ -818,7 +810,7 @@ async def test_the_typed_watch_backs_off_at_the_watch_stream_quota(one: Replica)
     async def sleep(_: float) -> None:
         # Backing off: meanwhile the other stream of the namespace ends.
         holder.cancel()
-        await _until(lambda: one.quotas.open_streams(name) == 0, "the held stream is released")
+        await until(lambda: one.quotas.open_streams(name) == 0, "the held stream is released")
 
     store = RemoteStore(
         one.target,
