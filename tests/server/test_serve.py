@@ -14,11 +14,16 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import grpc
+from google.protobuf import descriptor_pool
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection
 
 from runstore.contract.namespaces import DEFAULT
+from runstore.server import app
 from runstore.server.app import build_server, create_stores, open_database, shutdown
 from runstore.server.call_scope import acting_in
 from runstore.server.config import ServerConfig
@@ -179,3 +184,49 @@ def test_version_is_the_installed_distribution_version() -> None:
             [*command, "--version"], capture_output=True, text=True, timeout=60, check=True
         )
         assert done.stdout.strip() == expected
+
+
+class _RecordingServer:
+    """What ``app._add_services`` hands the gRPC server, recorded."""
+
+    def __init__(self) -> None:
+        self.generic: list[grpc.GenericRpcHandler] = []
+        self.registered: list[str] = []
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        self.generic.extend(handlers)
+
+    def add_registered_method_handlers(self, service: str, handlers: Any) -> None:
+        self.registered.append(service)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Details(grpc.HandlerCallDetails):  # type: ignore[misc]
+    method: str
+    invocation_metadata: tuple[tuple[str, str], ...] = ()
+
+
+def test_every_method_is_served_by_generic_handlers_and_none_is_registered() -> None:
+    """grpcio's asyncio server waits on one future per registered method for
+    every call it takes, so runstore registers none (``app._GenericHandlersOnly``),
+    and its generic handlers alone serve every method of every service."""
+    recording = _RecordingServer()
+    stores = SimpleNamespace(
+        runtime=None, watch=None, memory=None, context=None, namespaces=object()
+    )
+    app._add_services(cast(Any, recording), cast(Any, stores), ())
+    assert recording.registered == []
+    services = [
+        *app.SERVICE_NAMES,
+        health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+        reflection.SERVICE_NAME,
+    ]
+    unserved = []
+    for service in services:
+        descriptor = descriptor_pool.Default().FindServiceByName(service)
+        assert descriptor.methods, service
+        for method in descriptor.methods:
+            path = f"/{service}/{method.name}"
+            if not any(handler.service(_Details(path)) for handler in recording.generic):
+                unserved.append(path)
+    assert unserved == []

@@ -10,12 +10,13 @@ gRPC core's settings are ``grpc_options``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from runstore.server.auth import Security
 from runstore.server.config import ServerConfig
@@ -92,13 +93,39 @@ class RunningServer:
     """The quotas' background refresh and heartbeat (docs/namespaces.md#quotas)."""
 
 
+class _GenericHandlersOnly:
+    """The server as the generated ``add_*_to_server`` functions see it: each
+    service's handlers reach it as one generic handler, never as registered
+    methods.
+
+    The generated code gives the same handlers both ways. grpcio's asyncio
+    server waits for the next call of each registered method on a future of
+    its own, and for every call it takes it ``asyncio.wait``s on all of them
+    again: with runstore's 50-odd methods that wait was about a tenth of the
+    server's CPU per call (docs/benchmarks.md, "Generic handlers"). A generic
+    handler costs one waiting future and a dictionary lookup per call."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self._server = server
+
+    def add_generic_rpc_handlers(self, handlers: Sequence[grpc.GenericRpcHandler]) -> None:
+        self._server.add_generic_rpc_handlers(handlers)
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: Mapping[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        """Not registered: ``add_generic_rpc_handlers`` received them already."""
+
+
 def _add_services(
-    server: grpc.aio.Server,
+    grpc_server: grpc.aio.Server,
     stores: Stores,
     interceptors: Sequence[grpc.aio.ServerInterceptor],
 ) -> HealthServicer:
     """Every runstore service over ``stores``, health and reflection; the calls
     AppendRunRecordCalls carries pass ``interceptors`` as calls of their own."""
+    # The generated functions take a grpc.aio.Server; they call only the two above.
+    server = cast(grpc.aio.Server, _GenericHandlersOnly(grpc_server))
     runtime_store_pb2_grpc.add_RuntimeStoreServicer_to_server(
         RuntimeStoreServicer(stores.runtime, stores.watch, interceptors), server
     )
@@ -117,11 +144,15 @@ def _add_services(
         )
     health_servicer = HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (
-            *SERVICE_NAMES,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
+    # What ``reflection.enable_server_reflection`` adds for an asyncio server
+    # (it tells one by its type, which ``server`` here only stands for).
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(  # type: ignore[no-untyped-call]
+        reflection.aio.ReflectionServicer(
+            (
+                *SERVICE_NAMES,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            )
         ),
         server,
     )
