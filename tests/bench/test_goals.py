@@ -29,25 +29,52 @@ def _only(rows: list[dict[str, Any]], what: str, backend: str = "") -> dict[str,
     return match
 
 
-def test_append_targets_per_backend_at_16_in_flight() -> None:
-    rows = goals.append_goals(
+RATIO_GOALS = pytest.mark.parametrize(
+    ("evaluate", "workload", "sqlite_target", "postgres_target"),
+    [
+        (goals.append_goals, "append", 0.75, 0.65),
+        (goals.coalescing_goals, "append_client", 2.0, 1.6),
+    ],
+    ids=["append", "append_client"],
+)
+
+
+@RATIO_GOALS
+def test_ratio_targets_per_backend_at_16_in_flight(
+    evaluate: Any, workload: str, sqlite_target: float, postgres_target: float
+) -> None:
+    rows = evaluate(
         _report(
-            _row("sqlite", "append", 0.75),
-            _row("sqlite", "append", 0.99, in_flight=1),  # not the goal's concurrency
-            _row("postgres", "append", 0.649),
+            _row("sqlite", workload, sqlite_target),
+            _row("sqlite", workload, 9.0, in_flight=1),  # not the goal's concurrency
+            _row("postgres", workload, postgres_target - 0.001),
         )
     )
-    sqlite = _only(rows, "append ≥", "sqlite")
-    postgres = _only(rows, "append ≥", "postgres")
-    assert (sqlite["measured"], sqlite["target"], sqlite["met"]) == (0.75, 0.75, True)
-    assert (postgres["measured"], postgres["target"], postgres["met"]) == (0.649, 0.65, False)
+    sqlite = _only(rows, f"{workload} ≥ {sqlite_target} × ceiling", "sqlite")
+    postgres = _only(rows, f"{workload} ≥ {postgres_target} × ceiling", "postgres")
+    assert (sqlite["measured"], sqlite["target"], sqlite["met"]) == (
+        sqlite_target,
+        sqlite_target,
+        True,
+    )
+    assert postgres["met"] is False
+    assert postgres["measured"] == pytest.approx(postgres_target - 0.001)
 
 
-def test_sqlite_append_goal_is_for_full_only() -> None:
-    report = _report(_row("sqlite", "append", 0.9))
+@RATIO_GOALS
+def test_sqlite_ratio_goal_is_for_full_only(
+    evaluate: Any, workload: str, sqlite_target: float, postgres_target: float
+) -> None:
+    report = _report(_row("sqlite", workload, sqlite_target * 2))
     report["settings"]["sqlite_synchronous"] = "NORMAL"
-    row = _only(goals.append_goals(report), "append ≥")
+    row = _only(evaluate(report), f"{workload} ≥ {sqlite_target} × ceiling")
     assert row["met"] is False and "FULL" in row["note"]
+    (missing,) = [
+        r
+        for r in evaluate(_report(_row("sqlite", "ceiling", 1.0)))
+        if "× ceiling" in r["what"] and workload + " ≥" in r["what"]
+    ]
+    assert missing["met"] is None and f"workload {workload}" in missing["note"]
 
 
 def test_database_cpu_and_commits_per_postgres_append() -> None:
@@ -220,12 +247,88 @@ def test_idle_watchers_may_cost_appends_at_most_ten_percent() -> None:
     assert missing["met"] is None and "idle_watchers" in missing["note"]
 
 
+def test_coalesced_appends_against_the_peers_and_the_database() -> None:
+    rows = goals.coalescing_goals(
+        _report(
+            _row("sqlite", "append_client", 1.0, ops_per_s=1500.0),
+            _row("", goals.PEER, 1.0, ops_per_s=1000.0),
+            _row(
+                "postgres",
+                "append_client",
+                1.0,
+                ops_per_s=2999.0,
+                db_cpu_ms_per_op=0.15,
+                commits_per_op=0.31,
+            ),
+            _row("", goals.POSTGRES_PEER, 1.0, ops_per_s=1000.0),
+        )
+    )
+    assert _only(rows, "1.5 × SQLiteSession")["met"] is True
+    assert _only(rows, "3 × LangGraph")["met"] is False
+    assert _only(rows, "database CPU per append_client")["met"] is True
+    assert _only(rows, "commits per append_client")["met"] is False
+    bare = goals.coalescing_goals(_report(_row("sqlite", "append", 0.5)))
+    assert _only(bare, "SQLiteSession")["note"] == goals.RUN_WITH_PEERS
+
+
+def test_a_lone_append_p99_with_coalescing_at_most_five_percent_over_without() -> None:
+    section = [
+        {
+            "backend": "sqlite",
+            "p99_on_over_off": 1.05,
+            "p99_on_ms": 2.1,
+            "p99_off_ms": 2.0,
+            "pairs": 10,
+        },
+        {
+            "backend": "postgres",
+            "p99_on_over_off": 1.051,
+            "p99_on_ms": 3.2,
+            "p99_off_ms": 3.0,
+            "pairs": 10,
+        },
+    ]
+    rows = goals.coalescing_goals(
+        _report(_row("sqlite", "append", 0.5), _row("postgres", "append", 0.5), lone_append=section)
+    )
+    lone = [r for r in rows if "lone append" in r["what"]]
+    assert [(r["backend"], r["met"]) for r in lone] == [("sqlite", True), ("postgres", False)]
+    (missing,) = [
+        r
+        for r in goals.coalescing_goals(_report(_row("sqlite", "append", 0.5)))
+        if "lone" in r["what"]
+    ]
+    assert missing["met"] is None and "lone_append" in missing["note"]
+
+
+def test_coalesced_server_cpu_and_the_go_client_are_reported_not_judged() -> None:
+    rows = goals.coalescing_goals(
+        _report(
+            _row("sqlite", "append_client", 1.0, server_cpu_ms_per_op=0.35),
+            _row("sqlite", "append_client_go", 0.9),
+        )
+    )
+    cpu = _only(rows, "server CPU ms per append_client")
+    go = _only(rows, "append_client_go")
+    assert (cpu["measured"], goals.status(cpu)) == (0.35, "reported")
+    assert (go["measured"], goals.status(go)) == (0.9, "reported")
+    (absent,) = [
+        r
+        for r in goals.coalescing_goals(_report(_row("sqlite", "append", 0.5)))
+        if "append_client_go" in r["what"]
+    ]
+    assert goals.status(absent) == "not measured"
+
+
 def test_every_goal_is_reported_in_order_and_rendered() -> None:
     report = _report(_row("sqlite", "append", 0.8), _row("sqlite", "ceiling", 1.0))
     rows = goals.evaluate(report)
-    numbered = [r["goal"] for r in rows if r["goal"].isdigit()]
+    labels = [r["goal"] for r in rows]
+    first = labels.index("1")
+    assert set(labels[:first]) == {goals.COALESCING}
+    numbered = [label for label in labels if label.isdigit()]
     assert numbered == sorted(numbered) and set(numbered) == {str(n) for n in range(1, 8)}
-    assert [r["goal"] for r in rows][len(numbered) :] == [
+    assert labels[first + len(numbered) :] == [
         "pages",
         "pages",
         "watchers",

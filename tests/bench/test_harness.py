@@ -150,6 +150,7 @@ def test_protections_on_by_default_with_cpu_per_call_and_goals(tmp_path: Path) -
     append = {r["in_flight"]: r for r in report["results"] if r["workload"] == "append"}
     assert append[2]["server_cpu_ms_per_op"] > 0 and append[2]["db_cpu_ms_per_op"] is None
     assert {g["goal"] for g in report["goals"]} == {
+        "coalescing",
         *(str(number) for number in range(1, 8)),
         "pages",
         "watchers",
