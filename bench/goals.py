@@ -117,6 +117,24 @@ def goal(
     }
 
 
+def reported(
+    label: str,
+    what: str,
+    measured: float | None,
+    *,
+    present: bool,
+    backend: str = "",
+    note: str = "",
+) -> dict[str, Any]:
+    """A row reported beside the goals, not judged: ``present`` says whether
+    the run measured it (``status``: reported, or not measured)."""
+    return {
+        **goal(label, what, measured, None, backend=backend, note=note),
+        "met": None,
+        "reported": present,
+    }
+
+
 def _row(
     results: Iterable[dict[str, Any]], backend: str | None, workload: str, in_flight: int
 ) -> dict[str, Any] | None:
@@ -444,15 +462,8 @@ def projection_goal(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The projection table: reported, not judged."""
     rows = report.get("projection") or []
     note = "see the projection table" if rows else "no append row with CPU figures"
-    return [
-        {
-            **goal(
-                "projection", "scaling projection from measured CPU per call", None, None, note=note
-            ),
-            "met": None,
-            "reported": bool(rows),
-        }
-    ]
+    what = "scaling projection from measured CPU per call"
+    return [reported("projection", what, None, present=bool(rows), note=note)]
 
 
 def triage_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -496,13 +507,8 @@ def coalescing_goals(report: dict[str, Any]) -> list[dict[str, Any]]:
         ):
             row = _row(results, backend, workload, IN_FLIGHT)
             measured = None if row is None else row.get(field)
-            rows.append(
-                {
-                    **goal(COALESCING, what, measured, None, backend=backend),
-                    "met": None,
-                    "reported": measured is not None,
-                }
-            )
+            present = measured is not None
+            rows.append(reported(COALESCING, what, measured, present=present, backend=backend))
     return rows
 
 
